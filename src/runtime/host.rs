@@ -1,0 +1,1 @@
+//! The host backend: placeholder, being written.

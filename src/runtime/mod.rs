@@ -1,0 +1,104 @@
+//! Accelerator runtimes behind one trait. The `host` backend (no accelerator: copies between
+//! a buffer local to the bound CPU and a buffer placed on a chosen NUMA node) runs anywhere;
+//! CUDA and ACL come later behind the same trait.
+
+pub mod host;
+pub mod numa_memory;
+
+use serde::{Deserialize, Serialize};
+
+/// Direction of a copy between host memory local to the probing CPU and the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    H2d,
+    D2h,
+}
+
+impl Direction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::H2d => "h2d",
+            Direction::D2h => "d2h",
+        }
+    }
+}
+
+impl std::str::FromStr for Direction {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "h2d" => Ok(Direction::H2d),
+            "d2h" => Ok(Direction::D2h),
+            other => Err(format!("unknown direction {other:?}: expected h2d or d2h")),
+        }
+    }
+}
+
+/// One device a backend can copy to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeviceInfo {
+    /// The `device` label: a runtime index (`"0"`) or `numa<N>` for the host backend.
+    pub id: String,
+    /// `host`, `cuda`, `acl`.
+    pub kind: String,
+    /// Human-readable name.
+    pub name: String,
+    /// PCI bus id, empty where there is none.
+    pub pci_bus_id: String,
+    /// NUMA node the device sits on, as sysfs declares it.
+    pub numa_node: Option<u32>,
+}
+
+/// How one cell is measured: warm-up copies, then `iterations` timed copies of `size_bytes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CopyParams {
+    pub size_bytes: u64,
+    pub direction: Direction,
+    pub warmup: u32,
+    pub iterations: u32,
+}
+
+/// Why a cell could not be measured. `reason()` is the `reason` label of
+/// `chd_probe_errors_total`.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("binding to cpu {cpu} failed: {detail}")]
+    Bind { cpu: u32, detail: String },
+    #[error("allocating {bytes} bytes failed: {detail}")]
+    Alloc { bytes: u64, detail: String },
+    #[error("memory placement on numa node {node} failed: {detail}")]
+    Placement { node: u32, detail: String },
+    #[error("unknown device {0:?}")]
+    UnknownDevice(String),
+    #[error("copy failed: {0}")]
+    Copy(String),
+    #[error("timing failed: {0}")]
+    Timing(String),
+}
+
+impl ProbeError {
+    /// Bounded label value naming the failure class.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ProbeError::Bind { .. } => "bind",
+            ProbeError::Alloc { .. } => "alloc",
+            ProbeError::Placement { .. } => "placement",
+            ProbeError::UnknownDevice(_) => "unknown_device",
+            ProbeError::Copy(_) => "copy",
+            ProbeError::Timing(_) => "timing",
+        }
+    }
+}
+
+/// An accelerator runtime (or the host stand-in) that can time copies.
+pub trait Backend: Send + Sync {
+    /// `host`, `cuda`, `acl`: the `backend` label.
+    fn name(&self) -> &'static str;
+    /// Devices in runtime order.
+    fn devices(&self) -> &[DeviceInfo];
+    /// Measure one copy cell on the calling thread, which the caller has already bound to the
+    /// cell's CPU. Allocates (and first-touches) its host buffer on this thread, warms up,
+    /// times `iterations` copies and returns bytes per second. Frees everything it allocated.
+    fn measure_copy(&self, device: &str, params: &CopyParams) -> Result<f64, ProbeError>;
+}

@@ -1,0 +1,1 @@
+//! NUMA-placed buffers: placeholder, being written.
