@@ -1,1 +1,67 @@
-fn main() {}
+//! The `chd` binary: parses the command line, sets up logging and dispatches.
+
+mod cli;
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+use chd::config::{Config, Layer};
+use chd::topology::{render, Topology};
+use cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(&cli.log))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("chd: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match &cli.command {
+        Command::Serve(args) => {
+            let mut layers = Vec::new();
+            if let Some(path) = &args.config {
+                layers.push(Layer::from_file(path)?);
+            }
+            layers.push(cli.flag_layer(Some(args)));
+            let config = Config::resolve(layers)?;
+            if args.print_config {
+                print!("{}", config.to_toml());
+                return Ok(());
+            }
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .thread_name("chd-worker")
+                .build()
+                .context("starting the async runtime")?;
+            runtime.block_on(chd::serve::run(config))
+        }
+        Command::Topology(args) => {
+            let config = Config::resolve([cli.flag_layer(None)])?;
+            let topology = Topology::read(&config.roots)?;
+            if args.json {
+                println!("{}", render::json(&topology));
+            } else {
+                print!("{}", render::table(&topology));
+            }
+            Ok(())
+        }
+    }
+}

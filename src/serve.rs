@@ -1,1 +1,174 @@
-//! placeholder
+//! `chd serve`: wires topology, backend, store, scheduler and HTTP server together and runs
+//! them until SIGTERM or SIGINT, saving the store on the way out.
+
+use std::sync::{Arc, RwLock};
+
+use anyhow::Context;
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+
+use crate::config::{Config, CpuSelection, FALLBACK_STATE_DIR};
+use crate::exposition::metrics::ProbeMetrics;
+use crate::exposition::server;
+use crate::exposition::store_collector::StoreView;
+use crate::runtime::host::HostBackend;
+use crate::runtime::Backend;
+use crate::schedule::Scheduler;
+use crate::store::persist::{self, Loaded};
+use crate::store::{unix_now, CellKey, Store};
+use crate::topology::Topology;
+
+/// CPUs to probe: the selection intersected with the online CPUs (`All` = the allowed ones).
+pub fn probe_cpus(topology: &Topology, selection: &CpuSelection) -> Vec<u32> {
+    match selection {
+        CpuSelection::All => topology.allowed_cpus().map(|c| c.id).collect(),
+        CpuSelection::List(ids) => ids
+            .iter()
+            .copied()
+            .filter(|id| topology.cpu(*id).is_some())
+            .collect(),
+    }
+}
+
+/// Every cell of the copy matrix for these CPUs and the backend's devices.
+pub fn universe(config: &Config, cpus: &[u32], backend: &dyn Backend) -> Vec<CellKey> {
+    let mut cells = Vec::new();
+    for &cpu in cpus {
+        for device in backend.devices() {
+            for &size_bytes in &config.probe.sizes_bytes {
+                for &direction in &config.probe.directions {
+                    cells.push(CellKey {
+                        cpu,
+                        device: device.id.clone(),
+                        size_bytes,
+                        direction,
+                    });
+                }
+            }
+        }
+    }
+    cells
+}
+
+fn load_store(dir: &std::path::Path, topology: &Topology, backend: &dyn Backend) -> Store {
+    match persist::load(dir, unix_now()) {
+        Loaded::Missing => {
+            tracing::info!(
+                "no state file in {}; starting with an empty matrix",
+                dir.display()
+            );
+            Store::default()
+        }
+        Loaded::Restored(mut store) => {
+            let dropped = store.retain_known(
+                |cpu| topology.cpu(cpu).is_some(),
+                |dev| backend.devices().iter().any(|d| d.id == dev),
+            );
+            tracing::info!(
+                cells = store.h2d.len(),
+                dropped,
+                "restored state from {}",
+                persist::state_path(dir).display()
+            );
+            store
+        }
+        Loaded::SetAside { moved_to, problem } => {
+            tracing::warn!(
+                "state file was unusable ({problem}); moved it to {} and starting empty",
+                moved_to.display()
+            );
+            Store::default()
+        }
+    }
+}
+
+/// Run the exporter until a termination signal.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    let topology = Arc::new(
+        Topology::read(&config.roots).context("reading the host topology (see --sysfs-root)")?,
+    );
+    let backend: Arc<dyn Backend> = Arc::new(HostBackend::new(&topology));
+    let (state_dir, fallback_reason) =
+        persist::choose_state_dir(&config.state_dir, std::path::Path::new(FALLBACK_STATE_DIR))
+            .with_context(|| {
+                format!(
+                    "neither {} nor ./{FALLBACK_STATE_DIR} is a writable state directory",
+                    config.state_dir.display()
+                )
+            })?;
+    if let Some(why) = fallback_reason {
+        tracing::warn!("{why}; using ./{FALLBACK_STATE_DIR}");
+    }
+    tracing::info!("state directory: {}", state_dir.display());
+
+    let cpus = probe_cpus(&topology, &config.probe.cpus);
+    if cpus.is_empty() {
+        anyhow::bail!("probe.cpus selects no online CPU");
+    }
+    let universe = Arc::new(universe(&config, &cpus, &*backend));
+    let affinity_cpus = Arc::new(cpus);
+    tracing::info!(
+        backend = backend.name(),
+        devices = backend.devices().len(),
+        cpus = affinity_cpus.len(),
+        cells = universe.len(),
+        "matrix planned"
+    );
+
+    let store = Arc::new(RwLock::new(load_store(&state_dir, &topology, &*backend)));
+    let mut registry = Registry::default();
+    let metrics = ProbeMetrics::register(&mut registry);
+    registry.register_collector(Box::new(StoreView {
+        store: store.clone(),
+        topology: topology.clone(),
+        devices: backend.devices().to_vec(),
+        backend: backend.name().to_string(),
+        universe: universe.clone(),
+        affinity_cpus: affinity_cpus.clone(),
+        stale_after: config.probe.stale_after,
+        cells: config.exposition.cells,
+    }));
+
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let local = listener.local_addr().context("reading the bound address")?;
+    tracing::info!("listening on {local}");
+
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let server = tokio::spawn(server::serve(
+        listener,
+        Arc::new(registry),
+        shutdown_rx.clone(),
+    ));
+    let scheduler = Scheduler {
+        config,
+        topology,
+        backend,
+        store,
+        metrics,
+        state_dir,
+        universe,
+        affinity_cpus,
+    };
+    let prober = tokio::spawn(scheduler.run(shutdown_rx));
+
+    wait_for_signal().await?;
+    tracing::info!("stopping: finishing the cell in flight and saving state");
+    let _ = shutdown_tx.send(true);
+    prober.await.context("probe loop panicked")?;
+    server.await.context("HTTP server panicked")?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = int.recv() => tracing::info!("SIGINT received"),
+    }
+    Ok(())
+}

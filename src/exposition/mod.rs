@@ -1,1 +1,68 @@
-//! placeholder
+//! Exposition: the prometheus-client registry (live probe counters plus the scrape-time
+//! store view) and its encoding in the Prometheus 0.0.4 text format (default) or OpenMetrics
+//! (when the scraper's Accept header asks for it). `server` serves it over HTTP.
+
+pub mod metrics;
+pub mod server;
+pub mod store_collector;
+
+use prometheus_client::encoding::{prometheus_text, text};
+use prometheus_client::registry::Registry;
+
+/// Content type of OpenMetrics text 1.0.0.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Which text format a scrape gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Prometheus,
+    OpenMetrics,
+}
+
+impl Format {
+    /// OpenMetrics when the Accept header lists it, else Prometheus text 0.0.4.
+    pub fn negotiate(accept: Option<&str>) -> Format {
+        match accept {
+            Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
+            _ => Format::Prometheus,
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Prometheus => prometheus_text::CONTENT_TYPE,
+            Format::OpenMetrics => OPENMETRICS_CONTENT_TYPE,
+        }
+    }
+}
+
+/// Encode the whole registry.
+pub fn encode(registry: &Registry, format: Format) -> Result<String, std::fmt::Error> {
+    let mut body = String::with_capacity(64 * 1024);
+    match format {
+        Format::Prometheus => prometheus_text::encode(&mut body, registry)?,
+        Format::OpenMetrics => text::encode(&mut body, registry)?,
+    }
+    Ok(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negotiation_prefers_prometheus_text() {
+        assert_eq!(Format::negotiate(None), Format::Prometheus);
+        assert_eq!(
+            Format::negotiate(Some("text/plain;version=0.0.4;q=0.3,*/*;q=0.2")),
+            Format::Prometheus
+        );
+        assert_eq!(
+            Format::negotiate(Some(
+                "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
+            )),
+            Format::OpenMetrics
+        );
+    }
+}

@@ -1,1 +1,266 @@
-//! The host backend: placeholder, being written.
+//! The host backend: no accelerator. Each NUMA node with memory is a "device" (`numa<N>`);
+//! a copy cell copies between a buffer local to the probing CPU (allocated and first-touched
+//! on the calling, already bound, thread) and a buffer bound to the device's node. `h2d`
+//! copies local -> node, `d2h` node -> local. This is what runs on a plain machine and in CI,
+//! and it measures the real cross-NUMA memory paths a host staging buffer takes.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use super::numa_memory::NodeBuffer;
+use super::{Backend, CopyParams, DeviceInfo, Direction, ProbeError};
+use crate::topology::Topology;
+
+/// Bytes of the source checked against the destination after the timed copies.
+const CHECK_SAMPLES: usize = 17;
+
+/// Copies between CPU-local memory and memory on each NUMA node.
+#[derive(Debug, Clone)]
+pub struct HostBackend {
+    devices: Vec<DeviceInfo>,
+}
+
+impl HostBackend {
+    /// One device per NUMA node that has memory, in node order.
+    pub fn new(topology: &Topology) -> HostBackend {
+        let devices = topology
+            .memory_nodes()
+            .map(|n| DeviceInfo {
+                id: device_id(n.id),
+                kind: "host".into(),
+                name: format!("NUMA node {} memory", n.id),
+                pci_bus_id: String::new(),
+                numa_node: Some(n.id),
+            })
+            .collect();
+        HostBackend { devices }
+    }
+
+    /// The node behind a device id this backend listed.
+    fn node_of(&self, device: &str) -> Result<u32, ProbeError> {
+        self.devices
+            .iter()
+            .find(|d| d.id == device)
+            .and_then(|d| d.numa_node)
+            .ok_or_else(|| ProbeError::UnknownDevice(device.to_string()))
+    }
+}
+
+/// The `device` label of NUMA node `node`.
+pub fn device_id(node: u32) -> String {
+    format!("numa{node}")
+}
+
+/// Fill `buf` with a pattern that has no zero byte (a fresh destination is all zeros, so a
+/// copy that did not happen cannot pass the check).
+fn fill_pattern(buf: &mut [u8]) {
+    // 16 periods of 255, so consecutive blocks continue the pattern seamlessly.
+    let block: Vec<u8> = (0..255 * 16).map(|i| (i % 255) as u8 + 1).collect();
+    for chunk in buf.chunks_mut(block.len()) {
+        chunk.copy_from_slice(&block[..chunk.len()]);
+    }
+}
+
+/// Compare `CHECK_SAMPLES` bytes spread over the buffers, first and last included.
+fn check_copy(src: &[u8], dst: &[u8]) -> Result<(), ProbeError> {
+    let len = src.len();
+    let n = CHECK_SAMPLES.min(len);
+    for i in 0..n {
+        let at = if n > 1 { i * (len - 1) / (n - 1) } else { 0 };
+        if src[at] != dst[at] {
+            return Err(ProbeError::Copy(format!(
+                "destination byte {at} is {:#04x}, source has {:#04x}",
+                dst[at], src[at]
+            )));
+        }
+    }
+    Ok(())
+}
+
+impl Backend for HostBackend {
+    fn name(&self) -> &'static str {
+        "host"
+    }
+
+    fn devices(&self) -> &[DeviceInfo] {
+        &self.devices
+    }
+
+    fn measure_copy(&self, device: &str, params: &CopyParams) -> Result<f64, ProbeError> {
+        let node = self.node_of(device)?;
+        if params.size_bytes == 0 {
+            return Err(ProbeError::Timing("copy size is zero bytes".into()));
+        }
+        if params.iterations == 0 {
+            return Err(ProbeError::Timing(
+                "zero timed iterations: nothing to measure".into(),
+            ));
+        }
+        let len = usize::try_from(params.size_bytes).map_err(|_| ProbeError::Alloc {
+            bytes: params.size_bytes,
+            detail: "size does not fit in this address space".into(),
+        })?;
+
+        // The local buffer is first-touched here, on the caller's (bound) thread.
+        let mut local = NodeBuffer::local(len)?;
+        let mut remote = NodeBuffer::new(len, node)?;
+        let placed = remote.verify_placement()?;
+        if !placed.all_on_node() {
+            return Err(ProbeError::Placement {
+                node,
+                detail: placed.to_string(),
+            });
+        }
+
+        let (src, dst) = match params.direction {
+            Direction::H2d => (&mut local, &mut remote),
+            Direction::D2h => (&mut remote, &mut local),
+        };
+        fill_pattern(src.as_mut_slice());
+        let src = src.as_slice();
+        let dst = dst.as_mut_slice();
+
+        for _ in 0..params.warmup {
+            dst.copy_from_slice(black_box(src));
+            black_box(&mut *dst);
+        }
+        // Host copies are synchronous: when copy_from_slice returns, the bytes are written,
+        // so wall clock around the loop is the copy time. (Device backends time asynchronous
+        // copies with device events instead; wall clock there measures launch overhead.)
+        // black_box keeps the optimizer from merging or dropping the repeated copies.
+        let start = Instant::now();
+        for _ in 0..params.iterations {
+            dst.copy_from_slice(black_box(src));
+            black_box(&mut *dst);
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+
+        check_copy(src, dst)?;
+        if elapsed <= 0.0 {
+            return Err(ProbeError::Timing(format!(
+                "{} copies of {len} bytes took no measurable time",
+                params.iterations
+            )));
+        }
+        let bytes = params.size_bytes as f64 * f64::from(params.iterations);
+        let bw = bytes / elapsed;
+        if !bw.is_finite() {
+            return Err(ProbeError::Timing(format!(
+                "bandwidth is not finite ({bytes} bytes in {elapsed} s)"
+            )));
+        }
+        Ok(bw)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::{Cpu, NumaNode};
+
+    fn node(id: u32, has_memory: bool, cpus: Vec<u32>) -> NumaNode {
+        NumaNode {
+            id,
+            cpus,
+            has_memory,
+            memory_total_bytes: None,
+        }
+    }
+
+    fn topo(nodes: Vec<NumaNode>) -> Topology {
+        Topology {
+            cpus: vec![Cpu {
+                id: 0,
+                numa_node: Some(0),
+                package: Some(0),
+                core: Some(0),
+                siblings: vec![0],
+                allowed: true,
+            }],
+            offline_cpus: vec![],
+            numa_nodes: nodes,
+        }
+    }
+
+    fn params(direction: Direction) -> CopyParams {
+        CopyParams {
+            size_bytes: 1 << 20,
+            direction,
+            warmup: 1,
+            iterations: 3,
+        }
+    }
+
+    #[test]
+    fn one_device_per_memory_node() {
+        let b = HostBackend::new(&topo(vec![
+            node(0, true, vec![0]),
+            node(1, false, vec![1]),
+            node(2, true, vec![]),
+        ]));
+        assert_eq!(b.name(), "host");
+        let ids: Vec<_> = b.devices().iter().map(|d| d.id.as_str()).collect();
+        assert_eq!(ids, ["numa0", "numa2"]);
+        let d = &b.devices()[1];
+        assert_eq!(d.kind, "host");
+        assert_eq!(d.name, "NUMA node 2 memory");
+        assert_eq!(d.pci_bus_id, "");
+        assert_eq!(d.numa_node, Some(2));
+    }
+
+    #[test]
+    fn measures_both_directions_on_node0() {
+        let b = HostBackend::new(&topo(vec![node(0, true, vec![0])]));
+        for dir in [Direction::H2d, Direction::D2h] {
+            let bw = b.measure_copy("numa0", &params(dir)).unwrap();
+            assert!(bw.is_finite() && bw > 0.0, "{dir:?}: {bw}");
+        }
+    }
+
+    #[test]
+    fn odd_sizes_copy_correctly() {
+        let b = HostBackend::new(&topo(vec![node(0, true, vec![0])]));
+        for size in [1u64, 4097, 255 * 16 + 1] {
+            let p = CopyParams {
+                size_bytes: size,
+                ..params(Direction::H2d)
+            };
+            assert!(b.measure_copy("numa0", &p).is_ok(), "size {size}");
+        }
+    }
+
+    #[test]
+    fn rejects_unknown_devices_and_empty_cells() {
+        let b = HostBackend::new(&topo(vec![node(0, true, vec![0]), node(1, false, vec![])]));
+        for dev in ["numa1", "numa7", "0", "", "numa"] {
+            let err = b.measure_copy(dev, &params(Direction::H2d)).unwrap_err();
+            assert_eq!(err.reason(), "unknown_device", "{dev:?}");
+        }
+        let zero_iter = CopyParams {
+            iterations: 0,
+            ..params(Direction::H2d)
+        };
+        let err = b.measure_copy("numa0", &zero_iter).unwrap_err();
+        assert_eq!(err.reason(), "timing");
+        let zero_size = CopyParams {
+            size_bytes: 0,
+            ..params(Direction::D2h)
+        };
+        assert_eq!(
+            b.measure_copy("numa0", &zero_size).unwrap_err().reason(),
+            "timing"
+        );
+    }
+
+    #[test]
+    fn pattern_has_no_zero_and_check_catches_mismatch() {
+        let mut src = vec![0u8; 10_000];
+        fill_pattern(&mut src);
+        assert!(src.iter().all(|&b| b != 0));
+        assert!(src.windows(2).all(|w| w[1] == w[0] % 255 + 1));
+        let mut dst = src.clone();
+        assert!(check_copy(&src, &dst).is_ok());
+        *dst.last_mut().unwrap() = 0;
+        assert_eq!(check_copy(&src, &dst).unwrap_err().reason(), "copy");
+    }
+}

@@ -1,1 +1,196 @@
-//! placeholder
+//! The measured matrices: per-cell recent samples (a cell's value is their median), the
+//! affinity verdicts, and per-probe success times. Probes write it, scrapes read it, and
+//! `persist` saves it to the state file after every window.
+
+pub mod persist;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, RwLock};
+
+use serde::{Deserialize, Serialize};
+
+use crate::runtime::Direction;
+use crate::stats;
+
+/// One cell of the core x device copy matrix.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct CellKey {
+    pub cpu: u32,
+    pub device: String,
+    pub size_bytes: u64,
+    pub direction: Direction,
+}
+
+/// One measurement of a cell.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// Bytes per second.
+    pub bytes_per_second: f64,
+    /// Unix time, seconds, when it was taken.
+    pub at: f64,
+}
+
+/// A cell's history: its last K samples and when it was last tried.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Cell {
+    pub samples: VecDeque<Sample>,
+    /// Unix time of the last attempt, successful or not (the planner's "oldest first").
+    pub last_attempt: f64,
+    /// Consecutive failed attempts since the last success.
+    #[serde(default)]
+    pub consecutive_errors: u32,
+}
+
+impl Cell {
+    /// The cell's value: median of its recent samples.
+    pub fn median(&self) -> Option<f64> {
+        let values: Vec<f64> = self.samples.iter().map(|s| s.bytes_per_second).collect();
+        stats::median(&values)
+    }
+
+    /// Unix time of the newest sample.
+    pub fn last_sample_at(&self) -> Option<f64> {
+        self.samples.back().map(|s| s.at)
+    }
+}
+
+/// The affinity probe's verdict for one CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Bindable {
+    pub bindable: bool,
+    pub at: f64,
+}
+
+/// Everything probes have measured on this node.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Store {
+    /// Core x device copy matrix.
+    pub h2d: BTreeMap<CellKey, Cell>,
+    /// CPU id -> affinity verdict.
+    pub bindable: BTreeMap<u32, Bindable>,
+    /// Probe name -> unix time of the end of its last window that measured something.
+    pub last_success: BTreeMap<String, f64>,
+}
+
+/// The store shared between the prober (writer) and scrapes (readers).
+pub type SharedStore = Arc<RwLock<Store>>;
+
+impl Store {
+    /// Record a successful sample, keeping at most `keep` samples.
+    pub fn record_sample(&mut self, key: CellKey, sample: Sample, keep: usize) {
+        let cell = self.h2d.entry(key).or_default();
+        cell.samples.push_back(sample);
+        while cell.samples.len() > keep.max(1) {
+            cell.samples.pop_front();
+        }
+        cell.last_attempt = sample.at;
+        cell.consecutive_errors = 0;
+    }
+
+    /// Record a failed attempt: the cell keeps its samples but counts as tried.
+    pub fn record_error(&mut self, key: CellKey, at: f64) {
+        let cell = self.h2d.entry(key).or_default();
+        cell.last_attempt = at;
+        cell.consecutive_errors = cell.consecutive_errors.saturating_add(1);
+    }
+
+    /// Record the affinity verdicts of one scan.
+    pub fn record_bindable(&mut self, results: &[(u32, bool)], at: f64) {
+        for &(cpu, bindable) in results {
+            self.bindable.insert(cpu, Bindable { bindable, at });
+        }
+    }
+
+    /// Mark `probe` as having measured something at `at`.
+    pub fn record_success(&mut self, probe: &str, at: f64) {
+        self.last_success.insert(probe.to_string(), at);
+    }
+
+    /// Keep only cells whose CPU and device satisfy the predicates (after a topology change).
+    /// Returns how many cells were dropped.
+    pub fn retain_known(
+        &mut self,
+        cpu_exists: impl Fn(u32) -> bool,
+        device_exists: impl Fn(&str) -> bool,
+    ) -> usize {
+        let before = self.h2d.len() + self.bindable.len();
+        self.h2d
+            .retain(|k, _| cpu_exists(k.cpu) && device_exists(&k.device));
+        self.bindable.retain(|cpu, _| cpu_exists(*cpu));
+        before - self.h2d.len() - self.bindable.len()
+    }
+
+    /// Cells with at least one sample (cells that only ever failed are left out).
+    pub fn measured_cells(&self) -> impl Iterator<Item = (&CellKey, &Cell)> {
+        self.h2d.iter().filter(|(_, c)| !c.samples.is_empty())
+    }
+}
+
+/// Unix time now, seconds.
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(cpu: u32, device: &str) -> CellKey {
+        CellKey {
+            cpu,
+            device: device.into(),
+            size_bytes: 64 << 20,
+            direction: Direction::H2d,
+        }
+    }
+
+    #[test]
+    fn cell_keeps_last_k_samples_and_reports_median() {
+        let mut s = Store::default();
+        for (i, v) in [1.0, 100.0, 5.0, 6.0, 7.0].into_iter().enumerate() {
+            s.record_sample(
+                key(0, "numa0"),
+                Sample {
+                    bytes_per_second: v,
+                    at: i as f64,
+                },
+                3,
+            );
+        }
+        let cell = &s.h2d[&key(0, "numa0")];
+        assert_eq!(cell.samples.len(), 3);
+        assert_eq!(cell.median(), Some(6.0));
+        assert_eq!(cell.last_attempt, 4.0);
+    }
+
+    #[test]
+    fn errors_count_as_attempts_without_samples() {
+        let mut s = Store::default();
+        s.record_error(key(1, "numa0"), 10.0);
+        s.record_error(key(1, "numa0"), 11.0);
+        let cell = &s.h2d[&key(1, "numa0")];
+        assert_eq!(cell.consecutive_errors, 2);
+        assert_eq!(cell.median(), None);
+        assert_eq!(s.measured_cells().count(), 0);
+    }
+
+    #[test]
+    fn retain_known_drops_vanished_cpus_and_devices() {
+        let mut s = Store::default();
+        let sample = Sample {
+            bytes_per_second: 1.0,
+            at: 0.0,
+        };
+        s.record_sample(key(0, "numa0"), sample, 5);
+        s.record_sample(key(7, "numa0"), sample, 5);
+        s.record_sample(key(0, "numa3"), sample, 5);
+        s.record_bindable(&[(0, true), (7, false)], 0.0);
+        let dropped = s.retain_known(|c| c < 4, |d| d == "numa0");
+        assert_eq!(dropped, 3);
+        assert_eq!(s.h2d.len(), 1);
+        assert_eq!(s.bindable.len(), 1);
+    }
+}

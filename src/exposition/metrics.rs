@@ -1,0 +1,144 @@
+//! Live probe-health metrics that the prober increments as it works (runs, errors, window
+//! outcomes, window durations), registered in the prometheus-client registry.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// `probe` names.
+pub const PROBES: [&str; 2] = ["h2d", "affinity"];
+/// `result` of `chd_probe_runs_total`.
+pub const RUN_RESULTS: [&str; 3] = ["ok", "error", "aborted"];
+/// `outcome` of `chd_idle_windows_total`.
+pub const IDLE_OUTCOMES: [&str; 4] = ["probed", "device_busy", "cpu_busy", "disabled"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RunLabels {
+    pub probe: String,
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub probe: String,
+    pub device: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProbeLabels {
+    pub probe: String,
+}
+
+fn duration_histogram() -> Histogram {
+    Histogram::new([
+        0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0,
+    ])
+}
+
+/// Counters and histograms the prober updates.
+#[derive(Debug, Clone)]
+pub struct ProbeMetrics {
+    pub runs: Family<RunLabels, Counter>,
+    pub errors: Family<ErrorLabels, Counter>,
+    pub idle_windows: Family<OutcomeLabels, Counter>,
+    pub duration: Family<ProbeLabels, Histogram, fn() -> Histogram>,
+}
+
+impl Default for ProbeMetrics {
+    fn default() -> Self {
+        ProbeMetrics {
+            runs: Family::default(),
+            errors: Family::default(),
+            idle_windows: Family::default(),
+            duration: Family::new_with_constructor(duration_histogram),
+        }
+    }
+}
+
+impl ProbeMetrics {
+    /// Create the metrics with every bounded label combination at zero (so `increase()`
+    /// sees the first event) and register them.
+    pub fn register(registry: &mut Registry) -> ProbeMetrics {
+        let m = ProbeMetrics::default();
+        for probe in PROBES {
+            for result in RUN_RESULTS {
+                let _ = m.runs.get_or_create(&RunLabels {
+                    probe: probe.into(),
+                    result: result.into(),
+                });
+            }
+            let _ = m.duration.get_or_create(&ProbeLabels {
+                probe: probe.into(),
+            });
+        }
+        for outcome in IDLE_OUTCOMES {
+            let _ = m.idle_windows.get_or_create(&OutcomeLabels {
+                outcome: outcome.into(),
+            });
+        }
+        registry.register(
+            "chd_probe_runs",
+            "Probe windows run, by result (aborted: the idle gate closed mid-window)",
+            m.runs.clone(),
+        );
+        registry.register(
+            "chd_probe_errors",
+            "Cells that failed to measure, by device and reason",
+            m.errors.clone(),
+        );
+        registry.register(
+            "chd_idle_windows",
+            "Scheduler ticks, by whether a window probed or why it did not",
+            m.idle_windows.clone(),
+        );
+        registry.register(
+            "chd_probe_duration_seconds",
+            "Wall time of probe windows",
+            m.duration.clone(),
+        );
+        m
+    }
+
+    pub fn run(&self, probe: &str, result: &str) {
+        self.runs
+            .get_or_create(&RunLabels {
+                probe: probe.into(),
+                result: result.into(),
+            })
+            .inc();
+    }
+
+    pub fn error(&self, probe: &str, device: &str, reason: &str) {
+        self.errors
+            .get_or_create(&ErrorLabels {
+                probe: probe.into(),
+                device: device.into(),
+                reason: reason.into(),
+            })
+            .inc();
+    }
+
+    pub fn idle_window(&self, outcome: &str) {
+        self.idle_windows
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.into(),
+            })
+            .inc();
+    }
+
+    pub fn observe_duration(&self, probe: &str, seconds: f64) {
+        self.duration
+            .get_or_create(&ProbeLabels {
+                probe: probe.into(),
+            })
+            .observe(seconds);
+    }
+}
