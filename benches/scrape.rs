@@ -1,1 +1,275 @@
-fn main() {}
+//! Cost of one `/metrics` scrape on a store shaped like the seed's A3 machine: 640 CPUs
+//! (2 packages, 8 NUMA nodes of 80 CPUs) x 16 devices ("0".."15") x 3 sizes (4, 16, 64 MiB),
+//! h2d only = 30,720 cells of 5 samples each, plus affinity verdicts for every CPU. The
+//! registry is assembled the way `chd serve` assembles it (`ProbeMetrics` + `StoreView`).
+//!
+//! Before criterion runs, it prints one `scrape:` line per figure (body size and line and
+//! series counts per format, process RSS at start, after building the store and registry,
+//! and after one scrape) and writes the Prometheus text body to
+//! `target/scrape-sample.prom` for `promtool check metrics < target/scrape-sample.prom`.
+//!
+//! Benchmarks: `encode/prometheus_text`, `encode/openmetrics` (cells exported) and
+//! `encode/prometheus_text_no_cells` (`exposition.cells = false`: aggregates only).
+//!
+//! Run: `cargo bench --bench scrape` (about a minute; the figures: `... | grep '^scrape:'`).
+
+use std::hint::black_box;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use criterion::Criterion;
+use prometheus_client::registry::Registry;
+
+use chd::exposition::metrics::ProbeMetrics;
+use chd::exposition::store_collector::StoreView;
+use chd::exposition::{encode, Format};
+use chd::runtime::{DeviceInfo, Direction};
+use chd::store::{unix_now, CellKey, Sample, SharedStore, Store};
+use chd::topology::{Cpu, NumaNode, Topology};
+
+const PACKAGES: u32 = 2;
+const NUMA_NODES: u32 = 8;
+const CPUS_PER_NODE: u32 = 80;
+const CPUS: u32 = NUMA_NODES * CPUS_PER_NODE;
+const DEVICES: u32 = 16;
+const SIZES_BYTES: [u64; 3] = [4 << 20, 16 << 20, 64 << 20];
+const SAMPLES_PER_CELL: usize = 5;
+/// Typical H2D bandwidth of the seed's healthy columns, bytes/s.
+const TYPICAL: f64 = 5.8e10;
+/// The seed's slow column (device "0"), bytes/s.
+const SLOW_COLUMN: f64 = 1.2e10;
+
+/// splitmix64: deterministic "random" numbers without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [-1, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+    }
+}
+
+/// 640 CPUs without SMT: CPU n sits on NUMA node n / 80, package n / 320, core n % 320.
+fn topology() -> Topology {
+    let cpus_per_package = CPUS / PACKAGES;
+    let cpus = (0..CPUS)
+        .map(|id| Cpu {
+            id,
+            numa_node: Some(id / CPUS_PER_NODE),
+            package: Some(id / cpus_per_package),
+            core: Some(id % cpus_per_package),
+            siblings: vec![id],
+            allowed: true,
+        })
+        .collect();
+    let numa_nodes = (0..NUMA_NODES)
+        .map(|id| NumaNode {
+            id,
+            cpus: (id * CPUS_PER_NODE..(id + 1) * CPUS_PER_NODE).collect(),
+            has_memory: true,
+            memory_total_bytes: Some(256 << 30),
+        })
+        .collect();
+    Topology {
+        cpus,
+        offline_cpus: Vec::new(),
+        numa_nodes,
+    }
+}
+
+/// 16 GPUs, two per NUMA node.
+fn devices() -> Vec<DeviceInfo> {
+    (0..DEVICES)
+        .map(|d| DeviceInfo {
+            id: d.to_string(),
+            kind: "cuda".into(),
+            name: "NVIDIA H200".into(),
+            pci_bus_id: format!("0000:{:02x}:00.0", 0x1a + d * 0x0e),
+            numa_node: Some(d / (DEVICES / NUMA_NODES)),
+        })
+        .collect()
+}
+
+/// Every (cpu, device, size) h2d cell with `SAMPLES_PER_CELL` fresh samples, and a
+/// bindable verdict for every CPU.
+fn store(universe: &[CellKey], topology: &Topology, devices: &[DeviceInfo]) -> Store {
+    let mut rng = Rng(0x00c0_ffee);
+    let now = unix_now();
+    let mut store = Store::default();
+    for key in universe {
+        let device: u32 = key.device.parse().expect("numeric device id");
+        let cpu_node = topology.cpu(key.cpu).and_then(|c| c.numa_node);
+        let local = cpu_node == devices[device as usize].numa_node;
+        let mut level = if device == 0 { SLOW_COLUMN } else { TYPICAL };
+        if !local {
+            level *= 0.97;
+        }
+        if key.size_bytes < 64 << 20 {
+            level *= 0.95;
+        }
+        // A few extreme cells, as the seed found (0.2 GB/s).
+        if rng.next_u64() % 4096 == 0 {
+            level = 2e8;
+        }
+        for i in 0..SAMPLES_PER_CELL {
+            let sample = Sample {
+                bytes_per_second: level * (1.0 + 0.03 * rng.unit()),
+                at: now - 600.0 * (SAMPLES_PER_CELL - i) as f64,
+            };
+            store.record_sample(key.clone(), sample, SAMPLES_PER_CELL);
+        }
+    }
+    let verdicts: Vec<(u32, bool)> = topology.cpus.iter().map(|c| (c.id, true)).collect();
+    store.record_bindable(&verdicts, now - 60.0);
+    store.record_success("h2d", now - 600.0);
+    store.record_success("affinity", now - 60.0);
+    store
+}
+
+struct Fixture {
+    /// Cells exported (the default).
+    registry: Registry,
+    /// `exposition.cells = false`.
+    registry_no_cells: Registry,
+}
+
+/// A registry the way `serve::run` builds it, with some probe activity recorded.
+fn registry(
+    store: &SharedStore,
+    topology: &Arc<Topology>,
+    devices: &[DeviceInfo],
+    universe: &Arc<Vec<CellKey>>,
+    affinity_cpus: &Arc<Vec<u32>>,
+    cells: bool,
+) -> Registry {
+    let mut registry = Registry::default();
+    let metrics = ProbeMetrics::register(&mut registry);
+    for _ in 0..100 {
+        metrics.run("h2d", "ok");
+        metrics.idle_window("probed");
+        metrics.observe_duration("h2d", 4.2);
+    }
+    metrics.run("affinity", "ok");
+    metrics.observe_duration("affinity", 0.03);
+    metrics.error("h2d", "3", "copy");
+    registry.register_collector(Box::new(StoreView {
+        store: store.clone(),
+        topology: topology.clone(),
+        devices: devices.to_vec(),
+        backend: "cuda".to_string(),
+        universe: universe.clone(),
+        affinity_cpus: affinity_cpus.clone(),
+        stale_after: Duration::from_secs(24 * 3600),
+        cells,
+    }));
+    registry
+}
+
+fn fixture() -> Fixture {
+    let topology = Arc::new(topology());
+    let devices = devices();
+    let mut universe = Vec::new();
+    for cpu in &topology.cpus {
+        for device in &devices {
+            for &size_bytes in &SIZES_BYTES {
+                universe.push(CellKey {
+                    cpu: cpu.id,
+                    device: device.id.clone(),
+                    size_bytes,
+                    direction: Direction::H2d,
+                });
+            }
+        }
+    }
+    let store: SharedStore = Arc::new(RwLock::new(store(&universe, &topology, &devices)));
+    let universe = Arc::new(universe);
+    let affinity_cpus = Arc::new(topology.cpus.iter().map(|c| c.id).collect::<Vec<u32>>());
+    Fixture {
+        registry: registry(&store, &topology, &devices, &universe, &affinity_cpus, true),
+        registry_no_cells: registry(
+            &store,
+            &topology,
+            &devices,
+            &universe,
+            &affinity_cpus,
+            false,
+        ),
+    }
+}
+
+/// VmRSS of this process, KiB.
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn report_body(name: &str, body: &str) {
+    let lines = body.lines().count();
+    let series = body
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .count();
+    println!("scrape: {name} bytes={}", body.len());
+    println!("scrape: {name} lines={lines}");
+    println!("scrape: {name} series={series}");
+}
+
+fn main() {
+    println!("scrape: rss_start_kib={}", rss_kib());
+    let fx = fixture();
+    println!(
+        "scrape: rss_after_build_kib={} (store + registries, {} cells)",
+        rss_kib(),
+        CPUS as usize * DEVICES as usize * SIZES_BYTES.len()
+    );
+
+    let prom = encode(&fx.registry, Format::Prometheus).expect("encode prometheus text");
+    println!("scrape: rss_after_scrape_kib={}", rss_kib());
+    let om = encode(&fx.registry, Format::OpenMetrics).expect("encode openmetrics");
+    let no_cells = encode(&fx.registry_no_cells, Format::Prometheus).expect("encode without cells");
+    report_body("prometheus_text", &prom);
+    report_body("openmetrics", &om);
+    report_body("prometheus_text_no_cells", &no_cells);
+
+    let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target");
+    let sample = target.join("scrape-sample.prom");
+    match std::fs::create_dir_all(&target).and_then(|()| std::fs::write(&sample, &prom)) {
+        Ok(()) => println!("scrape: sample={}", sample.display()),
+        Err(e) => println!("scrape: sample not written: {e}"),
+    }
+    drop((prom, om, no_cells));
+
+    let mut c = Criterion::default()
+        .sample_size(20)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(5))
+        .configure_from_args();
+    {
+        let mut group = c.benchmark_group("encode");
+        group.bench_function("prometheus_text", |b| {
+            b.iter(|| encode(black_box(&fx.registry), Format::Prometheus).unwrap())
+        });
+        group.bench_function("openmetrics", |b| {
+            b.iter(|| encode(black_box(&fx.registry), Format::OpenMetrics).unwrap())
+        });
+        group.bench_function("prometheus_text_no_cells", |b| {
+            b.iter(|| encode(black_box(&fx.registry_no_cells), Format::Prometheus).unwrap())
+        });
+        group.finish();
+    }
+    c.final_summary();
+}

@@ -98,6 +98,10 @@ pub struct ServeArgs {
     /// Export every matrix cell, not only aggregates [exposition.cells] (default true).
     #[arg(long, value_name = "BOOL")]
     pub cells: Option<bool>,
+    /// Export every core-pair cell; 409,600 series at 640 CPUs [exposition.pair_cells]
+    /// (default false).
+    #[arg(long, value_name = "BOOL")]
+    pub pair_cells: Option<bool>,
 }
 
 impl Cli {
@@ -122,6 +126,7 @@ impl Cli {
             l.probe.samples_per_cell = a.samples;
             l.probe.stale_after = a.stale_after.clone();
             l.exposition.cells = a.cells;
+            l.exposition.pair_cells = a.pair_cells;
         }
         l
     }

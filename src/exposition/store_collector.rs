@@ -359,3 +359,205 @@ impl Collector for StoreView {
         self.encode_info(&mut encoder)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exposition::{encode, Format};
+    use crate::store::Sample;
+    use crate::topology::{Cpu, NumaNode};
+    use prometheus_client::registry::Registry;
+    use std::sync::RwLock;
+
+    const SIZE: u64 = 64 << 20;
+
+    fn topology() -> Topology {
+        let cpu = |id: u32, node: u32| Cpu {
+            id,
+            numa_node: Some(node),
+            package: Some(node),
+            core: Some(id),
+            siblings: vec![id],
+            allowed: true,
+        };
+        Topology {
+            cpus: vec![cpu(0, 0), cpu(1, 0), cpu(2, 1), cpu(3, 1)],
+            offline_cpus: vec![],
+            numa_nodes: (0..2)
+                .map(|id| NumaNode {
+                    id,
+                    cpus: vec![id * 2, id * 2 + 1],
+                    has_memory: true,
+                    memory_total_bytes: None,
+                })
+                .collect(),
+        }
+    }
+
+    fn key(cpu: u32, device: &str) -> CellKey {
+        CellKey {
+            cpu,
+            device: device.into(),
+            size_bytes: SIZE,
+            direction: Direction::H2d,
+        }
+    }
+
+    /// Device "0" and "3" typical (58.4 GB/s), "1" slow everywhere (12.7, the seed's NPU0),
+    /// "2" slow only from node 1's CPUs; cpu 3 never measured on device "3".
+    fn view(cells: bool) -> StoreView {
+        let mut store = Store::default();
+        let now = unix_now();
+        for cpu in 0..4 {
+            for (device, gbps) in [
+                ("0", 58.4),
+                ("1", 12.7),
+                ("2", if cpu >= 2 { 20.0 } else { 58.0 }),
+                ("3", 58.8),
+            ] {
+                if device == "3" && cpu == 3 {
+                    continue;
+                }
+                for jitter in [-0.1, 0.0, 0.1] {
+                    store.record_sample(
+                        key(cpu, device),
+                        Sample {
+                            bytes_per_second: (gbps + jitter) * 1e9,
+                            at: now,
+                        },
+                        5,
+                    );
+                }
+            }
+        }
+        store.record_bindable(&[(0, true), (1, true), (2, false), (3, true)], now);
+        let devices: Vec<DeviceInfo> = (0..4)
+            .map(|i| DeviceInfo {
+                id: i.to_string(),
+                kind: "cuda".into(),
+                name: "test".into(),
+                pci_bus_id: format!("0000:{i:02x}:00.0"),
+                numa_node: Some(i / 2),
+            })
+            .collect();
+        let universe: Vec<CellKey> = (0..4)
+            .flat_map(|cpu| (0..4).map(move |d| key(cpu, &d.to_string())))
+            .collect();
+        StoreView {
+            store: Arc::new(RwLock::new(store)),
+            topology: Arc::new(topology()),
+            devices,
+            backend: "cuda".into(),
+            universe: Arc::new(universe),
+            affinity_cpus: Arc::new(vec![0, 1, 2, 3]),
+            stale_after: Duration::from_secs(3600),
+            cells,
+        }
+    }
+
+    fn scrape(view: StoreView) -> String {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(view));
+        encode(&registry, Format::Prometheus).unwrap()
+    }
+
+    fn value(text: &str, series: &str) -> f64 {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+            .unwrap_or_else(|| panic!("no {series} in\n{text}"));
+        line[series.len() + 1..].parse().unwrap()
+    }
+
+    #[test]
+    fn slow_column_has_low_ratio_and_typical_ones_about_one() {
+        let text = scrape(view(true));
+        let ratio = |d: &str| {
+            value(
+                &text,
+                &format!(
+                    "chd_h2d_device_ratio{{device=\"{d}\",size_bytes=\"{SIZE}\",direction=\"h2d\"}}"
+                ),
+            )
+        };
+        // Column medians: 58.4, 12.7, 39 (half slow), 58.8 -> reference median 48.7.
+        assert!((ratio("1") - 12.7 / 48.7).abs() < 1e-3, "{}", ratio("1"));
+        assert!((ratio("0") - 58.4 / 48.7).abs() < 1e-3);
+    }
+
+    #[test]
+    fn segment_stats_isolate_the_slow_numa_node() {
+        let text = scrape(view(true));
+        let seg = |node: u32, stat: &str| {
+            value(&text, &format!("chd_h2d_segment_bandwidth_bytes_per_second{{numa_node=\"{node}\",device=\"2\",size_bytes=\"{SIZE}\",direction=\"h2d\",stat=\"{stat}\"}}"))
+        };
+        assert_eq!(seg(0, "median"), 58.0e9);
+        assert_eq!(seg(1, "median"), 20.0e9);
+        assert_eq!(seg(1, "max"), 20.0e9);
+        let measured = value(&text, "chd_device_measured_numa_node{device=\"2\"}");
+        assert_eq!(measured, 0.0);
+        let column_min = value(&text, &format!("chd_h2d_device_bandwidth_bytes_per_second{{device=\"2\",size_bytes=\"{SIZE}\",direction=\"h2d\",stat=\"min\"}}"));
+        assert_eq!(column_min, 20.0e9);
+    }
+
+    #[test]
+    fn coverage_bindable_and_info() {
+        let text = scrape(view(true));
+        assert_eq!(
+            value(&text, "chd_probe_cells{probe=\"h2d\",state=\"fresh\"}"),
+            15.0
+        );
+        assert_eq!(
+            value(&text, "chd_probe_cells{probe=\"h2d\",state=\"unmeasured\"}"),
+            1.0
+        );
+        assert_eq!(
+            value(&text, "chd_probe_cells{probe=\"affinity\",state=\"fresh\"}"),
+            4.0
+        );
+        assert_eq!(value(&text, "chd_cpu_bindable{cpu=\"2\"}"), 0.0);
+        assert_eq!(value(&text, "chd_cpu_bindable{cpu=\"3\"}"), 1.0);
+        assert_eq!(
+            value(
+                &text,
+                "chd_cpu_info{cpu=\"3\",numa_node=\"1\",package=\"1\",core=\"3\"}"
+            ),
+            1.0
+        );
+        assert_eq!(
+            value(&text, "chd_device_info{device=\"1\",kind=\"cuda\",name=\"test\",pci_bus_id=\"0000:01:00.0\",numa_node=\"0\"}"),
+            1.0
+        );
+        let cell = "chd_h2d_bandwidth_bytes_per_second{cpu=\"0\",numa_node=\"0\",device=\"1\",size_bytes=\"67108864\",direction=\"h2d\"}";
+        assert_eq!(value(&text, cell), 12.7e9);
+    }
+
+    #[test]
+    fn cells_can_be_turned_off_without_losing_aggregates() {
+        let text = scrape(view(false));
+        assert!(!text.contains("chd_h2d_bandwidth_bytes_per_second{"));
+        assert!(text.contains("chd_h2d_device_ratio{"));
+    }
+
+    #[test]
+    fn stale_cells_are_counted_as_stale() {
+        let v = view(true);
+        {
+            let mut s = v.store.write().unwrap();
+            for cell in s.h2d.values_mut() {
+                for sample in cell.samples.iter_mut() {
+                    sample.at -= 7200.0;
+                }
+            }
+        }
+        let text = scrape(v);
+        assert_eq!(
+            value(&text, "chd_probe_cells{probe=\"h2d\",state=\"stale\"}"),
+            15.0
+        );
+        assert_eq!(
+            value(&text, "chd_probe_cells{probe=\"h2d\",state=\"fresh\"}"),
+            0.0
+        );
+    }
+}
