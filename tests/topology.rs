@@ -33,6 +33,31 @@ fn build(m: &Machine) -> (tempfile::TempDir, Roots) {
     (tmp, Roots { sysfs, procfs })
 }
 
+/// The 640-CPU trees are large: write each once per test run, under cargo's per-target tmp
+/// dir (rewritten from scratch every run), and share it between tests.
+fn shared(
+    name: &str,
+    cell: &'static std::sync::OnceLock<Roots>,
+    m: fn() -> Machine,
+) -> &'static Roots {
+    cell.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("topology-{name}"));
+        let _ = fs::remove_dir_all(&dir);
+        let (sysfs, procfs) = m().write(&dir).expect("write machine");
+        Roots { sysfs, procfs }
+    })
+}
+
+fn a3_roots() -> &'static Roots {
+    static CELL: std::sync::OnceLock<Roots> = std::sync::OnceLock::new();
+    shared("a3", &CELL, sysfs_builder::a3)
+}
+
+fn x86_640_roots() -> &'static Roots {
+    static CELL: std::sync::OnceLock<Roots> = std::sync::OnceLock::new();
+    shared("x86-640", &CELL, sysfs_builder::x86_640)
+}
+
 fn read(roots: &Roots) -> Topology {
     Topology::read(roots).unwrap_or_else(|e| panic!("read {roots:?}: {e}"))
 }
@@ -214,7 +239,7 @@ fn garbage_per_cpu_files_degrade_fields_not_the_read() {
 
 #[test]
 fn a3_cpu_to_numa_map() {
-    let (_tmp, roots) = build(&sysfs_builder::a3());
+    let roots = a3_roots().clone();
     let t = read(&roots);
     assert_eq!(t.cpus.len(), 640);
     assert!(t.offline_cpus.is_empty());
@@ -256,7 +281,7 @@ fn a3_cpu_to_numa_map() {
 
 #[test]
 fn x86_640_first_threads_first_siblings_share_a_node() {
-    let (_tmp, roots) = build(&sysfs_builder::x86_640());
+    let roots = x86_640_roots().clone();
     let t = read(&roots);
     assert_eq!(t.cpus.len(), 640);
     assert_eq!(t.numa_nodes.len(), 8);
@@ -361,7 +386,7 @@ fn table_on_two_node_offline() {
 
 #[test]
 fn table_on_a3_omits_per_cpu_rows() {
-    let (_tmp, roots) = build(&sysfs_builder::a3());
+    let roots = a3_roots().clone();
     let text = render::table(&read(&roots));
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(
@@ -399,7 +424,7 @@ fn table_on_no_numa() {
 #[test]
 fn json_round_trips_the_key_numbers() {
     for t in [read(&fixture("two-node-offline")), {
-        let (_tmp, roots) = build(&sysfs_builder::a3());
+        let roots = a3_roots().clone();
         read(&roots)
     }] {
         let v: Value = serde_json::from_str(&render::json(&t)).expect("valid JSON");
