@@ -6,8 +6,8 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
-use procfs::process::Process;
-use procfs::FromBufReadSI;
+use procfs::process::Stat;
+use procfs::{FromBufReadSI, FromRead};
 
 /// Cumulative CPU time counters, in clock ticks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,11 +66,10 @@ impl CpuGate {
             + t.irq.unwrap_or(0)
             + t.softirq.unwrap_or(0)
             + t.steal.unwrap_or(0);
-        let self_path = self.procfs.join("self");
-        let own = Process::new_with_root(self_path.clone())
-            .and_then(|p| p.stat())
+        let self_stat = self.procfs.join("self/stat");
+        let own = Stat::from_file(&self_stat)
             .map(|s| s.utime + s.stime)
-            .map_err(|e| err(&self_path.join("stat"), e.to_string()))?;
+            .map_err(|e| err(&self_stat, e.to_string()))?;
         Ok(CpuTimes {
             total,
             busy: total.saturating_sub(idle),
