@@ -22,5 +22,6 @@ fi
 promtool --version | head -1
 
 cargo fmt --all --check
-cargo clippy --locked --all-targets -- -D warnings
-cargo test --locked
+cargo clippy --locked --workspace --all-targets -- -D warnings
+cargo build --locked --workspace
+cargo test --locked --workspace

@@ -32,8 +32,60 @@ pub enum Command {
     /// Every option also has a config-file key (shown in brackets); flags override the file,
     /// the file overrides the built-in defaults. `--print-config` shows the result.
     Serve(Box<ServeArgs>),
-    /// Print the CPUs, NUMA nodes and cpuset chd sees.
+    /// Print the CPUs, NUMA nodes, cpuset and devices chd sees.
     Topology(TopologyArgs),
+    /// Measure now, in one go, and print the results (no exporter, no state).
+    #[command(subcommand)]
+    Probe(ProbeCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProbeCommand {
+    /// The core x device copy matrix: every selected CPU x device x size x direction x host
+    /// memory kind, each cell measured --samples times in a fresh random order per pass.
+    H2d(H2dArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct H2dArgs {
+    /// CPUs: all (every CPU this process may use), per-node:N (N spread over each NUMA
+    /// node), or a list like 0-79,160.
+    #[arg(long, default_value = "all", value_name = "SELECTION")]
+    pub cpus: String,
+    /// Devices: all, or runtime device labels, comma-separated (0,3 or numa0).
+    #[arg(long, default_value = "all", value_name = "LIST")]
+    pub devices: String,
+    /// Copy sizes in MiB, comma-separated.
+    #[arg(
+        long,
+        default_value = "64",
+        value_name = "MIB,...",
+        value_delimiter = ','
+    )]
+    pub sizes: Vec<u64>,
+    /// Directions, comma-separated: h2d, d2h.
+    #[arg(
+        long,
+        default_value = "h2d",
+        value_name = "DIR,...",
+        value_delimiter = ','
+    )]
+    pub directions: Vec<String>,
+    /// Untimed copies before each sample.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub warmup: u32,
+    /// Timed copies per sample.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub iterations: u32,
+    /// Samples per cell (each pass visits the cells in a new random order); the value is
+    /// their median.
+    #[arg(long, default_value_t = 3, value_name = "K")]
+    pub samples: usize,
+    /// Output: table (GB/s), csv or json (bytes per second).
+    #[arg(long, default_value = "table", value_name = "FORMAT")]
+    pub format: String,
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
 }
 
 #[derive(Debug, Args)]
@@ -41,6 +93,112 @@ pub struct TopologyArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+}
+
+/// Which accelerator runtime to load, shared by `serve` and `topology`.
+#[derive(Debug, Args)]
+pub struct RuntimeArgs {
+    /// Runtime to probe with: auto (the first of cuda, acl that loads and has devices, else
+    /// host), cuda, acl or host [runtime.backend] (default auto).
+    #[arg(long, value_name = "NAME")]
+    pub backend: Option<String>,
+    /// libcudart to load instead of libcudart.so / libcudart.so.12 ... [runtime.cuda_runtime].
+    #[arg(long, value_name = "PATH")]
+    pub cuda_runtime: Option<PathBuf>,
+    /// libascendcl to load instead of libascendcl.so [runtime.acl_runtime].
+    #[arg(long, value_name = "PATH")]
+    pub acl_runtime: Option<PathBuf>,
+    /// libnvidia-ml to load instead of libnvidia-ml.so.1 [runtime.nvml].
+    #[arg(long, value_name = "PATH")]
+    pub nvml: Option<PathBuf>,
+    /// Host side of accelerator copies: pinned or pageable [runtime.host_memory]
+    /// (default pinned).
+    #[arg(long, value_name = "KIND")]
+    pub host_memory: Option<String>,
+}
+
+/// Scrape-time collectors: `--collector.NAME` / `--no-collector.NAME` turn one on or off
+/// [collectors.NAME] (all default on).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Collectors")]
+pub struct CollectorArgs {
+    /// RDMA ports: state, rate, data, error and hw counters [collectors.rdma].
+    #[arg(long = "collector.rdma", overrides_with = "no_rdma")]
+    pub rdma: bool,
+    #[arg(long = "no-collector.rdma", hide = true)]
+    pub no_rdma: bool,
+    /// NUMA numastat events and per-node memory [collectors.numa].
+    #[arg(long = "collector.numa", overrides_with = "no_numa")]
+    pub numa: bool,
+    #[arg(long = "no-collector.numa", hide = true)]
+    pub no_numa: bool,
+    /// /proc/net/dev for the netdevs behind RDMA ports [collectors.netdev].
+    #[arg(long = "collector.netdev", overrides_with = "no_netdev")]
+    pub netdev: bool,
+    #[arg(long = "no-collector.netdev", hide = true)]
+    pub no_netdev: bool,
+    /// PCIe link width/speed and AER counters of accelerators and HCAs [collectors.pcie].
+    #[arg(long = "collector.pcie", overrides_with = "no_pcie")]
+    pub pcie: bool,
+    #[arg(long = "no-collector.pcie", hide = true)]
+    pub no_pcie: bool,
+    /// Accelerator utilization and memory from NVML / ACL [collectors.device].
+    #[arg(long = "collector.device", overrides_with = "no_device")]
+    pub device: bool,
+    #[arg(long = "no-collector.device", hide = true)]
+    pub no_device: bool,
+    /// Export every netdev, not only those behind RDMA ports [collectors.netdev_all].
+    #[arg(long = "collector.netdev-all")]
+    pub netdev_all: bool,
+    /// Only HCAs whose name matches (unanchored regex) [collectors.hca_include].
+    #[arg(long = "collector.hca-include", value_name = "REGEX")]
+    pub hca_include: Option<String>,
+    /// Skip HCAs whose name matches [collectors.hca_exclude].
+    #[arg(long = "collector.hca-exclude", value_name = "REGEX")]
+    pub hca_exclude: Option<String>,
+    /// Only netdevs whose name matches [collectors.netdev_include].
+    #[arg(long = "collector.netdev-include", value_name = "REGEX")]
+    pub netdev_include: Option<String>,
+    /// Skip netdevs whose name matches [collectors.netdev_exclude].
+    #[arg(long = "collector.netdev-exclude", value_name = "REGEX")]
+    pub netdev_exclude: Option<String>,
+}
+
+/// `Some(true)` for `--collector.X`, `Some(false)` for `--no-collector.X`, else unset.
+fn switch(on: bool, off: bool) -> Option<bool> {
+    match (on, off) {
+        (true, _) => Some(true),
+        (_, true) => Some(false),
+        _ => None,
+    }
+}
+
+impl CollectorArgs {
+    fn apply(&self, l: &mut Layer) {
+        let c = &mut l.collectors;
+        c.rdma = switch(self.rdma, self.no_rdma);
+        c.numa = switch(self.numa, self.no_numa);
+        c.netdev = switch(self.netdev, self.no_netdev);
+        c.pcie = switch(self.pcie, self.no_pcie);
+        c.device = switch(self.device, self.no_device);
+        c.netdev_all = self.netdev_all.then_some(true);
+        c.hca_include = self.hca_include.clone();
+        c.hca_exclude = self.hca_exclude.clone();
+        c.netdev_include = self.netdev_include.clone();
+        c.netdev_exclude = self.netdev_exclude.clone();
+    }
+}
+
+impl RuntimeArgs {
+    fn apply(&self, l: &mut Layer) {
+        l.runtime.backend = self.backend.clone();
+        l.runtime.cuda_runtime = self.cuda_runtime.clone();
+        l.runtime.acl_runtime = self.acl_runtime.clone();
+        l.runtime.nvml = self.nvml.clone();
+        l.runtime.host_memory = self.host_memory.clone();
+    }
 }
 
 #[derive(Debug, Args)]
@@ -67,12 +225,18 @@ pub struct ServeArgs {
     /// 0..1; 1 disables the CPU gate [schedule.cpu_busy_threshold] (default 0.5).
     #[arg(long, value_name = "RATIO")]
     pub cpu_busy_threshold: Option<f64>,
+    /// Skip or stop a window when a device is busier than this, 0..1; a foreign compute
+    /// process on a device always counts as busy [schedule.device_busy_threshold]
+    /// (default 0.1).
+    #[arg(long, value_name = "RATIO")]
+    pub device_busy_threshold: Option<f64>,
     /// Serve metrics but never probe [schedule.enabled = false].
     #[arg(long)]
     pub no_probe: bool,
-    /// Runtime to probe with [probe.backend] (default host; accelerators come later).
-    #[arg(long, value_name = "NAME")]
-    pub backend: Option<String>,
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+    #[command(flatten)]
+    pub collectors: CollectorArgs,
     /// Copy sizes in MiB, comma-separated [probe.sizes_mib] (default 64).
     #[arg(long, value_name = "MIB,...", value_delimiter = ',')]
     pub sizes: Option<Vec<u64>>,
@@ -105,19 +269,34 @@ pub struct ServeArgs {
 }
 
 impl Cli {
-    /// The flags as a configuration layer (only what was given).
-    pub fn flag_layer(&self, serve: Option<&ServeArgs>) -> Layer {
+    /// The global flags as a configuration layer.
+    pub fn global_layer(&self) -> Layer {
         let mut l = Layer::default();
         l.paths.sysfs = self.sysfs_root.clone();
         l.paths.procfs = self.procfs_root.clone();
+        l
+    }
+
+    /// A subcommand's runtime flags over the global ones, as a configuration layer.
+    pub fn runtime_layer(&self, runtime: &RuntimeArgs) -> Layer {
+        let mut l = self.global_layer();
+        runtime.apply(&mut l);
+        l
+    }
+
+    /// `chd serve`'s flags as a configuration layer (only what was given).
+    pub fn serve_layer(&self, serve: Option<&ServeArgs>) -> Layer {
+        let mut l = self.global_layer();
         if let Some(a) = serve {
+            a.runtime.apply(&mut l);
+            a.collectors.apply(&mut l);
+            l.schedule.device_busy_threshold = a.device_busy_threshold;
             l.server.listen = a.listen.clone();
             l.paths.state_dir = a.state_dir.clone();
             l.schedule.interval = a.interval.clone();
             l.schedule.window_budget = a.window_budget.clone();
             l.schedule.cpu_busy_threshold = a.cpu_busy_threshold;
             l.schedule.enabled = a.no_probe.then_some(false);
-            l.probe.backend = a.backend.clone();
             l.probe.sizes_mib = a.sizes.clone();
             l.probe.directions = a.directions.clone();
             l.probe.warmup = a.warmup;

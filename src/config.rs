@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::collect::CollectorSettings;
+use crate::runtime::select::RuntimeConfig;
 use crate::runtime::Direction;
 use crate::topology::{cpulist, Roots};
 
@@ -48,12 +50,36 @@ pub struct Layer {
     pub server: ServerLayer,
     #[serde(default, skip_serializing_if = "PathsLayer::is_empty")]
     pub paths: PathsLayer,
+    #[serde(default, skip_serializing_if = "RuntimeLayer::is_empty")]
+    pub runtime: RuntimeLayer,
     #[serde(default, skip_serializing_if = "ScheduleLayer::is_empty")]
     pub schedule: ScheduleLayer,
     #[serde(default, skip_serializing_if = "ProbeLayer::is_empty")]
     pub probe: ProbeLayer,
     #[serde(default, skip_serializing_if = "ExpositionLayer::is_empty")]
     pub exposition: ExpositionLayer,
+    #[serde(default, skip_serializing_if = "CollectorsLayer::is_empty")]
+    pub collectors: CollectorsLayer,
+}
+
+/// `[collectors]`: scrape-time collectors and what they cover.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CollectorsLayer {
+    pub rdma: Option<bool>,
+    pub numa: Option<bool>,
+    pub netdev: Option<bool>,
+    pub pcie: Option<bool>,
+    /// Accelerator utilization and memory (NVML / ACL).
+    pub device: Option<bool>,
+    /// Every netdev of /proc/net/dev, not only those behind RDMA ports.
+    pub netdev_all: Option<bool>,
+    /// Regexes (unanchored search) over HCA names (`mlx5_0`).
+    pub hca_include: Option<String>,
+    pub hca_exclude: Option<String>,
+    /// Regexes over netdev names.
+    pub netdev_include: Option<String>,
+    pub netdev_exclude: Option<String>,
 }
 
 /// `[server]`
@@ -73,6 +99,22 @@ pub struct PathsLayer {
     pub state_dir: Option<PathBuf>,
 }
 
+/// `[runtime]`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeLayer {
+    /// `auto`, `cuda`, `acl`, `host`.
+    pub backend: Option<String>,
+    /// libcudart to load instead of the standard sonames.
+    pub cuda_runtime: Option<PathBuf>,
+    /// libascendcl to load instead of the standard soname.
+    pub acl_runtime: Option<PathBuf>,
+    /// libnvidia-ml to load instead of libnvidia-ml.so.1.
+    pub nvml: Option<PathBuf>,
+    /// Host side of accelerator copies: `pinned` or `pageable`.
+    pub host_memory: Option<String>,
+}
+
 /// `[schedule]`
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -85,14 +127,14 @@ pub struct ScheduleLayer {
     pub window_budget: Option<String>,
     /// Other processes' CPU utilization (0..1) above which a window is skipped or stopped.
     pub cpu_busy_threshold: Option<f64>,
+    /// Device utilization (0..1) above which a window is skipped or stopped.
+    pub device_busy_threshold: Option<f64>,
 }
 
 /// `[probe]`
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProbeLayer {
-    /// `host` (the only backend so far).
-    pub backend: Option<String>,
     /// Copy sizes in MiB.
     pub sizes_mib: Option<Vec<u64>>,
     /// `h2d`, `d2h`.
@@ -137,14 +179,21 @@ layer_merge!(PathsLayer {
     procfs,
     state_dir
 });
+layer_merge!(RuntimeLayer {
+    backend,
+    cuda_runtime,
+    acl_runtime,
+    nvml,
+    host_memory
+});
 layer_merge!(ScheduleLayer {
     enabled,
     interval,
     window_budget,
-    cpu_busy_threshold
+    cpu_busy_threshold,
+    device_busy_threshold
 });
 layer_merge!(ProbeLayer {
-    backend,
     sizes_mib,
     directions,
     warmup,
@@ -154,6 +203,18 @@ layer_merge!(ProbeLayer {
     stale_after
 });
 layer_merge!(ExpositionLayer { cells, pair_cells });
+layer_merge!(CollectorsLayer {
+    rdma,
+    numa,
+    netdev,
+    pcie,
+    device,
+    netdev_all,
+    hca_include,
+    hca_exclude,
+    netdev_include,
+    netdev_exclude
+});
 
 impl Layer {
     /// Parse a TOML layer; errors carry the file name and toml's key/line context.
@@ -178,9 +239,11 @@ impl Layer {
         Layer {
             server: self.server.merge(over.server),
             paths: self.paths.merge(over.paths),
+            runtime: self.runtime.merge(over.runtime),
             schedule: self.schedule.merge(over.schedule),
             probe: self.probe.merge(over.probe),
             exposition: self.exposition.merge(over.exposition),
+            collectors: self.collectors.merge(over.collectors),
         }
     }
 
@@ -195,14 +258,21 @@ impl Layer {
                 procfs: Some("/proc".into()),
                 state_dir: Some(DEFAULT_STATE_DIR.into()),
             },
+            runtime: RuntimeLayer {
+                backend: Some("auto".into()),
+                cuda_runtime: None,
+                acl_runtime: None,
+                nvml: None,
+                host_memory: Some("pinned".into()),
+            },
             schedule: ScheduleLayer {
                 enabled: Some(true),
                 interval: Some("60s".into()),
                 window_budget: Some("2s".into()),
                 cpu_busy_threshold: Some(0.5),
+                device_busy_threshold: Some(0.1),
             },
             probe: ProbeLayer {
-                backend: Some("host".into()),
                 sizes_mib: Some(vec![64]),
                 directions: Some(vec!["h2d".into()]),
                 warmup: Some(1),
@@ -215,6 +285,18 @@ impl Layer {
                 cells: Some(true),
                 pair_cells: Some(false),
             },
+            collectors: CollectorsLayer {
+                rdma: Some(true),
+                numa: Some(true),
+                netdev: Some(true),
+                pcie: Some(true),
+                device: Some(true),
+                netdev_all: Some(false),
+                hca_include: None,
+                hca_exclude: None,
+                netdev_include: None,
+                netdev_exclude: None,
+            },
         }
     }
 }
@@ -224,8 +306,69 @@ impl Layer {
 pub enum CpuSelection {
     /// Every online CPU this process may use.
     All,
-    /// Exactly these (intersected with the allowed CPUs at run time).
+    /// Exactly these (intersected with the online CPUs at run time).
     List(Vec<u32>),
+    /// Up to N allowed CPUs of every NUMA node, evenly spread over the node (`per-node:N`).
+    PerNode(usize),
+}
+
+impl CpuSelection {
+    /// Parse `all`, `per-node:N` or a cpulist such as `0-79,160`.
+    pub fn parse(text: &str) -> Result<CpuSelection, String> {
+        let text = text.trim();
+        if text == "all" || text == "auto" {
+            return Ok(CpuSelection::All);
+        }
+        if let Some(n) = text.strip_prefix("per-node:") {
+            return match n.parse::<usize>() {
+                Ok(n) if n > 0 => Ok(CpuSelection::PerNode(n)),
+                _ => Err(format!(
+                    "{text:?}: per-node:N needs a count N of at least 1"
+                )),
+            };
+        }
+        let ids = cpulist::parse(text).map_err(|e| e.to_string())?;
+        if ids.is_empty() {
+            return Err("selects no CPU".into());
+        }
+        Ok(CpuSelection::List(ids))
+    }
+
+    /// The CPUs this selects on `topology`, ascending.
+    pub fn resolve(&self, topology: &crate::topology::Topology) -> Vec<u32> {
+        match self {
+            CpuSelection::All => topology.allowed_cpus().map(|c| c.id).collect(),
+            CpuSelection::List(ids) => ids
+                .iter()
+                .copied()
+                .filter(|id| topology.cpu(*id).is_some())
+                .collect(),
+            CpuSelection::PerNode(n) => {
+                let mut picked = Vec::new();
+                let mut by_node: std::collections::BTreeMap<Option<u32>, Vec<u32>> =
+                    std::collections::BTreeMap::new();
+                for cpu in topology.allowed_cpus() {
+                    by_node.entry(cpu.numa_node).or_default().push(cpu.id);
+                }
+                for cpus in by_node.values() {
+                    let take = (*n).min(cpus.len());
+                    picked.extend((0..take).map(|i| cpus[i * cpus.len() / take]));
+                }
+                picked.sort_unstable();
+                picked
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for CpuSelection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CpuSelection::All => f.write_str("all"),
+            CpuSelection::List(ids) => f.write_str(&cpulist::format(ids)),
+            CpuSelection::PerNode(n) => write!(f, "per-node:{n}"),
+        }
+    }
 }
 
 /// The validated configuration. Nothing past this point sees an unvalidated value.
@@ -234,9 +377,13 @@ pub struct Config {
     pub listen: SocketAddr,
     pub roots: Roots,
     pub state_dir: PathBuf,
+    pub runtime: RuntimeConfig,
     pub schedule: ScheduleConfig,
     pub probe: ProbeConfig,
     pub exposition: ExpositionConfig,
+    pub collectors: CollectorSettings,
+    /// The device telemetry collector.
+    pub device_collector: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -245,11 +392,11 @@ pub struct ScheduleConfig {
     pub interval: Duration,
     pub window_budget: Duration,
     pub cpu_busy_threshold: f64,
+    pub device_busy_threshold: f64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProbeConfig {
-    pub backend: String,
     pub sizes_bytes: Vec<u64>,
     pub directions: Vec<Direction>,
     pub warmup: u32,
@@ -323,13 +470,30 @@ impl Config {
             ));
         }
 
-        let backend = l.probe.backend.unwrap_or_default();
-        if backend != "host" {
+        let device_busy_threshold = l.schedule.device_busy_threshold.unwrap_or(0.1);
+        if !(0.0..=1.0).contains(&device_busy_threshold) {
             return Err(invalid(
-                "probe.backend",
-                format!("{backend:?} is not supported by this build (supported: host)"),
+                "schedule.device_busy_threshold",
+                format!("{device_busy_threshold} is not a ratio in 0..1 (1 ignores utilization)"),
             ));
         }
+        let runtime = RuntimeConfig {
+            backend: l
+                .runtime
+                .backend
+                .unwrap_or_default()
+                .parse()
+                .map_err(|e| invalid("runtime.backend", e))?,
+            host_memory: l
+                .runtime
+                .host_memory
+                .unwrap_or_default()
+                .parse()
+                .map_err(|e| invalid("runtime.host_memory", e))?,
+            cuda_runtime: l.runtime.cuda_runtime,
+            acl_runtime: l.runtime.acl_runtime,
+            nvml: l.runtime.nvml,
+        };
         let sizes_mib = l.probe.sizes_mib.unwrap_or_default();
         if sizes_mib.is_empty() {
             return Err(invalid("probe.sizes_mib", "needs at least one size"));
@@ -369,16 +533,7 @@ impl Config {
             return Err(invalid("probe.iterations", "must be at least 1"));
         }
         let cpus_text = l.probe.cpus.unwrap_or_default();
-        let cpus = match cpus_text.trim() {
-            "all" | "auto" => CpuSelection::All,
-            list => {
-                let ids = cpulist::parse(list).map_err(|e| invalid("probe.cpus", e.to_string()))?;
-                if ids.is_empty() {
-                    return Err(invalid("probe.cpus", "selects no CPU"));
-                }
-                CpuSelection::List(ids)
-            }
-        };
+        let cpus = CpuSelection::parse(&cpus_text).map_err(|e| invalid("probe.cpus", e))?;
         let samples_per_cell = l.probe.samples_per_cell.unwrap_or(5);
         if !(1..=1000).contains(&samples_per_cell) {
             return Err(invalid(
@@ -391,6 +546,32 @@ impl Config {
             &l.probe.stale_after.unwrap_or_default(),
         )?;
 
+        let regex = |key: &'static str, text: Option<String>| {
+            text.map(|t| {
+                regex::Regex::new(&t).map_err(|e| {
+                    let why = e.to_string();
+                    let why = why
+                        .lines()
+                        .last()
+                        .unwrap_or_default()
+                        .trim_start_matches("error: ");
+                    invalid(key, format!("{t:?} is not a regex ({why})"))
+                })
+            })
+            .transpose()
+        };
+        let c = l.collectors;
+        let collectors = CollectorSettings {
+            rdma: c.rdma.unwrap_or(true),
+            numa: c.numa.unwrap_or(true),
+            netdev: c.netdev.unwrap_or(true),
+            pcie: c.pcie.unwrap_or(true),
+            netdev_all: c.netdev_all.unwrap_or(false),
+            hca_include: regex("collectors.hca_include", c.hca_include)?,
+            hca_exclude: regex("collectors.hca_exclude", c.hca_exclude)?,
+            netdev_include: regex("collectors.netdev_include", c.netdev_include)?,
+            netdev_exclude: regex("collectors.netdev_exclude", c.netdev_exclude)?,
+        };
         Ok(Config {
             listen,
             roots: Roots {
@@ -398,14 +579,15 @@ impl Config {
                 procfs: l.paths.procfs.unwrap_or_default(),
             },
             state_dir: l.paths.state_dir.unwrap_or_default(),
+            runtime,
             schedule: ScheduleConfig {
                 enabled: l.schedule.enabled.unwrap_or(true),
                 interval,
                 window_budget,
                 cpu_busy_threshold,
+                device_busy_threshold,
             },
             probe: ProbeConfig {
-                backend,
                 sizes_bytes,
                 directions,
                 warmup,
@@ -418,6 +600,8 @@ impl Config {
                 cells: l.exposition.cells.unwrap_or(true),
                 pair_cells: l.exposition.pair_cells.unwrap_or(false),
             },
+            collectors,
+            device_collector: c.device.unwrap_or(true),
         })
     }
 
@@ -432,6 +616,13 @@ impl Config {
                 procfs: Some(self.roots.procfs.clone()),
                 state_dir: Some(self.state_dir.clone()),
             },
+            runtime: RuntimeLayer {
+                backend: Some(self.runtime.backend.as_str().into()),
+                cuda_runtime: self.runtime.cuda_runtime.clone(),
+                acl_runtime: self.runtime.acl_runtime.clone(),
+                nvml: self.runtime.nvml.clone(),
+                host_memory: Some(self.runtime.host_memory.as_str().into()),
+            },
             schedule: ScheduleLayer {
                 enabled: Some(self.schedule.enabled),
                 interval: Some(humantime::format_duration(self.schedule.interval).to_string()),
@@ -439,9 +630,9 @@ impl Config {
                     humantime::format_duration(self.schedule.window_budget).to_string(),
                 ),
                 cpu_busy_threshold: Some(self.schedule.cpu_busy_threshold),
+                device_busy_threshold: Some(self.schedule.device_busy_threshold),
             },
             probe: ProbeLayer {
-                backend: Some(self.probe.backend.clone()),
                 sizes_mib: Some(self.probe.sizes_bytes.iter().map(|b| b >> 20).collect()),
                 directions: Some(
                     self.probe
@@ -452,10 +643,7 @@ impl Config {
                 ),
                 warmup: Some(self.probe.warmup),
                 iterations: Some(self.probe.iterations),
-                cpus: Some(match &self.probe.cpus {
-                    CpuSelection::All => "all".into(),
-                    CpuSelection::List(ids) => cpulist::format(ids),
-                }),
+                cpus: Some(self.probe.cpus.to_string()),
                 samples_per_cell: Some(self.probe.samples_per_cell),
                 stale_after: Some(humantime::format_duration(self.probe.stale_after).to_string()),
             },
@@ -463,12 +651,37 @@ impl Config {
                 cells: Some(self.exposition.cells),
                 pair_cells: Some(self.exposition.pair_cells),
             },
+            collectors: CollectorsLayer {
+                rdma: Some(self.collectors.rdma),
+                numa: Some(self.collectors.numa),
+                netdev: Some(self.collectors.netdev),
+                pcie: Some(self.collectors.pcie),
+                device: Some(self.device_collector),
+                netdev_all: Some(self.collectors.netdev_all),
+                hca_include: self.collectors.hca_include.as_ref().map(|r| r.to_string()),
+                hca_exclude: self.collectors.hca_exclude.as_ref().map(|r| r.to_string()),
+                netdev_include: self
+                    .collectors
+                    .netdev_include
+                    .as_ref()
+                    .map(|r| r.to_string()),
+                netdev_exclude: self
+                    .collectors
+                    .netdev_exclude
+                    .as_ref()
+                    .map(|r| r.to_string()),
+            },
         }
     }
 
     /// The effective configuration as TOML text.
     pub fn to_toml(&self) -> String {
-        toml::to_string(&self.to_layer()).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
+        let mut text =
+            toml::to_string(&self.to_layer()).unwrap_or_else(|e| format!("# cannot render: {e}\n"));
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text
     }
 }
 

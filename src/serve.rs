@@ -7,47 +7,39 @@ use anyhow::Context;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
-use crate::config::{Config, CpuSelection, FALLBACK_STATE_DIR};
+use crate::collect::{self, device::DeviceCollector, PciDeviceRef};
+use crate::config::{Config, FALLBACK_STATE_DIR};
 use crate::exposition::metrics::ProbeMetrics;
 use crate::exposition::server;
 use crate::exposition::store_collector::StoreView;
-use crate::runtime::host::HostBackend;
-use crate::runtime::Backend;
+use crate::runtime::{self, Backend};
 use crate::schedule::Scheduler;
 use crate::store::persist::{self, Loaded};
 use crate::store::{unix_now, CellKey, Store};
 use crate::topology::Topology;
 
-/// CPUs to probe: the selection intersected with the online CPUs (`All` = the allowed ones).
-pub fn probe_cpus(topology: &Topology, selection: &CpuSelection) -> Vec<u32> {
-    match selection {
-        CpuSelection::All => topology.allowed_cpus().map(|c| c.id).collect(),
-        CpuSelection::List(ids) => ids
-            .iter()
-            .copied()
-            .filter(|id| topology.cpu(*id).is_some())
-            .collect(),
-    }
-}
-
 /// Every cell of the copy matrix for these CPUs and the backend's devices.
 pub fn universe(config: &Config, cpus: &[u32], backend: &dyn Backend) -> Vec<CellKey> {
-    let mut cells = Vec::new();
-    for &cpu in cpus {
-        for device in backend.devices() {
-            for &size_bytes in &config.probe.sizes_bytes {
-                for &direction in &config.probe.directions {
-                    cells.push(CellKey {
-                        cpu,
-                        device: device.id.clone(),
-                        size_bytes,
-                        direction,
-                    });
-                }
-            }
-        }
-    }
-    cells
+    let devices: Vec<&str> = backend.devices().iter().map(|d| d.id.as_str()).collect();
+    crate::probe::copy_cells(
+        cpus,
+        &devices,
+        &config.probe.sizes_bytes,
+        &config.probe.directions,
+    )
+}
+
+/// The backend's devices that sit on PCI, for the pcie collector.
+fn pci_devices(backend: &dyn Backend) -> Vec<PciDeviceRef> {
+    backend
+        .devices()
+        .iter()
+        .filter(|d| !d.pci_bus_id.is_empty())
+        .map(|d| PciDeviceRef {
+            device: d.id.clone(),
+            bdf: d.pci_bus_id.clone(),
+        })
+        .collect()
 }
 
 fn load_store(dir: &std::path::Path, topology: &Topology, backend: &dyn Backend) -> Store {
@@ -87,7 +79,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let topology = Arc::new(
         Topology::read(&config.roots).context("reading the host topology (see --sysfs-root)")?,
     );
-    let backend: Arc<dyn Backend> = Arc::new(HostBackend::new(&topology));
+    let opened = runtime::select::open(&config.runtime, &config.roots, &topology)?;
+    for line in &opened.skipped {
+        tracing::info!("{line}");
+    }
+    tracing::info!("backend: {}", opened.description);
+    let backend = opened.backend;
+    let telemetry = opened.telemetry;
     let (state_dir, fallback_reason) =
         persist::choose_state_dir(&config.state_dir, std::path::Path::new(FALLBACK_STATE_DIR))
             .with_context(|| {
@@ -101,7 +99,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     }
     tracing::info!("state directory: {}", state_dir.display());
 
-    let cpus = probe_cpus(&topology, &config.probe.cpus);
+    let cpus = config.probe.cpus.resolve(&topology);
     if cpus.is_empty() {
         anyhow::bail!("probe.cpus selects no online CPU");
     }
@@ -118,6 +116,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let store = Arc::new(RwLock::new(load_store(&state_dir, &topology, &*backend)));
     let mut registry = Registry::default();
     let metrics = ProbeMetrics::register(&mut registry);
+    let mut collectors = collect::build(&config.collectors, &config.roots, pci_devices(&*backend));
+    if config.device_collector {
+        collectors.push(Box::new(DeviceCollector::new(telemetry.clone())));
+    }
+    tracing::info!("scrape-time collectors: {}", collectors.names().join(", "));
+    registry.register_collector(Box::new(collectors));
     registry.register_collector(Box::new(StoreView {
         store: store.clone(),
         topology: topology.clone(),
@@ -150,6 +154,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         state_dir,
         universe,
         affinity_cpus,
+        telemetry,
     };
     let prober = tokio::spawn(scheduler.run(shutdown_rx));
 

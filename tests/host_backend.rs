@@ -4,7 +4,7 @@
 
 use chd::affinity;
 use chd::runtime::host::HostBackend;
-use chd::runtime::{Backend, CopyParams, Direction};
+use chd::runtime::{Backend, CopyParams, Direction, HostMemory};
 use chd::topology::{Cpu, NumaNode, Topology};
 
 const MIB: u64 = 1 << 20;
@@ -55,6 +55,7 @@ fn bound_thread_per_cpu_measures_h2d_and_d2h() {
                             direction,
                             warmup: 2,
                             iterations: 8,
+                            host_memory: HostMemory::Pageable,
                         };
                         let bw = b
                             .measure_copy("numa0", &params)
@@ -99,6 +100,7 @@ fn unknown_device_is_reported_as_such() {
         direction: Direction::H2d,
         warmup: 0,
         iterations: 1,
+        host_memory: HostMemory::Pageable,
     };
     for device in ["numa1", "numa99", "0", "gpu0"] {
         let err = backend

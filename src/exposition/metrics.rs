@@ -33,6 +33,12 @@ pub struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RecheckLabels {
+    pub probe: String,
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProbeLabels {
     pub probe: String,
 }
@@ -50,6 +56,7 @@ pub struct ProbeMetrics {
     pub errors: Family<ErrorLabels, Counter>,
     pub idle_windows: Family<OutcomeLabels, Counter>,
     pub duration: Family<ProbeLabels, Histogram, fn() -> Histogram>,
+    pub rechecks: Family<RecheckLabels, Counter>,
 }
 
 impl Default for ProbeMetrics {
@@ -59,6 +66,7 @@ impl Default for ProbeMetrics {
             errors: Family::default(),
             idle_windows: Family::default(),
             duration: Family::new_with_constructor(duration_histogram),
+            rechecks: Family::default(),
         }
     }
 }
@@ -99,6 +107,17 @@ impl ProbeMetrics {
             "Scheduler ticks, by whether a window probed or why it did not",
             m.idle_windows.clone(),
         );
+        for outcome in ["confirmed", "rejected"] {
+            let _ = m.rechecks.get_or_create(&RecheckLabels {
+                probe: "h2d".into(),
+                outcome: outcome.into(),
+            });
+        }
+        registry.register(
+            "chd_probe_rechecks",
+            "Slow samples re-measured in another order: confirmed (recorded) or rejected (dropped)",
+            m.rechecks.clone(),
+        );
         registry.register(
             "chd_probe_duration_seconds",
             "Wall time of probe windows",
@@ -129,6 +148,15 @@ impl ProbeMetrics {
     pub fn idle_window(&self, outcome: &str) {
         self.idle_windows
             .get_or_create(&OutcomeLabels {
+                outcome: outcome.into(),
+            })
+            .inc();
+    }
+
+    pub fn recheck(&self, probe: &str, outcome: &str) {
+        self.rechecks
+            .get_or_create(&RecheckLabels {
+                probe: probe.into(),
                 outcome: outcome.into(),
             })
             .inc();

@@ -4,7 +4,7 @@
 //! binding is undone before returning.
 
 use crate::affinity;
-use crate::runtime::{Backend, CopyParams, ProbeError};
+use crate::runtime::{Backend, CopyParams, HostMemory, ProbeError};
 use crate::store::CellKey;
 
 /// Measure one cell on the calling thread. Returns bytes per second.
@@ -13,6 +13,7 @@ pub fn measure_cell(
     cell: &CellKey,
     warmup: u32,
     iterations: u32,
+    host_memory: HostMemory,
 ) -> Result<f64, ProbeError> {
     let _binding = affinity::bind_exactly(cell.cpu).map_err(|e| ProbeError::Bind {
         cpu: cell.cpu,
@@ -25,6 +26,7 @@ pub fn measure_cell(
             direction: cell.direction,
             warmup,
             iterations,
+            host_memory,
         },
     )
 }

@@ -1,3 +1,33 @@
-//! Probes: measuring one cell of a matrix on a thread bound to the cell's CPU.
+//! Probes: measuring one cell of a matrix on a thread bound to the cell's CPU, and
+//! one-shot runs over a list of cells.
 
 pub mod h2d;
+pub mod oneshot;
+
+use crate::runtime::Direction;
+use crate::store::CellKey;
+
+/// Every copy cell for these CPUs, devices, sizes and directions.
+pub fn copy_cells(
+    cpus: &[u32],
+    devices: &[&str],
+    sizes_bytes: &[u64],
+    directions: &[Direction],
+) -> Vec<CellKey> {
+    let mut cells = Vec::with_capacity(cpus.len() * devices.len() * sizes_bytes.len());
+    for &cpu in cpus {
+        for device in devices {
+            for &size_bytes in sizes_bytes {
+                for &direction in directions {
+                    cells.push(CellKey {
+                        cpu,
+                        device: device.to_string(),
+                        size_bytes,
+                        direction,
+                    });
+                }
+            }
+        }
+    }
+    cells
+}

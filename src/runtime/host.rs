@@ -8,11 +8,9 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use super::numa_memory::NodeBuffer;
+use super::pattern::{check_copy, fill_pattern};
 use super::{Backend, CopyParams, DeviceInfo, Direction, ProbeError};
 use crate::topology::Topology;
-
-/// Bytes of the source checked against the destination after the timed copies.
-const CHECK_SAMPLES: usize = 17;
 
 /// Copies between CPU-local memory and memory on each NUMA node.
 #[derive(Debug, Clone)]
@@ -49,32 +47,6 @@ impl HostBackend {
 /// The `device` label of NUMA node `node`.
 pub fn device_id(node: u32) -> String {
     format!("numa{node}")
-}
-
-/// Fill `buf` with a pattern that has no zero byte (a fresh destination is all zeros, so a
-/// copy that did not happen cannot pass the check).
-fn fill_pattern(buf: &mut [u8]) {
-    // 16 periods of 255, so consecutive blocks continue the pattern seamlessly.
-    let block: Vec<u8> = (0..255 * 16).map(|i| (i % 255) as u8 + 1).collect();
-    for chunk in buf.chunks_mut(block.len()) {
-        chunk.copy_from_slice(&block[..chunk.len()]);
-    }
-}
-
-/// Compare `CHECK_SAMPLES` bytes spread over the buffers, first and last included.
-fn check_copy(src: &[u8], dst: &[u8]) -> Result<(), ProbeError> {
-    let len = src.len();
-    let n = CHECK_SAMPLES.min(len);
-    for i in 0..n {
-        let at = if n > 1 { i * (len - 1) / (n - 1) } else { 0 };
-        if src[at] != dst[at] {
-            return Err(ProbeError::Copy(format!(
-                "destination byte {at} is {:#04x}, source has {:#04x}",
-                dst[at], src[at]
-            )));
-        }
-    }
-    Ok(())
 }
 
 impl Backend for HostBackend {
@@ -156,6 +128,7 @@ impl Backend for HostBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::HostMemory;
     use crate::topology::{Cpu, NumaNode};
 
     fn node(id: u32, has_memory: bool, cpus: Vec<u32>) -> NumaNode {
@@ -188,6 +161,7 @@ mod tests {
             direction,
             warmup: 1,
             iterations: 3,
+            host_memory: HostMemory::Pageable,
         }
     }
 

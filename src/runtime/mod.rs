@@ -2,8 +2,16 @@
 //! a buffer local to the bound CPU and a buffer placed on a chosen NUMA node) runs anywhere;
 //! CUDA and ACL come later behind the same trait.
 
+pub mod acl;
+pub mod cuda;
+pub mod describe;
+pub mod device_copy;
 pub mod host;
+pub mod library;
 pub mod numa_memory;
+mod pattern;
+pub mod select;
+pub mod telemetry;
 
 use serde::{Deserialize, Serialize};
 
@@ -50,6 +58,39 @@ pub struct DeviceInfo {
     pub numa_node: Option<u32>,
 }
 
+/// Host memory for the host side of a copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HostMemory {
+    /// Page-locked memory from the runtime (cudaHostAlloc, aclrtMallocHost): the default,
+    /// what training frameworks stage through.
+    #[default]
+    Pinned,
+    /// Ordinary pageable memory.
+    Pageable,
+}
+
+impl HostMemory {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HostMemory::Pinned => "pinned",
+            HostMemory::Pageable => "pageable",
+        }
+    }
+}
+
+impl std::str::FromStr for HostMemory {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "pinned" => Ok(HostMemory::Pinned),
+            "pageable" => Ok(HostMemory::Pageable),
+            other => Err(format!(
+                "unknown host memory {other:?}: expected pinned or pageable"
+            )),
+        }
+    }
+}
+
 /// How one cell is measured: warm-up copies, then `iterations` timed copies of `size_bytes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CopyParams {
@@ -57,6 +98,8 @@ pub struct CopyParams {
     pub direction: Direction,
     pub warmup: u32,
     pub iterations: u32,
+    /// Host side of accelerator copies (the host backend always uses ordinary memory).
+    pub host_memory: HostMemory,
 }
 
 /// Why a cell could not be measured. `reason()` is the `reason` label of
@@ -75,6 +118,8 @@ pub enum ProbeError {
     Copy(String),
     #[error("timing failed: {0}")]
     Timing(String),
+    #[error("device unusable: {0}")]
+    Device(String),
 }
 
 impl ProbeError {
@@ -87,6 +132,7 @@ impl ProbeError {
             ProbeError::UnknownDevice(_) => "unknown_device",
             ProbeError::Copy(_) => "copy",
             ProbeError::Timing(_) => "timing",
+            ProbeError::Device(_) => "device",
         }
     }
 }

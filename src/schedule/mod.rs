@@ -18,6 +18,7 @@ use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::exposition::metrics::ProbeMetrics;
+use crate::runtime::telemetry::DeviceTelemetry;
 use crate::runtime::Backend;
 use crate::store::{persist, unix_now, CellKey, SharedStore};
 use crate::topology::Topology;
@@ -39,6 +40,8 @@ pub struct Scheduler {
     pub universe: Arc<Vec<CellKey>>,
     /// CPUs the affinity probe checks.
     pub affinity_cpus: Arc<Vec<u32>>,
+    /// Device utilization and processes, for the device half of the idle gate.
+    pub telemetry: Arc<dyn DeviceTelemetry>,
 }
 
 impl Scheduler {
@@ -81,6 +84,14 @@ impl Scheduler {
                 previous = now;
                 continue;
             }
+            if let Some(busy) =
+                busy_devices(&*self.telemetry, self.config.schedule.device_busy_threshold)
+            {
+                tracing::info!("skipping probe window: device {busy} busy");
+                self.metrics.idle_window("device_busy");
+                previous = now;
+                continue;
+            }
 
             let report = self.run_window(&gate, &stopping, &mut shutdown).await;
             self.metrics.idle_window("probed");
@@ -118,6 +129,7 @@ impl Scheduler {
                 budget: self.config.schedule.window_budget,
                 warmup: self.config.probe.warmup,
                 iterations: self.config.probe.iterations,
+                host_memory: self.config.runtime.host_memory,
                 keep: self.config.probe.samples_per_cell,
             }
         };
@@ -126,12 +138,14 @@ impl Scheduler {
         let store = self.store.clone();
         let metrics = self.metrics.clone();
         let gate = gate.clone();
+        let telemetry = self.telemetry.clone();
+        let device_threshold = self.config.schedule.device_busy_threshold;
         let thread_stopping = stopping.clone();
         // A dedicated thread per window: affinity set here can never leak into tokio's pool.
         let spawned = std::thread::Builder::new()
             .name("chd-probe".into())
             .spawn(move || {
-                let mut checker = GateChecker::new(gate);
+                let mut checker = GateChecker::new(gate, telemetry, device_threshold);
                 let mut keep_going =
                     || !thread_stopping.load(Ordering::SeqCst) && checker.still_open();
                 let report = window::run(&spec, &*backend, &store, &metrics, &mut keep_going);
@@ -191,29 +205,53 @@ fn sample_or_warn(gate: &CpuGate) -> Option<CpuTimes> {
     }
 }
 
-/// Re-checks the gate at most every [`GATE_RECHECK`] during a window.
+/// The first busy device, if any.
+fn busy_devices(telemetry: &dyn DeviceTelemetry, threshold: f64) -> Option<String> {
+    telemetry
+        .sample()
+        .into_iter()
+        .find(|s| s.is_busy(threshold))
+        .map(|s| s.device)
+}
+
+/// Re-checks the gate (CPU and devices) at most every [`GATE_RECHECK`] during a window.
 struct GateChecker {
     gate: CpuGate,
-    last: Option<(Instant, CpuTimes)>,
+    telemetry: Arc<dyn DeviceTelemetry>,
+    device_threshold: f64,
+    checked_at: Instant,
+    last_cpu: Option<CpuTimes>,
 }
 
 impl GateChecker {
-    fn new(gate: CpuGate) -> GateChecker {
-        let last = gate.sample().ok().map(|s| (Instant::now(), s));
-        GateChecker { gate, last }
+    fn new(
+        gate: CpuGate,
+        telemetry: Arc<dyn DeviceTelemetry>,
+        device_threshold: f64,
+    ) -> GateChecker {
+        let last_cpu = gate.sample().ok();
+        GateChecker {
+            gate,
+            telemetry,
+            device_threshold,
+            checked_at: Instant::now(),
+            last_cpu,
+        }
     }
 
     fn still_open(&mut self) -> bool {
-        let Some((when, before)) = self.last else {
-            return true;
-        };
-        if when.elapsed() < GATE_RECHECK {
+        if self.checked_at.elapsed() < GATE_RECHECK {
             return true;
         }
-        let Ok(now) = self.gate.sample() else {
+        self.checked_at = Instant::now();
+        if let Some(device) = busy_devices(&*self.telemetry, self.device_threshold) {
+            tracing::info!("device {device} became busy mid-window; stopping it");
+            return false;
+        }
+        let (Some(before), Ok(now)) = (self.last_cpu, self.gate.sample()) else {
             return true;
         };
-        self.last = Some((Instant::now(), now));
+        self.last_cpu = Some(now);
         let open = self.gate.is_open(&before, &now);
         if !open {
             tracing::info!("idle gate closed mid-window; stopping it");

@@ -8,7 +8,11 @@ use crate::affinity;
 use crate::exposition::metrics::ProbeMetrics;
 use crate::probe::h2d;
 use crate::runtime::Backend;
-use crate::store::{unix_now, CellKey, Sample, SharedStore};
+use std::collections::BTreeMap;
+
+use crate::runtime::{Direction, HostMemory};
+use crate::stats;
+use crate::store::{unix_now, CellKey, Sample, SharedStore, Store};
 
 /// What a window should do.
 #[derive(Debug, Clone)]
@@ -21,6 +25,7 @@ pub struct WindowSpec {
     pub budget: Duration,
     pub warmup: u32,
     pub iterations: u32,
+    pub host_memory: HostMemory,
     /// Samples a cell keeps.
     pub keep: usize,
 }
@@ -56,8 +61,111 @@ impl WindowReport {
     }
 }
 
+/// A sample below this share of the node's typical cell (same size and direction) is
+/// suspect: it counts only after a re-measurement later in the window, in another order,
+/// is slow too (the seed's first-device-after-a-fresh-buffer artefact).
+pub const SUSPECT_RATIO: f64 = 0.5;
+/// Most suspects re-measured in one window.
+const MAX_RECHECKS: usize = 16;
+
+/// The node's typical cell value per (size, direction) at window start: the median of all
+/// measured cells' medians.
+#[derive(Debug, Default)]
+pub struct Typical(BTreeMap<(u64, Direction), f64>);
+
+impl Typical {
+    pub fn of(store: &Store) -> Typical {
+        let mut values: BTreeMap<(u64, Direction), Vec<f64>> = BTreeMap::new();
+        for (key, cell) in store.measured_cells() {
+            if let Some(m) = cell.median() {
+                values
+                    .entry((key.size_bytes, key.direction))
+                    .or_default()
+                    .push(m);
+            }
+        }
+        Typical(
+            values
+                .into_iter()
+                .filter(|(_, v)| v.len() >= 3)
+                .filter_map(|(k, v)| Some((k, stats::median(&v)?)))
+                .collect(),
+        )
+    }
+
+    fn is_slow(&self, key: &CellKey, value: f64) -> bool {
+        self.0
+            .get(&(key.size_bytes, key.direction))
+            .is_some_and(|typical| value < SUSPECT_RATIO * typical)
+    }
+
+    /// Slow against the node, and not what this cell has already shown (a cell whose
+    /// history is slow needs no new confirmation).
+    pub fn is_suspect(&self, store: &Store, key: &CellKey, value: f64) -> bool {
+        if !self.is_slow(key, value) {
+            return false;
+        }
+        match store.h2d.get(key).and_then(|c| c.median()) {
+            Some(history) => value < SUSPECT_RATIO * history,
+            None => true,
+        }
+    }
+}
+
+/// Runs the cells of one window and records what they give.
+struct Prober<'a> {
+    spec: &'a WindowSpec,
+    backend: &'a dyn Backend,
+    store: &'a SharedStore,
+    metrics: &'a ProbeMetrics,
+    report: WindowReport,
+}
+
+impl Prober<'_> {
+    fn measure(&mut self, cell: &CellKey) -> Option<f64> {
+        match h2d::measure_cell(
+            self.backend,
+            cell,
+            self.spec.warmup,
+            self.spec.iterations,
+            self.spec.host_memory,
+        ) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::warn!(cpu = cell.cpu, device = %cell.device, size_bytes = cell.size_bytes,
+                    direction = cell.direction.as_str(), "cell failed: {e}");
+                self.store
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .record_error(cell.clone(), unix_now());
+                self.metrics.error("h2d", &cell.device, e.reason());
+                self.report.errors += 1;
+                None
+            }
+        }
+    }
+
+    fn record(&mut self, cell: &CellKey, values: &[f64]) {
+        let at = unix_now();
+        let mut store = self.store.write().unwrap_or_else(|p| p.into_inner());
+        for &bytes_per_second in values {
+            store.record_sample(
+                cell.clone(),
+                Sample {
+                    bytes_per_second,
+                    at,
+                },
+                self.spec.keep,
+            );
+        }
+        self.report.measured += 1;
+    }
+}
+
 /// Run a window on the calling thread (which must be a dedicated, throw-away thread: each
-/// cell binds it). `keep_going` is asked before every cell.
+/// cell binds it). `keep_going` is asked before every cell. Suspect samples (see
+/// [`SUSPECT_RATIO`]) are held back and re-measured at the end of the window, in reverse
+/// order of discovery; they are recorded only if the re-measurement is slow too.
 pub fn run(
     spec: &WindowSpec,
     backend: &dyn Backend,
@@ -68,45 +176,65 @@ pub fn run(
     run_affinity_scan(&spec.affinity_cpus, store, metrics);
 
     let started = Instant::now();
-    let mut report = WindowReport {
-        measured: 0,
-        errors: 0,
-        end: WindowEnd::Completed,
-        elapsed: Duration::ZERO,
+    let typical = Typical::of(&store.read().unwrap_or_else(|p| p.into_inner()));
+    let mut prober = Prober {
+        spec,
+        backend,
+        store,
+        metrics,
+        report: WindowReport {
+            measured: 0,
+            errors: 0,
+            end: WindowEnd::Completed,
+            elapsed: Duration::ZERO,
+        },
     };
+    let mut suspects: Vec<(&CellKey, f64)> = Vec::new();
     for cell in &spec.cells {
         if started.elapsed() >= spec.budget {
-            report.end = WindowEnd::BudgetSpent;
+            prober.report.end = WindowEnd::BudgetSpent;
             break;
         }
         if !keep_going() {
-            report.end = WindowEnd::Aborted;
+            prober.report.end = WindowEnd::Aborted;
             break;
         }
-        let result = h2d::measure_cell(backend, cell, spec.warmup, spec.iterations);
-        let at = unix_now();
-        let mut store = store.write().unwrap_or_else(|p| p.into_inner());
-        match result {
-            Ok(bytes_per_second) => {
-                store.record_sample(
-                    cell.clone(),
-                    Sample {
-                        bytes_per_second,
-                        at,
-                    },
-                    spec.keep,
-                );
-                report.measured += 1;
-            }
-            Err(e) => {
-                tracing::warn!(cpu = cell.cpu, device = %cell.device, size_bytes = cell.size_bytes,
-                    direction = cell.direction.as_str(), "cell failed: {e}");
-                store.record_error(cell.clone(), at);
-                metrics.error("h2d", &cell.device, e.reason());
-                report.errors += 1;
-            }
+        let Some(value) = prober.measure(cell) else {
+            continue;
+        };
+        let suspect = suspects.len() < MAX_RECHECKS
+            && typical.is_suspect(
+                &store.read().unwrap_or_else(|p| p.into_inner()),
+                cell,
+                value,
+            );
+        if suspect {
+            suspects.push((cell, value));
+        } else {
+            prober.record(cell, &[value]);
         }
     }
+    for (cell, first) in suspects.into_iter().rev() {
+        if prober.report.end != WindowEnd::Aborted && !keep_going() {
+            prober.report.end = WindowEnd::Aborted;
+        }
+        if prober.report.end == WindowEnd::Aborted {
+            break;
+        }
+        let Some(second) = prober.measure(cell) else {
+            continue;
+        };
+        if typical.is_slow(cell, second) {
+            metrics.recheck("h2d", "confirmed");
+            prober.record(cell, &[first, second]);
+        } else {
+            tracing::info!(cpu = cell.cpu, device = %cell.device,
+                "slow sample {first:.3e} B/s not confirmed by re-measurement ({second:.3e} B/s)");
+            metrics.recheck("h2d", "rejected");
+            prober.record(cell, &[second]);
+        }
+    }
+    let mut report = prober.report;
     report.elapsed = started.elapsed();
     if report.measured > 0 {
         store
@@ -137,4 +265,139 @@ fn run_affinity_scan(cpus: &[u32], store: &SharedStore, metrics: &ProbeMetrics) 
     }
     metrics.run("affinity", "ok");
     metrics.observe_duration("affinity", started.elapsed().as_secs_f64());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{CopyParams, DeviceInfo, ProbeError};
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, RwLock};
+
+    /// Returns scripted values per device, in order (the window logic under test; the real
+    /// runtimes are tested through the fake runtime library).
+    struct Scripted {
+        devices: Vec<DeviceInfo>,
+        values: Mutex<HashMap<String, Vec<f64>>>,
+    }
+
+    impl Backend for Scripted {
+        fn name(&self) -> &'static str {
+            "scripted"
+        }
+        fn devices(&self) -> &[DeviceInfo] {
+            &self.devices
+        }
+        fn measure_copy(&self, device: &str, _: &CopyParams) -> Result<f64, ProbeError> {
+            let mut v = self.values.lock().unwrap();
+            let queue = v.get_mut(device).expect("scripted device");
+            Ok(queue.remove(0))
+        }
+    }
+
+    fn key(device: &str) -> CellKey {
+        CellKey {
+            cpu: crate::affinity::current_cpus().unwrap()[0],
+            device: device.into(),
+            size_bytes: 1 << 20,
+            direction: Direction::H2d,
+        }
+    }
+
+    fn typical_store() -> Store {
+        let mut s = Store::default();
+        for d in ["a", "b", "c", "d"] {
+            s.record_sample(
+                key(d),
+                Sample {
+                    bytes_per_second: 58e9,
+                    at: 1.0,
+                },
+                5,
+            );
+        }
+        s
+    }
+
+    fn run_script(store: Store, script: &[(&str, &[f64])]) -> (Store, ProbeMetrics) {
+        let backend = Scripted {
+            devices: vec![],
+            values: Mutex::new(
+                script
+                    .iter()
+                    .map(|(d, v)| (d.to_string(), v.to_vec()))
+                    .collect(),
+            ),
+        };
+        let spec = WindowSpec {
+            cells: script.iter().map(|(d, _)| key(d)).collect(),
+            affinity_cpus: vec![],
+            budget: Duration::from_secs(60),
+            warmup: 0,
+            iterations: 1,
+            host_memory: HostMemory::Pinned,
+            keep: 5,
+        };
+        let shared = Arc::new(RwLock::new(store));
+        let metrics = ProbeMetrics::default();
+        let report = run(&spec, &backend, &shared, &metrics, &mut || true);
+        assert_eq!(report.end, WindowEnd::Completed);
+        let store = shared.read().unwrap().clone();
+        (store, metrics)
+    }
+
+    fn samples(store: &Store, device: &str) -> Vec<f64> {
+        store.h2d[&key(device)]
+            .samples
+            .iter()
+            .map(|s| s.bytes_per_second)
+            .collect()
+    }
+
+    fn rechecks(m: &ProbeMetrics, outcome: &str) -> u64 {
+        m.rechecks
+            .get_or_create(&crate::exposition::metrics::RecheckLabels {
+                probe: "h2d".into(),
+                outcome: outcome.into(),
+            })
+            .get()
+    }
+
+    #[test]
+    fn a_slow_sample_not_confirmed_is_dropped() {
+        let (store, m) = run_script(typical_store(), &[("x", &[10e9, 57e9]), ("a", &[58e9])]);
+        assert_eq!(samples(&store, "x"), vec![57e9]);
+        assert_eq!(rechecks(&m, "rejected"), 1);
+        assert_eq!(rechecks(&m, "confirmed"), 0);
+    }
+
+    #[test]
+    fn a_slow_sample_confirmed_counts_twice() {
+        let (store, m) = run_script(typical_store(), &[("x", &[10e9, 11e9])]);
+        assert_eq!(samples(&store, "x"), vec![10e9, 11e9]);
+        assert_eq!(rechecks(&m, "confirmed"), 1);
+    }
+
+    #[test]
+    fn a_cell_already_known_slow_needs_no_recheck() {
+        let mut store = typical_store();
+        store.record_sample(
+            key("x"),
+            Sample {
+                bytes_per_second: 12e9,
+                at: 1.0,
+            },
+            5,
+        );
+        let (store, m) = run_script(store, &[("x", &[11e9])]);
+        assert_eq!(samples(&store, "x"), vec![12e9, 11e9]);
+        assert_eq!(rechecks(&m, "confirmed") + rechecks(&m, "rejected"), 0);
+    }
+
+    #[test]
+    fn without_a_typical_value_nothing_is_suspect() {
+        let (store, m) = run_script(Store::default(), &[("x", &[1e9]), ("y", &[58e9])]);
+        assert_eq!(samples(&store, "x"), vec![1e9]);
+        assert_eq!(rechecks(&m, "rejected"), 0);
+    }
 }

@@ -5,6 +5,7 @@
 pub mod cpulist;
 mod cpus;
 mod numa;
+pub mod pci;
 pub mod render;
 
 use std::path::PathBuf;

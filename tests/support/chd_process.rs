@@ -25,6 +25,11 @@ pub struct Chd {
 impl Chd {
     /// Start `chd serve --listen 127.0.0.1:0 --state-dir DIR ARGS...` and wait until it listens.
     pub fn serve(state_dir: &Path, args: &[&str]) -> Chd {
+        Chd::serve_env(state_dir, args, &[])
+    }
+
+    /// [`Chd::serve`] with extra environment variables (e.g. the fake runtime's settings).
+    pub fn serve_env(state_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Chd {
         let mut child = Command::new(chd_bin())
             .arg("serve")
             .args(["--listen", "127.0.0.1:0"])
@@ -32,6 +37,7 @@ impl Chd {
             .arg(state_dir)
             .args(args)
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

@@ -1,0 +1,391 @@
+//! The CUDA backend: libcudart loaded at run time (no toolkit needed to build chd). A struct
+//! of typed function pointers filled once by `CudaRuntime::load`, the `DeviceApi` calls the
+//! shared measurement routine uses, and device discovery (name, PCI bus id, NUMA node from
+//! sysfs).
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::path::{Path, PathBuf};
+
+use libloading::Library;
+
+use super::device_copy::{self, ApiError, DeviceApi, Handle};
+use super::library::{self, LoadError, SymbolError};
+use super::{Backend, CopyParams, DeviceInfo, Direction, ProbeError};
+use crate::topology::pci;
+
+/// Sonames tried in order when no path is given.
+pub const CANDIDATES: &[&str] = &[
+    "libcudart.so",
+    "libcudart.so.13",
+    "libcudart.so.12",
+    "libcudart.so.11.0",
+];
+
+type CudaError = c_int;
+const CUDA_SUCCESS: CudaError = 0;
+const CUDA_MEMCPY_HOST_TO_DEVICE: c_int = 1;
+const CUDA_MEMCPY_DEVICE_TO_HOST: c_int = 2;
+const CUDA_STREAM_NON_BLOCKING: c_uint = 1;
+/// `cudaDeviceProp` is over 1 KiB and grows between releases; it starts with `char name[256]`.
+const DEVICE_PROP_BYTES: usize = 8192;
+
+type FnInt = unsafe extern "C" fn(*mut c_int) -> CudaError;
+type FnSetDevice = unsafe extern "C" fn(c_int) -> CudaError;
+type FnProps = unsafe extern "C" fn(*mut c_void, c_int) -> CudaError;
+type FnPciBusId = unsafe extern "C" fn(*mut c_char, c_int, c_int) -> CudaError;
+type FnHostAlloc = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> CudaError;
+type FnMalloc = unsafe extern "C" fn(*mut *mut c_void, usize) -> CudaError;
+type FnFree = unsafe extern "C" fn(*mut c_void) -> CudaError;
+type FnStreamCreate = unsafe extern "C" fn(*mut *mut c_void, c_uint) -> CudaError;
+type FnHandle = unsafe extern "C" fn(*mut c_void) -> CudaError;
+type FnMemcpyAsync =
+    unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int, *mut c_void) -> CudaError;
+type FnEventCreate = unsafe extern "C" fn(*mut *mut c_void) -> CudaError;
+type FnEventRecord = unsafe extern "C" fn(*mut c_void, *mut c_void) -> CudaError;
+type FnElapsed = unsafe extern "C" fn(*mut f32, *mut c_void, *mut c_void) -> CudaError;
+type FnErrorString = unsafe extern "C" fn(CudaError) -> *const c_char;
+
+/// Why the CUDA backend is unavailable.
+#[derive(Debug, thiserror::Error)]
+pub enum CudaLoadError {
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    #[error(transparent)]
+    Symbol(#[from] SymbolError),
+    #[error("{0}")]
+    Call(ApiError),
+    #[error("the CUDA runtime at {0} reports no devices")]
+    NoDevices(String),
+}
+
+/// libcudart's entry points. The library stays loaded as long as this lives.
+pub struct CudaRuntime {
+    get_device_count: FnInt,
+    runtime_get_version: FnInt,
+    set_device: FnSetDevice,
+    get_device_properties: FnProps,
+    device_get_pci_bus_id: FnPciBusId,
+    host_alloc: FnHostAlloc,
+    free_host: FnFree,
+    malloc: FnMalloc,
+    free: FnFree,
+    stream_create_with_flags: FnStreamCreate,
+    stream_destroy: FnHandle,
+    stream_synchronize: FnHandle,
+    memcpy_async: FnMemcpyAsync,
+    event_create: FnEventCreate,
+    event_destroy: FnHandle,
+    event_record: FnEventRecord,
+    event_synchronize: FnHandle,
+    event_elapsed_time: FnElapsed,
+    get_error_string: FnErrorString,
+    get_error_name: FnErrorString,
+    /// Where it was loaded from.
+    pub source: String,
+    _library: Library,
+}
+
+impl std::fmt::Debug for CudaRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaRuntime")
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CudaRuntime {
+    /// Load libcudart from `path`, or the first standard soname that loads.
+    pub fn load(path: Option<&Path>) -> Result<CudaRuntime, CudaLoadError> {
+        let (lib, source) = library::open("CUDA runtime", path, CANDIDATES)?;
+        // SAFETY: every type below is the C declaration of the named CUDA runtime function
+        // (cuda_runtime_api.h); the pointers live no longer than `_library`.
+        unsafe {
+            let props = library::symbol::<FnProps>(&lib, &source, "cudaGetDeviceProperties_v2")
+                .or_else(|_| library::symbol(&lib, &source, "cudaGetDeviceProperties"))?;
+            Ok(CudaRuntime {
+                get_device_count: library::symbol(&lib, &source, "cudaGetDeviceCount")?,
+                runtime_get_version: library::symbol(&lib, &source, "cudaRuntimeGetVersion")?,
+                set_device: library::symbol(&lib, &source, "cudaSetDevice")?,
+                get_device_properties: props,
+                device_get_pci_bus_id: library::symbol(&lib, &source, "cudaDeviceGetPCIBusId")?,
+                host_alloc: library::symbol(&lib, &source, "cudaHostAlloc")?,
+                free_host: library::symbol(&lib, &source, "cudaFreeHost")?,
+                malloc: library::symbol(&lib, &source, "cudaMalloc")?,
+                free: library::symbol(&lib, &source, "cudaFree")?,
+                stream_create_with_flags: library::symbol(
+                    &lib,
+                    &source,
+                    "cudaStreamCreateWithFlags",
+                )?,
+                stream_destroy: library::symbol(&lib, &source, "cudaStreamDestroy")?,
+                stream_synchronize: library::symbol(&lib, &source, "cudaStreamSynchronize")?,
+                memcpy_async: library::symbol(&lib, &source, "cudaMemcpyAsync")?,
+                event_create: library::symbol(&lib, &source, "cudaEventCreate")?,
+                event_destroy: library::symbol(&lib, &source, "cudaEventDestroy")?,
+                event_record: library::symbol(&lib, &source, "cudaEventRecord")?,
+                event_synchronize: library::symbol(&lib, &source, "cudaEventSynchronize")?,
+                event_elapsed_time: library::symbol(&lib, &source, "cudaEventElapsedTime")?,
+                get_error_string: library::symbol(&lib, &source, "cudaGetErrorString")?,
+                get_error_name: library::symbol(&lib, &source, "cudaGetErrorName")?,
+                source,
+                _library: lib,
+            })
+        }
+    }
+
+    fn check(&self, call: &'static str, code: CudaError) -> Result<(), ApiError> {
+        if code == CUDA_SUCCESS {
+            return Ok(());
+        }
+        // SAFETY: both return static NUL-terminated strings for any code.
+        let (name, text) = unsafe {
+            (
+                c_text((self.get_error_name)(code)),
+                c_text((self.get_error_string)(code)),
+            )
+        };
+        Err(ApiError {
+            call,
+            code,
+            text: format!("{name}: {text}"),
+        })
+    }
+
+    /// Number of visible devices (after CUDA_VISIBLE_DEVICES).
+    pub fn device_count(&self) -> Result<u32, ApiError> {
+        let mut n: c_int = 0;
+        // SAFETY: `n` is a valid out-pointer.
+        self.check("cudaGetDeviceCount", unsafe {
+            (self.get_device_count)(&mut n)
+        })?;
+        Ok(n.max(0) as u32)
+    }
+
+    /// The runtime version, e.g. 12040.
+    pub fn runtime_version(&self) -> Result<i32, ApiError> {
+        let mut v: c_int = 0;
+        // SAFETY: `v` is a valid out-pointer.
+        self.check("cudaRuntimeGetVersion", unsafe {
+            (self.runtime_get_version)(&mut v)
+        })?;
+        Ok(v)
+    }
+
+    /// Device name from `cudaDeviceProp.name`.
+    pub fn device_name(&self, device: i32) -> Result<String, ApiError> {
+        let mut props = vec![0u8; DEVICE_PROP_BYTES];
+        // SAFETY: the buffer is larger than any cudaDeviceProp and zeroed.
+        self.check("cudaGetDeviceProperties", unsafe {
+            (self.get_device_properties)(props.as_mut_ptr().cast(), device)
+        })?;
+        let name = &props[..256];
+        let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+        Ok(String::from_utf8_lossy(&name[..end]).into_owned())
+    }
+
+    /// PCI bus id, lower-cased to sysfs's spelling (`0000:1a:00.0`).
+    pub fn pci_bus_id(&self, device: i32) -> Result<String, ApiError> {
+        let mut buf = [0 as c_char; 64];
+        // SAFETY: `buf` holds 64 bytes and we pass its length.
+        self.check("cudaDeviceGetPCIBusId", unsafe {
+            (self.device_get_pci_bus_id)(buf.as_mut_ptr(), buf.len() as c_int, device)
+        })?;
+        // SAFETY: the runtime NUL-terminates within the given length.
+        Ok(unsafe { c_text(buf.as_ptr()) }.to_ascii_lowercase())
+    }
+}
+
+/// Copy a C string into an owned String (empty for NULL).
+///
+/// # Safety
+/// `p` is NULL or points to a NUL-terminated string.
+unsafe fn c_text(p: *const c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: guaranteed by the caller.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+impl DeviceApi for CudaRuntime {
+    fn set_device(&self, device: i32) -> Result<(), ApiError> {
+        // SAFETY: plain value argument.
+        self.check("cudaSetDevice", unsafe { (self.set_device)(device) })
+    }
+
+    fn host_alloc_pinned(&self, bytes: usize) -> Result<Handle, ApiError> {
+        let mut p = std::ptr::null_mut();
+        // SAFETY: `p` is a valid out-pointer; flags 0 = cudaHostAllocDefault.
+        self.check("cudaHostAlloc", unsafe {
+            (self.host_alloc)(&mut p, bytes, 0)
+        })?;
+        Ok(p)
+    }
+
+    fn host_free_pinned(&self, ptr: Handle) -> Result<(), ApiError> {
+        // SAFETY: `ptr` came from cudaHostAlloc and is freed once.
+        self.check("cudaFreeHost", unsafe { (self.free_host)(ptr) })
+    }
+
+    fn device_alloc(&self, bytes: usize) -> Result<Handle, ApiError> {
+        let mut p = std::ptr::null_mut();
+        // SAFETY: `p` is a valid out-pointer.
+        self.check("cudaMalloc", unsafe { (self.malloc)(&mut p, bytes) })?;
+        Ok(p)
+    }
+
+    fn device_free(&self, ptr: Handle) -> Result<(), ApiError> {
+        // SAFETY: `ptr` came from cudaMalloc and is freed once.
+        self.check("cudaFree", unsafe { (self.free)(ptr) })
+    }
+
+    fn stream_create(&self) -> Result<Handle, ApiError> {
+        let mut s = std::ptr::null_mut();
+        // SAFETY: `s` is a valid out-pointer.
+        self.check("cudaStreamCreateWithFlags", unsafe {
+            (self.stream_create_with_flags)(&mut s, CUDA_STREAM_NON_BLOCKING)
+        })?;
+        Ok(s)
+    }
+
+    fn stream_destroy(&self, stream: Handle) -> Result<(), ApiError> {
+        // SAFETY: `stream` came from cudaStreamCreateWithFlags and is destroyed once.
+        self.check("cudaStreamDestroy", unsafe {
+            (self.stream_destroy)(stream)
+        })
+    }
+
+    fn stream_synchronize(&self, stream: Handle) -> Result<(), ApiError> {
+        // SAFETY: `stream` is live.
+        self.check("cudaStreamSynchronize", unsafe {
+            (self.stream_synchronize)(stream)
+        })
+    }
+
+    fn copy_async(
+        &self,
+        dst: Handle,
+        src: Handle,
+        bytes: usize,
+        direction: Direction,
+        stream: Handle,
+    ) -> Result<(), ApiError> {
+        let kind = match direction {
+            Direction::H2d => CUDA_MEMCPY_HOST_TO_DEVICE,
+            Direction::D2h => CUDA_MEMCPY_DEVICE_TO_HOST,
+        };
+        // SAFETY: `dst` and `src` are live allocations of at least `bytes` bytes of the kinds
+        // `direction` names, owned by the caller until the stream is synchronized.
+        self.check("cudaMemcpyAsync", unsafe {
+            (self.memcpy_async)(dst, src, bytes, kind, stream)
+        })
+    }
+
+    fn event_create(&self) -> Result<Handle, ApiError> {
+        let mut e = std::ptr::null_mut();
+        // SAFETY: `e` is a valid out-pointer.
+        self.check("cudaEventCreate", unsafe { (self.event_create)(&mut e) })?;
+        Ok(e)
+    }
+
+    fn event_destroy(&self, event: Handle) -> Result<(), ApiError> {
+        // SAFETY: `event` came from cudaEventCreate and is destroyed once.
+        self.check("cudaEventDestroy", unsafe { (self.event_destroy)(event) })
+    }
+
+    fn event_record(&self, event: Handle, stream: Handle) -> Result<(), ApiError> {
+        // SAFETY: both handles are live.
+        self.check("cudaEventRecord", unsafe {
+            (self.event_record)(event, stream)
+        })
+    }
+
+    fn event_synchronize(&self, event: Handle) -> Result<(), ApiError> {
+        // SAFETY: `event` is live.
+        self.check("cudaEventSynchronize", unsafe {
+            (self.event_synchronize)(event)
+        })
+    }
+
+    fn event_elapsed_ms(&self, start: Handle, end: Handle) -> Result<f32, ApiError> {
+        let mut ms = 0f32;
+        // SAFETY: `ms` is a valid out-pointer; both events are live and recorded.
+        self.check("cudaEventElapsedTime", unsafe {
+            (self.event_elapsed_time)(&mut ms, start, end)
+        })?;
+        Ok(ms)
+    }
+}
+
+/// The CUDA backend: one device per visible GPU, labelled by runtime index.
+#[derive(Debug)]
+pub struct CudaBackend {
+    runtime: CudaRuntime,
+    devices: Vec<DeviceInfo>,
+}
+
+impl CudaBackend {
+    /// Load the runtime and list its devices. No devices is an error (so `auto` moves on).
+    pub fn open(path: Option<&Path>, sysfs: &Path) -> Result<CudaBackend, CudaLoadError> {
+        let runtime = CudaRuntime::load(path)?;
+        let count = runtime.device_count().map_err(CudaLoadError::Call)?;
+        if count == 0 {
+            return Err(CudaLoadError::NoDevices(runtime.source.clone()));
+        }
+        let mut devices = Vec::with_capacity(count as usize);
+        for index in 0..count as i32 {
+            let name = runtime.device_name(index).map_err(CudaLoadError::Call)?;
+            let pci_bus_id = runtime.pci_bus_id(index).map_err(CudaLoadError::Call)?;
+            devices.push(DeviceInfo {
+                id: index.to_string(),
+                kind: "cuda".into(),
+                name,
+                numa_node: pci::numa_node(sysfs, &pci_bus_id),
+                pci_bus_id,
+            });
+        }
+        Ok(CudaBackend { runtime, devices })
+    }
+
+    /// Where the runtime was loaded from.
+    pub fn source(&self) -> &str {
+        &self.runtime.source
+    }
+
+    /// Path-like description for logs.
+    pub fn describe(&self) -> String {
+        let version = self
+            .runtime
+            .runtime_version()
+            .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10))
+            .unwrap_or_else(|_| "unknown".into());
+        format!(
+            "CUDA runtime {version} from {}",
+            PathBuf::from(&self.runtime.source).display()
+        )
+    }
+}
+
+/// Parse a runtime device label back to its index, if this backend listed it.
+pub(crate) fn device_index(devices: &[DeviceInfo], device: &str) -> Result<i32, ProbeError> {
+    devices
+        .iter()
+        .find(|d| d.id == device)
+        .and_then(|d| d.id.parse().ok())
+        .ok_or_else(|| ProbeError::UnknownDevice(device.to_string()))
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn devices(&self) -> &[DeviceInfo] {
+        &self.devices
+    }
+
+    fn measure_copy(&self, device: &str, params: &CopyParams) -> Result<f64, ProbeError> {
+        let index = device_index(&self.devices, device)?;
+        device_copy::measure(&self.runtime, index, params)
+    }
+}

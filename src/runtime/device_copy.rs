@@ -1,0 +1,242 @@
+//! Timing host <-> device copies through any stream-and-event runtime (CUDA, ACL): the one
+//! measurement routine both accelerator backends share. The calling thread is already bound
+//! to the cell's CPU; the host buffer is allocated and first-touched here, the copies are
+//! timed with device events around `iterations` async copies after `warmup` untimed ones, and
+//! every allocation, stream and event is released on every path (RAII guards).
+
+use std::ffi::c_void;
+
+use super::pattern::{check_copy, fill_pattern};
+use super::{CopyParams, Direction, HostMemory, ProbeError};
+
+/// An opaque runtime handle (stream, event, or memory pointer).
+pub type Handle = *mut c_void;
+
+/// A failed runtime call: which call, its code, and the runtime's own text for it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{call} failed: {text} (code {code})")]
+pub struct ApiError {
+    pub call: &'static str,
+    pub code: i32,
+    pub text: String,
+}
+
+/// The runtime calls the measurement needs. Implemented by the CUDA and ACL loaders.
+pub(crate) trait DeviceApi: Send + Sync {
+    fn set_device(&self, device: i32) -> Result<(), ApiError>;
+    fn host_alloc_pinned(&self, bytes: usize) -> Result<Handle, ApiError>;
+    fn host_free_pinned(&self, ptr: Handle) -> Result<(), ApiError>;
+    fn device_alloc(&self, bytes: usize) -> Result<Handle, ApiError>;
+    fn device_free(&self, ptr: Handle) -> Result<(), ApiError>;
+    fn stream_create(&self) -> Result<Handle, ApiError>;
+    fn stream_destroy(&self, stream: Handle) -> Result<(), ApiError>;
+    fn stream_synchronize(&self, stream: Handle) -> Result<(), ApiError>;
+    /// Enqueue a copy of `bytes` from `src` to `dst` in `direction` on `stream`.
+    fn copy_async(
+        &self,
+        dst: Handle,
+        src: Handle,
+        bytes: usize,
+        direction: Direction,
+        stream: Handle,
+    ) -> Result<(), ApiError>;
+    fn event_create(&self) -> Result<Handle, ApiError>;
+    fn event_destroy(&self, event: Handle) -> Result<(), ApiError>;
+    fn event_record(&self, event: Handle, stream: Handle) -> Result<(), ApiError>;
+    fn event_synchronize(&self, event: Handle) -> Result<(), ApiError>;
+    /// Milliseconds between two recorded events.
+    fn event_elapsed_ms(&self, start: Handle, end: Handle) -> Result<f32, ApiError>;
+}
+
+fn warn_release(result: Result<(), ApiError>) {
+    if let Err(e) = result {
+        tracing::warn!("releasing a runtime resource: {e}");
+    }
+}
+
+/// Host memory owned for one measurement.
+enum HostBuffer<'a, A: DeviceApi + ?Sized> {
+    Pinned { api: &'a A, ptr: Handle, len: usize },
+    Pageable(Vec<u8>),
+}
+
+impl<'a, A: DeviceApi + ?Sized> HostBuffer<'a, A> {
+    /// Allocate on the calling thread and first-touch every page here.
+    fn new(api: &'a A, len: usize, kind: HostMemory) -> Result<Self, ApiError> {
+        let mut buf = match kind {
+            HostMemory::Pinned => HostBuffer::Pinned {
+                api,
+                ptr: api.host_alloc_pinned(len)?,
+                len,
+            },
+            HostMemory::Pageable => HostBuffer::Pageable(vec![0u8; len]),
+        };
+        // Writing every byte first-touches the pages on this (bound) thread's node.
+        buf.as_mut_slice().fill(0);
+        Ok(buf)
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        match self {
+            // SAFETY: `ptr` is a live allocation of `len` bytes owned by this guard.
+            HostBuffer::Pinned { ptr, len, .. } => unsafe {
+                std::slice::from_raw_parts_mut(ptr.cast::<u8>(), *len)
+            },
+            HostBuffer::Pageable(v) => v.as_mut_slice(),
+        }
+    }
+
+    fn as_handle(&mut self) -> Handle {
+        self.as_mut_slice().as_mut_ptr().cast()
+    }
+}
+
+impl<A: DeviceApi + ?Sized> Drop for HostBuffer<'_, A> {
+    fn drop(&mut self) {
+        if let HostBuffer::Pinned { api, ptr, .. } = self {
+            warn_release(api.host_free_pinned(*ptr));
+        }
+    }
+}
+
+/// A runtime resource released by `release` on drop.
+struct Guard<'a, A: DeviceApi + ?Sized> {
+    api: &'a A,
+    handle: Handle,
+    release: fn(&A, Handle) -> Result<(), ApiError>,
+}
+
+impl<A: DeviceApi + ?Sized> Drop for Guard<'_, A> {
+    fn drop(&mut self) {
+        warn_release((self.release)(self.api, self.handle));
+    }
+}
+
+fn guard<'a, A: DeviceApi + ?Sized>(
+    api: &'a A,
+    handle: Result<Handle, ApiError>,
+    release: fn(&A, Handle) -> Result<(), ApiError>,
+) -> Result<Guard<'a, A>, ApiError> {
+    Ok(Guard {
+        api,
+        handle: handle?,
+        release,
+    })
+}
+
+fn alloc_error(bytes: usize) -> impl Fn(ApiError) -> ProbeError {
+    move |e| ProbeError::Alloc {
+        bytes: bytes as u64,
+        detail: e.to_string(),
+    }
+}
+
+fn copy_error(e: ApiError) -> ProbeError {
+    ProbeError::Copy(e.to_string())
+}
+
+fn timing_error(e: ApiError) -> ProbeError {
+    ProbeError::Timing(e.to_string())
+}
+
+/// Measure one cell on the calling thread: bytes per second of `params` on `device`.
+pub(crate) fn measure<A: DeviceApi + ?Sized>(
+    api: &A,
+    device: i32,
+    params: &CopyParams,
+) -> Result<f64, ProbeError> {
+    let bytes = usize::try_from(params.size_bytes)
+        .map_err(|_| ProbeError::Timing(format!("{} bytes do not fit", params.size_bytes)))?;
+    if bytes == 0 || params.iterations == 0 {
+        return Err(ProbeError::Timing(
+            "a cell needs a size and at least one iteration".into(),
+        ));
+    }
+    api.set_device(device)
+        .map_err(|e| ProbeError::Device(e.to_string()))?;
+
+    let mut host = HostBuffer::new(api, bytes, params.host_memory).map_err(alloc_error(bytes))?;
+    let dev = guard(api, api.device_alloc(bytes), A::device_free).map_err(alloc_error(bytes))?;
+    let stream = guard(api, api.stream_create(), A::stream_destroy).map_err(timing_error)?;
+    let start = guard(api, api.event_create(), A::event_destroy).map_err(timing_error)?;
+    let end = guard(api, api.event_create(), A::event_destroy).map_err(timing_error)?;
+
+    // The source holds the pattern: the host buffer for h2d; for d2h the device buffer,
+    // filled from a pattern staged through the (then cleared) host buffer.
+    let mut expected = vec![0u8; bytes.min(1 << 20)];
+    fill_pattern(&mut expected);
+    fill_pattern(host.as_mut_slice());
+    let (dst, src) = match params.direction {
+        Direction::H2d => (dev.handle, host.as_handle()),
+        Direction::D2h => {
+            api.copy_async(
+                dev.handle,
+                host.as_handle(),
+                bytes,
+                Direction::H2d,
+                stream.handle,
+            )
+            .map_err(copy_error)?;
+            api.stream_synchronize(stream.handle).map_err(copy_error)?;
+            host.as_mut_slice().fill(0);
+            (host.as_handle(), dev.handle)
+        }
+    };
+
+    for _ in 0..params.warmup {
+        api.copy_async(dst, src, bytes, params.direction, stream.handle)
+            .map_err(copy_error)?;
+    }
+    api.stream_synchronize(stream.handle).map_err(copy_error)?;
+    api.event_record(start.handle, stream.handle)
+        .map_err(timing_error)?;
+    for _ in 0..params.iterations {
+        api.copy_async(dst, src, bytes, params.direction, stream.handle)
+            .map_err(copy_error)?;
+    }
+    api.event_record(end.handle, stream.handle)
+        .map_err(timing_error)?;
+    api.event_synchronize(end.handle).map_err(timing_error)?;
+    let ms = api
+        .event_elapsed_ms(start.handle, end.handle)
+        .map_err(timing_error)?;
+    if !(ms.is_finite() && ms > 0.0) {
+        return Err(ProbeError::Timing(format!(
+            "device events measured {ms} ms for {} copies",
+            params.iterations
+        )));
+    }
+
+    verify(api, &mut host, &dev, &stream, params.direction, &expected)?;
+    Ok(bytes as f64 * f64::from(params.iterations) / (f64::from(ms) / 1e3))
+}
+
+/// Check the data path: for h2d copy the head of the device buffer back; for d2h the host
+/// buffer already holds what the device sent.
+fn verify<A: DeviceApi + ?Sized>(
+    api: &A,
+    host: &mut HostBuffer<'_, A>,
+    dev: &Guard<'_, A>,
+    stream: &Guard<'_, A>,
+    direction: Direction,
+    expected: &[u8],
+) -> Result<(), ProbeError> {
+    let head = expected.len();
+    let got: Vec<u8> = match direction {
+        Direction::H2d => {
+            let mut back = vec![0u8; head];
+            api.copy_async(
+                back.as_mut_ptr().cast(),
+                dev.handle,
+                head,
+                Direction::D2h,
+                stream.handle,
+            )
+            .map_err(copy_error)?;
+            api.stream_synchronize(stream.handle).map_err(copy_error)?;
+            back
+        }
+        Direction::D2h => host.as_mut_slice()[..head].to_vec(),
+    };
+    check_copy(expected, &got)
+}

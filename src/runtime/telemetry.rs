@@ -1,0 +1,226 @@
+//! Device telemetry: utilization, memory in use and foreign compute processes per device,
+//! from NVML (through nvml-wrapper, for the CUDA backend) or the ACL runtime (Ascend). The
+//! idle gate reads it before and during windows; `/metrics` exports it. NVML is initialised
+//! once; a failure is remembered and reported, never retried per scrape.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use nvml_wrapper::Nvml;
+
+use super::acl::AclBackend;
+use super::DeviceInfo;
+
+/// One device's state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceSample {
+    /// The runtime's device label.
+    pub device: String,
+    /// 0..1 when known.
+    pub utilization: Option<f64>,
+    pub memory_used_bytes: Option<u64>,
+    /// Compute processes on the device other than chd itself, when known.
+    pub foreign_processes: Option<u32>,
+}
+
+impl DeviceSample {
+    /// Whether this device is busy: above `threshold` utilization or running someone else's
+    /// compute process.
+    pub fn is_busy(&self, threshold: f64) -> bool {
+        self.utilization.is_some_and(|u| u > threshold) || self.foreign_processes.unwrap_or(0) > 0
+    }
+}
+
+/// Where device state comes from.
+pub trait DeviceTelemetry: Send + Sync {
+    /// `nvml`, `acl`, or `none`.
+    fn source(&self) -> &'static str;
+    /// Current state of every device it can see. Errors are per device (a `None` field).
+    fn sample(&self) -> Vec<DeviceSample>;
+}
+
+/// No device telemetry (host backend, or NVML unavailable).
+#[derive(Debug, Default)]
+pub struct NoTelemetry;
+
+impl DeviceTelemetry for NoTelemetry {
+    fn source(&self) -> &'static str {
+        "none"
+    }
+    fn sample(&self) -> Vec<DeviceSample> {
+        Vec::new()
+    }
+}
+
+/// Why NVML could not be used.
+#[derive(Debug, thiserror::Error)]
+#[error("NVML unavailable: {0}")]
+pub struct NvmlUnavailable(String);
+
+/// NVML telemetry for the CUDA backend's devices, matched by PCI bus id.
+pub struct NvmlTelemetry {
+    nvml: Nvml,
+    /// (NVML index, runtime device label)
+    devices: Vec<(u32, String)>,
+}
+
+impl std::fmt::Debug for NvmlTelemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NvmlTelemetry")
+            .field("devices", &self.devices)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `00000000:1A:00.0` or `0000:1a:00.0` -> `0000:1a:00.0`.
+pub fn normalize_bus_id(id: &str) -> String {
+    let id = id.trim().to_ascii_lowercase();
+    match id.split_once(':') {
+        Some((domain, rest)) if domain.len() > 4 => {
+            format!("{}:{rest}", &domain[domain.len() - 4..])
+        }
+        _ => id,
+    }
+}
+
+impl NvmlTelemetry {
+    /// Initialise NVML (from `path`, else libnvidia-ml.so.1) and match its devices to
+    /// `devices` by PCI bus id.
+    pub fn open(
+        path: Option<&Path>,
+        devices: &[DeviceInfo],
+    ) -> Result<NvmlTelemetry, NvmlUnavailable> {
+        let mut builder = Nvml::builder();
+        if let Some(p) = path {
+            builder.lib_path(p.as_os_str());
+        }
+        let nvml = builder
+            .init()
+            .map_err(|e| NvmlUnavailable(super::library::chain(&e)))?;
+        let count = nvml
+            .device_count()
+            .map_err(|e| NvmlUnavailable(super::library::chain(&e)))?;
+        let mut matched = Vec::new();
+        for index in 0..count {
+            let Ok(device) = nvml.device_by_index(index) else {
+                continue;
+            };
+            let Ok(pci) = device.pci_info() else {
+                continue;
+            };
+            let bus = normalize_bus_id(&pci.bus_id);
+            if let Some(d) = devices
+                .iter()
+                .find(|d| normalize_bus_id(&d.pci_bus_id) == bus)
+            {
+                matched.push((index, d.id.clone()));
+            }
+        }
+        if matched.is_empty() {
+            return Err(NvmlUnavailable(format!(
+                "none of its {count} devices matches a runtime device by PCI bus id"
+            )));
+        }
+        Ok(NvmlTelemetry {
+            nvml,
+            devices: matched,
+        })
+    }
+}
+
+impl DeviceTelemetry for NvmlTelemetry {
+    fn source(&self) -> &'static str {
+        "nvml"
+    }
+
+    fn sample(&self) -> Vec<DeviceSample> {
+        let own_pid = std::process::id();
+        self.devices
+            .iter()
+            .map(|(index, label)| {
+                let device = self.nvml.device_by_index(*index).ok();
+                let utilization = device
+                    .as_ref()
+                    .and_then(|d| d.utilization_rates().ok())
+                    .map(|u| f64::from(u.gpu) / 100.0);
+                let memory_used_bytes = device
+                    .as_ref()
+                    .and_then(|d| d.memory_info().ok())
+                    .map(|m| m.used);
+                let foreign_processes = device
+                    .as_ref()
+                    .and_then(|d| d.running_compute_processes().ok())
+                    .map(|ps| ps.iter().filter(|p| p.pid != own_pid).count() as u32);
+                DeviceSample {
+                    device: label.clone(),
+                    utilization,
+                    memory_used_bytes,
+                    foreign_processes,
+                }
+            })
+            .collect()
+    }
+}
+
+/// Utilization from the ACL runtime (memory and processes are not exposed by ACL).
+#[derive(Debug)]
+pub struct AclTelemetry {
+    pub backend: Arc<AclBackend>,
+}
+
+impl DeviceTelemetry for AclTelemetry {
+    fn source(&self) -> &'static str {
+        "acl"
+    }
+
+    fn sample(&self) -> Vec<DeviceSample> {
+        use super::Backend;
+        self.backend
+            .devices()
+            .iter()
+            .map(|d| {
+                let index: i32 = d.id.parse().unwrap_or(-1);
+                let utilization = match self.backend.runtime().utilization(index) {
+                    Some(Ok(u)) => Some(u),
+                    Some(Err(e)) => {
+                        tracing::debug!("ACL utilization of device {index}: {e}");
+                        None
+                    }
+                    None => None,
+                };
+                DeviceSample {
+                    device: d.id.clone(),
+                    utilization,
+                    memory_used_bytes: None,
+                    foreign_processes: None,
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bus_ids_normalize_to_sysfs_spelling() {
+        assert_eq!(normalize_bus_id("00000000:1A:00.0"), "0000:1a:00.0");
+        assert_eq!(normalize_bus_id("0000:1a:00.0"), "0000:1a:00.0");
+        assert_eq!(normalize_bus_id("0001:C1:00.0\n"), "0001:c1:00.0");
+    }
+
+    #[test]
+    fn busy_means_utilization_or_foreign_process() {
+        let s = |u: Option<f64>, p: Option<u32>| DeviceSample {
+            device: "0".into(),
+            utilization: u,
+            memory_used_bytes: None,
+            foreign_processes: p,
+        };
+        assert!(!s(Some(0.05), Some(0)).is_busy(0.1));
+        assert!(s(Some(0.5), Some(0)).is_busy(0.1));
+        assert!(s(Some(0.0), Some(1)).is_busy(0.1));
+        assert!(!s(None, None).is_busy(0.1));
+    }
+}

@@ -1,0 +1,318 @@
+//! The accelerator backends end to end through the fake runtime library (a cdylib built by
+//! the workspace that exports the CUDA runtime, NVML and ACL symbols chd loads): real
+//! loading, symbol resolution, device-event timing arithmetic, errors, the device idle gate
+//! and the exported ratios, with only the silicon missing.
+
+#[path = "support/chd_process.rs"]
+mod chd_process;
+#[path = "support/fake_runtime.rs"]
+mod fake;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use chd_process::{chd_bin, promtool_check_metrics, Chd, Metrics};
+use fake::fake_runtime;
+
+const SIZE_64_MIB: &str = "67108864";
+
+fn lib() -> &'static str {
+    fake_runtime().to_str().unwrap()
+}
+
+/// Fast windows over the fake's devices; never skip for CPU load (tests run in parallel).
+fn fast(backend: &str) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--interval",
+        "1s",
+        "--window-budget",
+        "800ms",
+        "--cpu-busy-threshold",
+        "1",
+        "--sizes",
+        "64",
+        "--iterations",
+        "2",
+        "--backend",
+        backend,
+    ]
+    .map(String::from)
+    .to_vec();
+    match backend {
+        "cuda" => args.extend(["--cuda-runtime", lib(), "--nvml", lib()].map(String::from)),
+        _ => args.extend(["--acl-runtime", lib()].map(String::from)),
+    }
+    args
+}
+
+fn serve(dir: &Path, args: &[String], env: &[(&str, &str)]) -> Chd {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Chd::serve_env(dir, &args, env)
+}
+
+fn ratio(m: &Metrics, device: &str) -> f64 {
+    m.value(
+        "chd_h2d_device_ratio",
+        &[
+            ("device", device),
+            ("size_bytes", SIZE_64_MIB),
+            ("direction", "h2d"),
+        ],
+    )
+}
+
+fn every_device_measured(m: &Metrics, devices: &[&str]) -> bool {
+    devices.iter().all(|d| {
+        !m.find("chd_h2d_bandwidth_bytes_per_second", &[("device", d)])
+            .is_empty()
+    })
+}
+
+fn slow_device_column(backend: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let chd = serve(
+        dir.path(),
+        &fast(backend),
+        &[
+            ("CHD_FAKE_DEVICE_COUNT", "4"),
+            ("CHD_FAKE_H2D_GBPS", "58.9;0=12.3"),
+        ],
+    );
+    let m = chd.wait_for(Duration::from_secs(60), "cells on every device", |m| {
+        every_device_measured(m, &["0", "1", "2", "3"])
+    });
+    assert!(ratio(&m, "0") < 0.5, "slow device ratio {}", ratio(&m, "0"));
+    for d in ["1", "2", "3"] {
+        let r = ratio(&m, d);
+        assert!((0.95..=1.05).contains(&r), "device {d} ratio {r}");
+    }
+    // Device-event timing: the fake's clock runs at exactly the configured rate.
+    for s in m.find("chd_h2d_bandwidth_bytes_per_second", &[("device", "1")]) {
+        assert!((s.value - 58.9e9).abs() < 0.01 * 58.9e9, "{s:?}");
+    }
+    assert_eq!(m.value("chd_backend_up", &[("backend", backend)]), 1.0);
+    assert_eq!(
+        m.find("chd_device_info", &[("kind", backend)]).len(),
+        4,
+        "device info rows"
+    );
+    promtool_check_metrics(&chd.scrape());
+}
+
+#[test]
+fn cuda_slow_device_has_a_low_ratio_and_the_others_about_one() {
+    slow_device_column("cuda");
+}
+
+#[test]
+fn acl_slow_device_has_a_low_ratio_and_the_others_about_one() {
+    slow_device_column("acl");
+}
+
+#[test]
+fn a_failing_device_costs_its_cells_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let chd = serve(
+        dir.path(),
+        &fast("cuda"),
+        &[
+            ("CHD_FAKE_DEVICE_COUNT", "3"),
+            ("CHD_FAKE_FAIL_DEVICES", "2"),
+        ],
+    );
+    let m = chd.wait_for(Duration::from_secs(60), "errors on device 2", |m| {
+        every_device_measured(m, &["0", "1"])
+            && m.find(
+                "chd_probe_errors_total",
+                &[("probe", "h2d"), ("device", "2"), ("reason", "copy")],
+            )
+            .iter()
+            .any(|s| s.value >= 1.0)
+    });
+    assert!(m
+        .find("chd_h2d_bandwidth_bytes_per_second", &[("device", "2")])
+        .is_empty());
+    assert!(
+        chd.log().contains("cudaMemcpyAsync failed"),
+        "{}",
+        chd.log()
+    );
+    // Still serving, and the healthy devices keep being measured.
+    let again = chd.wait_for(Duration::from_secs(30), "another window", |later| {
+        later.value(
+            "chd_probe_runs_total",
+            &[("probe", "h2d"), ("result", "ok")],
+        ) > m.value(
+            "chd_probe_runs_total",
+            &[("probe", "h2d"), ("result", "ok")],
+        )
+    });
+    assert!(every_device_measured(&again, &["0", "1"]));
+}
+
+#[test]
+fn a_busy_device_keeps_windows_from_opening() {
+    let dir = tempfile::tempdir().unwrap();
+    let chd = serve(
+        dir.path(),
+        &fast("cuda"),
+        &[
+            ("CHD_FAKE_DEVICE_COUNT", "2"),
+            ("CHD_FAKE_BUSY_DEVICES", "1"),
+        ],
+    );
+    let m = chd.wait_for(Duration::from_secs(30), "two device_busy ticks", |m| {
+        m.value("chd_idle_windows_total", &[("outcome", "device_busy")]) >= 2.0
+    });
+    assert_eq!(
+        m.value("chd_idle_windows_total", &[("outcome", "probed")]),
+        0.0
+    );
+    assert!(m.find("chd_h2d_bandwidth_bytes_per_second", &[]).is_empty());
+    assert_eq!(
+        m.value("chd_device_utilization_ratio", &[("device", "1")]),
+        1.0
+    );
+    assert_eq!(
+        m.value("chd_device_utilization_ratio", &[("device", "0")]),
+        0.0
+    );
+}
+
+#[test]
+fn a_device_turning_busy_stops_the_window_in_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let busy = dir.path().join("busy");
+    std::fs::write(&busy, "").unwrap();
+    let mut args = fast("acl");
+    for (flag, value) in [
+        ("--interval", "1h"),
+        ("--window-budget", "30m"),
+        ("--sizes", "256,512,768,1024"),
+        ("--iterations", "20"),
+        ("--directions", "h2d,d2h"),
+    ] {
+        let at = args.iter().position(|a| a == flag);
+        match at {
+            Some(i) => args[i + 1] = value.into(),
+            None => args.extend([flag.to_string(), value.to_string()]),
+        }
+    }
+    let chd = serve(
+        dir.path(),
+        &args,
+        &[
+            ("CHD_FAKE_DEVICE_COUNT", "8"),
+            ("CHD_FAKE_BUSY_FILE", busy.to_str().unwrap()),
+        ],
+    );
+    chd.wait_for(Duration::from_secs(60), "the first cell", |m| {
+        !m.find("chd_h2d_bandwidth_bytes_per_second", &[]).is_empty()
+    });
+    std::fs::write(&busy, "3").unwrap();
+    let m = chd.wait_for(Duration::from_secs(30), "an aborted window", |m| {
+        m.value(
+            "chd_probe_runs_total",
+            &[("probe", "h2d"), ("result", "aborted")],
+        ) >= 1.0
+    });
+    assert!(
+        m.value(
+            "chd_probe_cells",
+            &[("probe", "h2d"), ("state", "unmeasured")]
+        ) > 0.0
+    );
+    assert!(chd.log().contains("device 3 became busy"), "{}", chd.log());
+}
+
+#[test]
+fn topology_lists_fake_devices_with_bus_ids_and_numa_nodes() {
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/accelerators/gpu-node");
+    let run = |backend: &str, flag: &str, ids: &str| {
+        let out = Command::new(chd_bin())
+            .arg("--sysfs-root")
+            .arg(fixture.join("sys"))
+            .arg("--procfs-root")
+            .arg(fixture.join("proc"))
+            .args(["topology", "--json", "--backend", backend, flag, lib()])
+            .env("CHD_FAKE_DEVICE_COUNT", "2")
+            .env("CHD_FAKE_PCI_BUS_IDS", ids)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["backend"], backend);
+        v["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| {
+                (
+                    d["id"].as_str().unwrap().to_string(),
+                    d["pci_bus_id"].as_str().unwrap().to_string(),
+                    d["numa_node"].as_u64(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        run("cuda", "--cuda-runtime", "0000:1A:00.0,0000:9C:00.0"),
+        vec![
+            ("0".to_string(), "0000:1a:00.0".to_string(), Some(0)),
+            ("1".to_string(), "0000:9c:00.0".to_string(), Some(1)),
+        ]
+    );
+    // ACL has no bus id query: NPUs are the Huawei accelerators in bus order.
+    assert_eq!(
+        run("acl", "--acl-runtime", ""),
+        vec![
+            ("0".to_string(), "0000:c1:00.0".to_string(), Some(0)),
+            ("1".to_string(), "0000:c2:00.0".to_string(), Some(1)),
+        ]
+    );
+}
+
+#[test]
+fn a_named_backend_that_cannot_load_is_a_clear_error_and_auto_falls_back() {
+    let out = Command::new(chd_bin())
+        .args([
+            "topology",
+            "--backend",
+            "cuda",
+            "--cuda-runtime",
+            "/nonexistent/libcudart.so",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(
+            "chd: backend cuda: cannot load the CUDA runtime library: /nonexistent/libcudart.so:"
+        ),
+        "{err}"
+    );
+    let out = Command::new(chd_bin())
+        .args(["topology", "--cuda-runtime", "/nonexistent/libcudart.so"])
+        .args(["--acl-runtime", "/nonexistent/libascendcl.so"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("backend host:"), "{text}");
+    assert!(text.contains("note: cuda skipped:"), "{text}");
+    // A library that loads but lacks symbols names the missing one.
+    let out = Command::new(chd_bin())
+        .args(["topology", "--backend", "acl", "--acl-runtime", "libc.so.6"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("libc.so.6 lacks symbol aclInit"), "{err}");
+}

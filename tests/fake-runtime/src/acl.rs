@@ -1,0 +1,523 @@
+//! The exported Ascend ACL subset (`libascendcl.so` role): init/finalize, devices, host and
+//! device memory, streams, copies, events, memory info, utilization (busy-device model) and
+//! the per-thread recent error message. Error codes are the real CANN values (see README).
+//!
+//! Safety contract shared by every function here: pointer arguments must be null or valid
+//! for the access the real ACL documents (out-pointers writable, host ranges of a copy
+//! readable/writable for `count` bytes). Null out-pointers are rejected with
+//! `ACL_ERROR_INVALID_PARAM`; device pointers, streams and events are validated against the
+//! registries. No panic crosses the boundary (it becomes `ACL_ERROR_RT_INTERNAL_ERROR`).
+
+#![allow(non_snake_case, non_camel_case_types)]
+#![allow(
+    clippy::missing_safety_doc,
+    reason = "the module documentation states the contract shared by all these C entry points"
+)]
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::config;
+use crate::copy::{self, CopyError, Direction};
+use crate::device;
+use crate::ffi;
+use crate::memory::{self, Api};
+use crate::nvml::BUSY_BYTES;
+use crate::timing::{self, StreamRef, TimingError};
+
+/// `aclError`.
+pub type AclError = c_int;
+
+pub const ACL_SUCCESS: AclError = 0;
+pub const ACL_ERROR_INVALID_PARAM: AclError = 100_000;
+pub const ACL_ERROR_REPEAT_INITIALIZE: AclError = 100_002;
+pub const ACL_ERROR_REPEAT_FINALIZE: AclError = 100_037;
+pub const ACL_ERROR_RT_INVALID_DEVICEID: AclError = 107_001;
+pub const ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID: AclError = 107_006;
+pub const ACL_ERROR_RT_INVALID_HANDLE: AclError = 107_017;
+pub const ACL_ERROR_RT_MEMORY_ALLOCATION: AclError = 207_001;
+pub const ACL_ERROR_RT_INTERNAL_ERROR: AclError = 507_000;
+pub const ACL_ERROR_RT_SYS_DMA: AclError = 507_013;
+
+/// `aclrtMemcpyKind` values.
+pub const ACL_MEMCPY_HOST_TO_HOST: c_int = 0;
+pub const ACL_MEMCPY_HOST_TO_DEVICE: c_int = 1;
+pub const ACL_MEMCPY_DEVICE_TO_HOST: c_int = 2;
+pub const ACL_MEMCPY_DEVICE_TO_DEVICE: c_int = 3;
+pub const ACL_MEMCPY_DEFAULT: c_int = 4;
+
+/// `aclrtMemAttr` values that describe HBM (`ACL_HBM_MEM`, `_HUGE`, `_NORMAL`, `_P2P_HUGE`,
+/// `_P2P_NORMAL`); the DDR ones (0, 2, 3, 6, 7) report 0 bytes.
+pub const ACL_HBM_ATTRS: [c_int; 5] = [1, 4, 5, 8, 9];
+/// Largest `aclrtMemAttr` value accepted.
+pub const ACL_MEM_ATTR_MAX: c_int = 9;
+
+/// `aclrtUtilizationInfo`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct aclrtUtilizationInfo {
+    pub cubeUtilization: i32,
+    pub vectorUtilization: i32,
+    pub aicpuUtilization: i32,
+    pub memoryUtilization: i32,
+    /// Reserved; must be NULL.
+    pub utilizationExtend: *mut c_void,
+}
+
+const _: () = assert!(std::mem::size_of::<aclrtUtilizationInfo>() == 24);
+
+static INITIALIZED: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    static RECENT_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+/// Result of an ACL body: `Err((code, message))` sets the thread's recent error message.
+type AclResult = Result<(), (AclError, String)>;
+
+fn api(name: &str, body: impl FnOnce() -> AclResult) -> AclError {
+    let mut failure: Option<(AclError, String)> = None;
+    let rc = ffi::guard(ACL_ERROR_RT_INTERNAL_ERROR, || match body() {
+        Ok(()) => ACL_SUCCESS,
+        Err((rc, msg)) => {
+            failure = Some((rc, msg));
+            rc
+        }
+    });
+    if rc != ACL_SUCCESS {
+        let msg = failure.map_or_else(|| "internal error".to_owned(), |(_, m)| m);
+        let text = format!("EE9999: [fake] {name} failed with {rc}: {msg}").replace('\0', " ");
+        let text = CString::new(text).unwrap_or_default();
+        RECENT_ERROR.with(|e| *e.borrow_mut() = text);
+    }
+    rc
+}
+
+fn invalid(msg: impl Into<String>) -> (AclError, String) {
+    (ACL_ERROR_INVALID_PARAM, msg.into())
+}
+
+fn device_id(device_id: i32) -> Result<usize, (AclError, String)> {
+    device::valid(i64::from(device_id)).ok_or_else(|| {
+        (
+            ACL_ERROR_RT_INVALID_DEVICEID,
+            format!(
+                "device id {device_id} is out of range (device count {})",
+                config::get().device_count
+            ),
+        )
+    })
+}
+
+fn current_device() -> Result<usize, (AclError, String)> {
+    device::current_checked().ok_or_else(|| {
+        (
+            ACL_ERROR_RT_INVALID_DEVICEID,
+            "no device is available".to_owned(),
+        )
+    })
+}
+
+fn timing_err(e: TimingError) -> (AclError, String) {
+    match e {
+        TimingError::InvalidHandle => (
+            ACL_ERROR_RT_INVALID_HANDLE,
+            "unknown or destroyed stream/event handle".to_owned(),
+        ),
+        TimingError::NotRecorded | TimingError::TimingDisabled => (
+            ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID,
+            "event has not been recorded".to_owned(),
+        ),
+    }
+}
+
+/// # Safety
+/// `out` must be null or writable.
+unsafe fn put<T>(out: *mut T, value: T, what: &str) -> AclResult {
+    // SAFETY: forwarded contract.
+    if unsafe { ffi::write(out, value) } {
+        Ok(())
+    } else {
+        Err(invalid(format!("{what} is NULL")))
+    }
+}
+
+/// `aclInit`: `config_path` may be NULL and is not read. A second call without
+/// `aclFinalize` returns `ACL_ERROR_REPEAT_INITIALIZE`.
+#[no_mangle]
+pub unsafe extern "C" fn aclInit(_config_path: *const c_char) -> AclError {
+    api("aclInit", || {
+        if INITIALIZED.swap(true, Ordering::SeqCst) {
+            Err((
+                ACL_ERROR_REPEAT_INITIALIZE,
+                "aclInit was already called".to_owned(),
+            ))
+        } else {
+            Ok(())
+        }
+    })
+}
+
+/// `aclFinalize`: `ACL_ERROR_REPEAT_FINALIZE` without a preceding `aclInit`.
+#[no_mangle]
+pub unsafe extern "C" fn aclFinalize() -> AclError {
+    api("aclFinalize", || {
+        if INITIALIZED.swap(false, Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err((
+                ACL_ERROR_REPEAT_FINALIZE,
+                "aclFinalize without aclInit".to_owned(),
+            ))
+        }
+    })
+}
+
+/// `aclrtGetDeviceCount`.
+#[no_mangle]
+pub unsafe extern "C" fn aclrtGetDeviceCount(count: *mut u32) -> AclError {
+    api("aclrtGetDeviceCount", || {
+        // SAFETY: module contract.
+        unsafe { put(count, config::get().device_count as u32, "count") }
+    })
+}
+
+/// `aclrtSetDevice`: sets the calling thread's current device (shared with `cudaSetDevice`).
+#[no_mangle]
+pub unsafe extern "C" fn aclrtSetDevice(device: i32) -> AclError {
+    api("aclrtSetDevice", || {
+        device_id(device)?;
+        device::set_current(i64::from(device));
+        Ok(())
+    })
+}
+
+/// `aclrtResetDevice`: validates the id; allocations and streams are left alone.
+#[no_mangle]
+pub unsafe extern "C" fn aclrtResetDevice(device: i32) -> AclError {
+    api("aclrtResetDevice", || device_id(device).map(|_| ()))
+}
+
+/// `aclrtGetDevice`: the calling thread's current device (0 until set).
+#[no_mangle]
+pub unsafe extern "C" fn aclrtGetDevice(device: *mut i32) -> AclError {
+    api("aclrtGetDevice", || {
+        // SAFETY: module contract.
+        unsafe { put(device, device::current() as i32, "deviceId") }
+    })
+}
+
+/// `aclrtMallocHost`: page-aligned pinned host memory; size 0 is invalid.
+#[no_mangle]
+pub unsafe extern "C" fn aclrtMallocHost(host_ptr: *mut *mut c_void, size: usize) -> AclError {
+    api("aclrtMallocHost", || {
+        if host_ptr.is_null() {
+            return Err(invalid("hostPtr is NULL"));
+        }
+        if size == 0 {
+            return Err(invalid("size is 0"));
+        }
+        let p = memory::alloc_pinned(size, Api::Acl).map_err(|_| {
+            (
+                ACL_ERROR_RT_MEMORY_ALLOCATION,
+                format!("cannot allocate {size} bytes of host memory"),
+            )
+        })?;
+        // SAFETY: module contract.
+        unsafe { put(host_ptr, p, "hostPtr") }
+    })
+}
+
+/// `aclrtFreeHost`: only live `aclrtMallocHost` pointers.
+#[no_mangle]
+pub unsafe extern "C" fn aclrtFreeHost(host_ptr: *mut c_void) -> AclError {
+    api("aclrtFreeHost", || {
+        if host_ptr.is_null() {
+            return Err(invalid("hostPtr is NULL"));
+        }
+        memory::free_pinned(host_ptr as usize, Api::Acl).map_err(|_| {
+            (
+                ACL_ERROR_RT_INVALID_HANDLE,
+                format!("{host_ptr:p} is not a live aclrtMallocHost allocation"),
+            )
+        })
+    })
+}
+
+/// `aclrtMalloc`: host memory tagged with the current device; `policy` is accepted as is;
+/// size 0 is invalid.
+#[no_mangle]
+pub unsafe extern "C" fn aclrtMalloc(
+    dev_ptr: *mut *mut c_void,
+    size: usize,
+    _policy: c_int,
+) -> AclError {
+    api("aclrtMalloc", || {
+        if dev_ptr.is_null() {
+            return Err(invalid("devPtr is NULL"));
+        }
+        if size == 0 {
+            return Err(invalid("size is 0"));
+        }
+        let dev = current_device()?;
+        let p = memory::alloc_device(dev, size, Api::Acl).map_err(|_| {
+            (
+                ACL_ERROR_RT_MEMORY_ALLOCATION,
+                format!("cannot allocate {size} bytes on device {dev}"),
+            )
+        })?;
+        // SAFETY: module contract.
+        unsafe { put(dev_ptr, p, "devPtr") }
+    })
+}
+
+/// `aclrtFree`: only live `aclrtMalloc` base addresses.
+#[no_mangle]
+pub unsafe extern "C" fn aclrtFree(dev_ptr: *mut c_void) -> AclError {
+    api("aclrtFree", || {
+        if dev_ptr.is_null() {
+            return Err(invalid("devPtr is NULL"));
+        }
+        memory::free_device(dev_ptr as usize, Api::Acl).map_err(|_| {
+            (
+                ACL_ERROR_RT_INVALID_HANDLE,
+                format!("{dev_ptr:p} is not a live aclrtMalloc allocation"),
+            )
+        })
+    })
+}
+
+/// `aclrtCreateStream`: a stream on the current device with its own virtual clock.
+#[no_mangle]
+pub unsafe extern "C" fn aclrtCreateStream(stream: *mut *mut c_void) -> AclError {
+    api("aclrtCreateStream", || {
+        if stream.is_null() {
+            return Err(invalid("stream is NULL"));
+        }
+        let dev = current_device()?;
+        let handle = timing::create_stream(dev, Api::Acl);
+        // SAFETY: module contract.
+        unsafe { put(stream, handle, "stream") }
+    })
+}
+
+/// `aclrtDestroyStream`.
+#[no_mangle]
+pub unsafe extern "C" fn aclrtDestroyStream(stream: *mut c_void) -> AclError {
+    api("aclrtDestroyStream", || {
+        if stream.is_null() {
+            return Err(invalid("stream is NULL"));
+        }
+        timing::destroy_stream(stream, Api::Acl).map_err(timing_err)
+    })
+}
+
+fn stream_ref(stream: *mut c_void) -> StreamRef {
+    // Only NULL means the default stream in ACL; 1 and 2 are CUDA conventions.
+    if stream.is_null() {
+        StreamRef::Default(device::current())
+    } else {
+        StreamRef::Handle(stream as usize)
+    }
+}
+
+/// `aclrtSynchronizeStream`: copies are synchronous, so this only validates the handle.
+#[no_mangle]
+pub unsafe extern "C" fn aclrtSynchronizeStream(stream: *mut c_void) -> AclError {
+    api("aclrtSynchronizeStream", || {
+        timing::stream_device(stream_ref(stream), Api::Acl)
+            .map(|_| ())
+            .map_err(timing_err)
+    })
+}
+
+unsafe fn memcpy(
+    dst: *mut c_void,
+    dest_max: usize,
+    src: *const c_void,
+    count: usize,
+    kind: c_int,
+    stream: StreamRef,
+) -> AclResult {
+    if count > dest_max {
+        return Err(invalid(format!("count {count} exceeds destMax {dest_max}")));
+    }
+    let direction = match kind {
+        ACL_MEMCPY_HOST_TO_HOST => Direction::HostToHost,
+        ACL_MEMCPY_HOST_TO_DEVICE => Direction::HostToDevice,
+        ACL_MEMCPY_DEVICE_TO_HOST => Direction::DeviceToHost,
+        ACL_MEMCPY_DEVICE_TO_DEVICE => Direction::DeviceToDevice,
+        ACL_MEMCPY_DEFAULT => Direction::Infer,
+        _ => return Err(invalid(format!("unknown memcpy kind {kind}"))),
+    };
+    // SAFETY: host ranges are valid per the module contract; device ranges are validated.
+    match unsafe { copy::copy(dst, src, count, direction, stream, Api::Acl) } {
+        Ok(()) => Ok(()),
+        Err(CopyError::InvalidValue(why)) => Err(invalid(why)),
+        Err(CopyError::InvalidStream) => Err(timing_err(TimingError::InvalidHandle)),
+        Err(CopyError::DeviceFailed(dev)) => Err((
+            ACL_ERROR_RT_SYS_DMA,
+            format!("DMA copy on device {dev} failed (CHD_FAKE_FAIL_DEVICES)"),
+        )),
+    }
+}
+
+/// `aclrtMemcpyAsync`: executes synchronously and advances `stream`'s virtual clock.
+#[no_mangle]
+pub unsafe extern "C" fn aclrtMemcpyAsync(
+    dst: *mut c_void,
+    dest_max: usize,
+    src: *const c_void,
+    count: usize,
+    kind: c_int,
+    stream: *mut c_void,
+) -> AclError {
+    api("aclrtMemcpyAsync", || {
+        // SAFETY: module contract.
+        unsafe { memcpy(dst, dest_max, src, count, kind, stream_ref(stream)) }
+    })
+}
+
+/// `aclrtMemcpy`: like [`aclrtMemcpyAsync`] on the current device's default stream.
+#[no_mangle]
+pub unsafe extern "C" fn aclrtMemcpy(
+    dst: *mut c_void,
+    dest_max: usize,
+    src: *const c_void,
+    count: usize,
+    kind: c_int,
+) -> AclError {
+    api("aclrtMemcpy", || {
+        let stream = StreamRef::Default(device::current());
+        // SAFETY: module contract.
+        unsafe { memcpy(dst, dest_max, src, count, kind, stream) }
+    })
+}
+
+/// `aclrtCreateEvent`.
+#[no_mangle]
+pub unsafe extern "C" fn aclrtCreateEvent(event: *mut *mut c_void) -> AclError {
+    api("aclrtCreateEvent", || {
+        if event.is_null() {
+            return Err(invalid("event is NULL"));
+        }
+        let handle = timing::create_event(Api::Acl, true);
+        // SAFETY: module contract.
+        unsafe { put(event, handle, "event") }
+    })
+}
+
+/// `aclrtRecordEvent`: captures `stream`'s virtual clock.
+#[no_mangle]
+pub unsafe extern "C" fn aclrtRecordEvent(event: *mut c_void, stream: *mut c_void) -> AclError {
+    api("aclrtRecordEvent", || {
+        timing::record(event, stream_ref(stream), Api::Acl).map_err(timing_err)
+    })
+}
+
+/// `aclrtSynchronizeEvent`: validates the handle.
+#[no_mangle]
+pub unsafe extern "C" fn aclrtSynchronizeEvent(event: *mut c_void) -> AclError {
+    api("aclrtSynchronizeEvent", || {
+        timing::check_event(event, Api::Acl).map_err(timing_err)
+    })
+}
+
+/// `aclrtEventElapsedTime`: milliseconds between the clocks `start` and `end` captured.
+#[no_mangle]
+pub unsafe extern "C" fn aclrtEventElapsedTime(
+    ms: *mut f32,
+    start: *mut c_void,
+    end: *mut c_void,
+) -> AclError {
+    api("aclrtEventElapsedTime", || {
+        if ms.is_null() {
+            return Err(invalid("ms is NULL"));
+        }
+        let v = timing::elapsed_ms(start, end, Api::Acl).map_err(timing_err)?;
+        // SAFETY: module contract.
+        unsafe { put(ms, v, "ms") }
+    })
+}
+
+/// `aclrtDestroyEvent`.
+#[no_mangle]
+pub unsafe extern "C" fn aclrtDestroyEvent(event: *mut c_void) -> AclError {
+    api("aclrtDestroyEvent", || {
+        timing::destroy_event(event, Api::Acl).map_err(timing_err)
+    })
+}
+
+/// `aclrtGetMemInfo`: for the current device; HBM attributes report `CHD_FAKE_MEMORY_BYTES`
+/// total and total minus (allocated + 1 GiB if busy) free, DDR attributes report 0/0.
+#[no_mangle]
+pub unsafe extern "C" fn aclrtGetMemInfo(
+    attr: c_int,
+    free: *mut usize,
+    total: *mut usize,
+) -> AclError {
+    api("aclrtGetMemInfo", || {
+        if free.is_null() || total.is_null() {
+            return Err(invalid("free or total is NULL"));
+        }
+        if !(0..=ACL_MEM_ATTR_MAX).contains(&attr) {
+            return Err(invalid(format!("unknown memory attribute {attr}")));
+        }
+        let dev = current_device()?;
+        let (f, t) = if ACL_HBM_ATTRS.contains(&attr) {
+            let t = config::get().memory_bytes;
+            let busy = config::get().busy_devices_now().contains(&dev);
+            let used = (memory::device_bytes(dev) + if busy { BUSY_BYTES } else { 0 }).min(t);
+            (t - used, t)
+        } else {
+            (0, 0)
+        };
+        // SAFETY: module contract (both checked non-null above).
+        unsafe {
+            put(free, f as usize, "free")?;
+            put(total, t as usize, "total")
+        }
+    })
+}
+
+/// `aclrtGetDeviceUtilizationRate`: 100 in every field on busy devices, else 0.
+/// `utilizationExtend` must be NULL.
+#[no_mangle]
+pub unsafe extern "C" fn aclrtGetDeviceUtilizationRate(
+    device: i32,
+    info: *mut aclrtUtilizationInfo,
+) -> AclError {
+    api("aclrtGetDeviceUtilizationRate", || {
+        let dev = device_id(device)?;
+        if info.is_null() {
+            return Err(invalid("utilizationInfo is NULL"));
+        }
+        // SAFETY: non-null and readable per the module contract.
+        let extend = unsafe { std::ptr::addr_of!((*info).utilizationExtend).read_unaligned() };
+        if !extend.is_null() {
+            return Err(invalid("utilizationExtend must be NULL"));
+        }
+        let pct = if config::get().busy_devices_now().contains(&dev) {
+            100
+        } else {
+            0
+        };
+        let value = aclrtUtilizationInfo {
+            cubeUtilization: pct,
+            vectorUtilization: pct,
+            aicpuUtilization: pct,
+            memoryUtilization: pct,
+            utilizationExtend: std::ptr::null_mut(),
+        };
+        // SAFETY: module contract.
+        unsafe { put(info, value, "utilizationInfo") }
+    })
+}
+
+/// `aclGetRecentErrMsg`: the calling thread's last failure message ("" if none). The pointer
+/// stays valid until the next failing ACL call on the same thread.
+#[no_mangle]
+pub unsafe extern "C" fn aclGetRecentErrMsg() -> *const c_char {
+    RECENT_ERROR.with(|e| e.borrow().as_ptr())
+}

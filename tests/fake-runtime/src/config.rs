@@ -1,0 +1,466 @@
+//! Configuration of the fake runtime: the `CHD_FAKE_*` environment variables, parsed once per
+//! process on first use, plus the optional busy-device file that is re-read on every query.
+//!
+//! Parsing never fails: a malformed variable produces one line on stderr naming the variable
+//! and the variable's default is used instead (see `README.md` for the full syntax).
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+
+/// Default number of devices (`CHD_FAKE_DEVICE_COUNT`).
+pub const DEFAULT_DEVICE_COUNT: usize = 8;
+/// Largest accepted `CHD_FAKE_DEVICE_COUNT` (keeps the default PCI bus numbers unique).
+pub const MAX_DEVICE_COUNT: usize = 240;
+/// Default host<->device bandwidth in GB/s (1e9 bytes per second).
+pub const DEFAULT_GBPS: f64 = 58.9;
+/// Default device name (`CHD_FAKE_DEVICE_NAME`).
+pub const DEFAULT_DEVICE_NAME: &str = "Fake H200";
+/// Default device memory size: 141 GiB.
+pub const DEFAULT_MEMORY_BYTES: u64 = 141 << 30;
+
+/// A PCI address `domain:bus:device.function`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PciAddress {
+    pub domain: u32,
+    pub bus: u8,
+    pub device: u8,
+    pub function: u8,
+}
+
+impl PciAddress {
+    /// The default address of device `index`: `0000:XX:00.0` with `XX = 0x10 + index`.
+    pub fn default_for(index: usize) -> Self {
+        PciAddress {
+            domain: 0,
+            // MAX_DEVICE_COUNT keeps 0x10 + index within a byte.
+            bus: u8::try_from(0x10 + index).unwrap_or(u8::MAX),
+            device: 0,
+            function: 0,
+        }
+    }
+
+    /// Parses `[domain:]bus:device.function` (hex, any case; the domain may have up to 8 digits).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        let parts: Vec<&str> = text.split(':').collect();
+        let (domain, bus, rest) = match parts.as_slice() {
+            [bus, rest] => ("0", *bus, *rest),
+            [domain, bus, rest] => (*domain, *bus, *rest),
+            _ => return Err(format!("{text:?} is not a PCI address like 0000:1a:00.0")),
+        };
+        let (device, function) = rest
+            .split_once('.')
+            .ok_or_else(|| format!("{text:?} lacks the .function part"))?;
+        let hex = |s: &str, max_digits: usize, what: &str| -> Result<u32, String> {
+            if s.is_empty() || s.len() > max_digits || !s.chars().all(|c| c.is_ascii_hexdigit()) {
+                return Err(format!("bad PCI {what} {s:?} in {text:?}"));
+            }
+            u32::from_str_radix(s, 16).map_err(|e| format!("bad PCI {what} {s:?}: {e}"))
+        };
+        let domain = hex(domain, 8, "domain")?;
+        let bus = hex(bus, 2, "bus")?;
+        let device = hex(device, 2, "device")?;
+        let function = hex(function, 1, "function")?;
+        if device > 0x1f || function > 7 {
+            return Err(format!("PCI device/function out of range in {text:?}"));
+        }
+        Ok(PciAddress {
+            domain,
+            bus: bus as u8,
+            device: device as u8,
+            function: function as u8,
+        })
+    }
+
+    /// `0000:1A:00.0`: what `cudaDeviceGetPCIBusId` and NVML's `busIdLegacy` return.
+    pub fn legacy_upper(&self) -> String {
+        format!(
+            "{:04X}:{:02X}:{:02X}.{:X}",
+            self.domain, self.bus, self.device, self.function
+        )
+    }
+
+    /// `00000000:1A:00.0`: NVML's `busId` format.
+    pub fn nvml_upper(&self) -> String {
+        format!(
+            "{:08X}:{:02X}:{:02X}.{:X}",
+            self.domain, self.bus, self.device, self.function
+        )
+    }
+}
+
+/// `CHD_FAKE_SLOW_CPUS` rule: copies on `device` issued from a CPU in `cpus` run at `gbps`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SlowCpuRule {
+    pub device: usize,
+    /// Inclusive CPU ranges.
+    pub cpus: Vec<(usize, usize)>,
+    pub gbps: f64,
+}
+
+impl SlowCpuRule {
+    fn matches(&self, device: usize, cpu: usize) -> bool {
+        self.device == device && self.cpus.iter().any(|&(lo, hi)| (lo..=hi).contains(&cpu))
+    }
+}
+
+/// Everything read from the environment.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    pub device_count: usize,
+    pub default_gbps: f64,
+    /// Per-device bandwidth overrides from `CHD_FAKE_H2D_GBPS`.
+    pub device_gbps: Vec<(usize, f64)>,
+    pub slow_cpus: Vec<SlowCpuRule>,
+    pub fail_devices: BTreeSet<usize>,
+    pub busy_devices: BTreeSet<usize>,
+    pub busy_file: Option<PathBuf>,
+    /// One entry per device.
+    pub pci_addresses: Vec<PciAddress>,
+    pub device_name: String,
+    pub memory_bytes: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            device_count: DEFAULT_DEVICE_COUNT,
+            default_gbps: DEFAULT_GBPS,
+            device_gbps: Vec::new(),
+            slow_cpus: Vec::new(),
+            fail_devices: BTreeSet::new(),
+            busy_devices: BTreeSet::new(),
+            busy_file: None,
+            pci_addresses: (0..DEFAULT_DEVICE_COUNT)
+                .map(PciAddress::default_for)
+                .collect(),
+            device_name: DEFAULT_DEVICE_NAME.to_owned(),
+            memory_bytes: DEFAULT_MEMORY_BYTES,
+        }
+    }
+}
+
+fn parse_gbps(text: &str) -> Result<f64, String> {
+    let v: f64 = text
+        .trim()
+        .parse()
+        .map_err(|e| format!("bad bandwidth {text:?}: {e}"))?;
+    if !v.is_finite() || v <= 0.0 {
+        return Err(format!(
+            "bandwidth {text:?} must be a positive number of GB/s"
+        ));
+    }
+    Ok(v)
+}
+
+fn parse_index(text: &str, what: &str) -> Result<usize, String> {
+    text.trim()
+        .parse()
+        .map_err(|e| format!("bad {what} {text:?}: {e}"))
+}
+
+/// Parses a device list such as `5`, `5,6` or `1 2;3` (empty means none).
+pub fn parse_device_list(text: &str) -> Result<BTreeSet<usize>, String> {
+    text.split(|c: char| c == ',' || c == ';' || c.is_whitespace())
+        .filter(|t| !t.is_empty())
+        .map(|t| parse_index(t, "device index"))
+        .collect()
+}
+
+/// Parses `CHD_FAKE_H2D_GBPS`: `58.9;0=12.3;1=35` -> (default, overrides).
+pub fn parse_h2d_gbps(text: &str) -> Result<(f64, Vec<(usize, f64)>), String> {
+    let mut default = DEFAULT_GBPS;
+    let mut overrides = Vec::new();
+    for part in text.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.split_once('=') {
+            Some((dev, gbps)) => {
+                overrides.push((parse_index(dev, "device index")?, parse_gbps(gbps)?))
+            }
+            None => default = parse_gbps(part)?,
+        }
+    }
+    Ok((default, overrides))
+}
+
+/// Parses `CHD_FAKE_SLOW_CPUS`: `0@320-639=6.1;3@0-7,16-23=20`.
+pub fn parse_slow_cpus(text: &str) -> Result<Vec<SlowCpuRule>, String> {
+    let mut rules = Vec::new();
+    for part in text.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        let (lhs, gbps) = part
+            .split_once('=')
+            .ok_or_else(|| format!("{part:?} is not DEVICE@CPUS=GBPS"))?;
+        let (dev, cpus) = lhs
+            .split_once('@')
+            .ok_or_else(|| format!("{part:?} is not DEVICE@CPUS=GBPS"))?;
+        let mut ranges = Vec::new();
+        for range in cpus.split(',').map(str::trim) {
+            let (lo, hi) = match range.split_once('-') {
+                Some((lo, hi)) => (parse_index(lo, "cpu")?, parse_index(hi, "cpu")?),
+                None => {
+                    let cpu = parse_index(range, "cpu")?;
+                    (cpu, cpu)
+                }
+            };
+            if lo > hi {
+                return Err(format!("cpu range {range:?} is reversed"));
+            }
+            ranges.push((lo, hi));
+        }
+        rules.push(SlowCpuRule {
+            device: parse_index(dev, "device index")?,
+            cpus: ranges,
+            gbps: parse_gbps(gbps)?,
+        });
+    }
+    Ok(rules)
+}
+
+fn parse_count(text: &str) -> Result<usize, String> {
+    let n = parse_index(text, "device count")?;
+    if n > MAX_DEVICE_COUNT {
+        return Err(format!("device count {n} exceeds {MAX_DEVICE_COUNT}"));
+    }
+    Ok(n)
+}
+
+fn parse_memory(text: &str) -> Result<u64, String> {
+    let n: u64 = text
+        .trim()
+        .parse()
+        .map_err(|e| format!("bad byte count {text:?}: {e}"))?;
+    if n == 0 {
+        return Err("memory size must be positive".to_owned());
+    }
+    Ok(n)
+}
+
+fn parse_name(text: &str) -> Result<String, String> {
+    if text.contains('\0') {
+        return Err("device name contains a NUL byte".to_owned());
+    }
+    if text.len() > 255 {
+        return Err("device name is longer than 255 bytes".to_owned());
+    }
+    Ok(text.to_owned())
+}
+
+impl Config {
+    /// Builds a configuration from `lookup` (normally the process environment). Each
+    /// malformed variable is reported through `warn` and replaced by its default.
+    pub fn from_lookup(
+        lookup: impl Fn(&str) -> Option<String>,
+        mut warn: impl FnMut(String),
+    ) -> Config {
+        let mut cfg = Config::default();
+        // Empty values count as unset.
+        let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let mut field =
+            |name: &str, default_text: &str, apply: &mut dyn FnMut(&str) -> Result<(), String>| {
+                if let Some(value) = get(name) {
+                    if let Err(why) = apply(&value) {
+                        warn(format!(
+                        "chd-fake-runtime: ignoring {name}={value:?}: {why}; using the default ({default_text})"
+                    ));
+                    }
+                }
+            };
+
+        field("CHD_FAKE_DEVICE_COUNT", "8", &mut |v| {
+            cfg.device_count = parse_count(v)?;
+            Ok(())
+        });
+        field("CHD_FAKE_H2D_GBPS", "58.9 for every device", &mut |v| {
+            (cfg.default_gbps, cfg.device_gbps) = parse_h2d_gbps(v)?;
+            Ok(())
+        });
+        field("CHD_FAKE_SLOW_CPUS", "none", &mut |v| {
+            cfg.slow_cpus = parse_slow_cpus(v)?;
+            Ok(())
+        });
+        field("CHD_FAKE_FAIL_DEVICES", "none", &mut |v| {
+            cfg.fail_devices = parse_device_list(v)?;
+            Ok(())
+        });
+        field("CHD_FAKE_BUSY_DEVICES", "none", &mut |v| {
+            cfg.busy_devices = parse_device_list(v)?;
+            Ok(())
+        });
+        field("CHD_FAKE_BUSY_FILE", "none", &mut |v| {
+            cfg.busy_file = Some(PathBuf::from(v));
+            Ok(())
+        });
+        let count = cfg.device_count;
+        let mut pci: Vec<PciAddress> = (0..count).map(PciAddress::default_for).collect();
+        field(
+            "CHD_FAKE_PCI_BUS_IDS",
+            "0000:XX:00.0 with XX = 0x10 + index",
+            &mut |v| {
+                let parsed = v
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(PciAddress::parse)
+                    .collect::<Result<Vec<_>, _>>()?;
+                for (slot, addr) in pci.iter_mut().zip(parsed) {
+                    *slot = addr;
+                }
+                Ok(())
+            },
+        );
+        cfg.pci_addresses = pci;
+        field("CHD_FAKE_DEVICE_NAME", DEFAULT_DEVICE_NAME, &mut |v| {
+            cfg.device_name = parse_name(v)?;
+            Ok(())
+        });
+        field("CHD_FAKE_MEMORY_BYTES", "141 GiB", &mut |v| {
+            cfg.memory_bytes = parse_memory(v)?;
+            Ok(())
+        });
+        cfg
+    }
+
+    /// Bandwidth in GB/s for a copy on `device` issued from `cpu`.
+    pub fn gbps(&self, device: usize, cpu: Option<usize>) -> f64 {
+        if let Some(cpu) = cpu {
+            if let Some(rule) = self.slow_cpus.iter().find(|r| r.matches(device, cpu)) {
+                return rule.gbps;
+            }
+        }
+        self.device_gbps
+            .iter()
+            .rev()
+            .find(|(d, _)| *d == device)
+            .map_or(self.default_gbps, |&(_, g)| g)
+    }
+
+    /// Whether copies on `device` fail.
+    pub fn fails(&self, device: usize) -> bool {
+        self.fail_devices.contains(&device)
+    }
+
+    /// The busy devices right now: the busy file when configured (re-read on every call),
+    /// otherwise `CHD_FAKE_BUSY_DEVICES`.
+    pub fn busy_devices_now(&self) -> BTreeSet<usize> {
+        let Some(path) = &self.busy_file else {
+            return self.busy_devices.clone();
+        };
+        let result = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))
+            .and_then(|text| parse_device_list(&text));
+        match result {
+            Ok(set) => set,
+            Err(why) => {
+                warn_once(format!(
+                    "chd-fake-runtime: CHD_FAKE_BUSY_FILE: {why}; using CHD_FAKE_BUSY_DEVICES instead"
+                ));
+                self.busy_devices.clone()
+            }
+        }
+    }
+}
+
+/// Prints `line` to stderr unless the previous warning printed through here was the same.
+fn warn_once(line: String) {
+    static LAST: Mutex<Option<String>> = Mutex::new(None);
+    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    if last.as_deref() != Some(line.as_str()) {
+        eprintln!("{line}");
+        *last = Some(line);
+    }
+}
+
+/// The process-wide configuration, read from the environment on first use.
+pub fn get() -> &'static Config {
+    static CONFIG: OnceLock<Config> = OnceLock::new();
+    CONFIG.get_or_init(|| {
+        Config::from_lookup(|name| std::env::var(name).ok(), |line| eprintln!("{line}"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn from(vars: &[(&str, &str)]) -> (Config, Vec<String>) {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let mut warnings = Vec::new();
+        let cfg = Config::from_lookup(|n| map.get(n).cloned(), |w| warnings.push(w));
+        (cfg, warnings)
+    }
+
+    #[test]
+    fn defaults() {
+        let (cfg, warnings) = from(&[]);
+        assert!(warnings.is_empty());
+        assert_eq!(cfg, Config::default());
+        assert_eq!(cfg.device_count, 8);
+        assert_eq!(cfg.gbps(3, Some(0)), 58.9);
+        assert_eq!(cfg.pci_addresses[2].legacy_upper(), "0000:12:00.0");
+        assert_eq!(cfg.pci_addresses[2].nvml_upper(), "00000000:12:00.0");
+        assert_eq!(cfg.memory_bytes, 141 * 1024 * 1024 * 1024);
+    }
+
+    #[test]
+    fn bandwidth_overrides_and_slow_cpus() {
+        let (cfg, warnings) = from(&[
+            ("CHD_FAKE_H2D_GBPS", "50;0=12.3; 1=35"),
+            ("CHD_FAKE_SLOW_CPUS", "0@320-639=6.1;3@0-7,16=20"),
+        ]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(cfg.gbps(0, None), 12.3);
+        assert_eq!(cfg.gbps(0, Some(1)), 12.3);
+        assert_eq!(cfg.gbps(0, Some(320)), 6.1);
+        assert_eq!(cfg.gbps(0, Some(639)), 6.1);
+        assert_eq!(cfg.gbps(0, Some(640)), 12.3);
+        assert_eq!(cfg.gbps(1, Some(320)), 35.0);
+        assert_eq!(cfg.gbps(2, Some(320)), 50.0);
+        assert_eq!(cfg.gbps(3, Some(7)), 20.0);
+        assert_eq!(cfg.gbps(3, Some(16)), 20.0);
+        assert_eq!(cfg.gbps(3, Some(8)), 50.0);
+    }
+
+    #[test]
+    fn malformed_values_warn_and_fall_back() {
+        let (cfg, warnings) = from(&[
+            ("CHD_FAKE_DEVICE_COUNT", "many"),
+            ("CHD_FAKE_H2D_GBPS", "58.9;0=-1"),
+            ("CHD_FAKE_SLOW_CPUS", "0@5-1=3"),
+            ("CHD_FAKE_FAIL_DEVICES", "x"),
+            ("CHD_FAKE_MEMORY_BYTES", "0"),
+            ("CHD_FAKE_PCI_BUS_IDS", "0000:1g:00.0"),
+        ]);
+        assert_eq!(warnings.len(), 6, "{warnings:?}");
+        assert!(warnings[0].contains("CHD_FAKE_DEVICE_COUNT"));
+        assert!(warnings.iter().all(|w| !w.contains('\n')));
+        assert_eq!(cfg, Config::default());
+    }
+
+    #[test]
+    fn pci_ids_and_lists() {
+        let (cfg, warnings) = from(&[
+            ("CHD_FAKE_DEVICE_COUNT", "3"),
+            ("CHD_FAKE_PCI_BUS_IDS", "0000:1a:00.0, 00000001:9B:1f.7"),
+            ("CHD_FAKE_FAIL_DEVICES", "5,6"),
+            ("CHD_FAKE_BUSY_DEVICES", "2"),
+            ("CHD_FAKE_DEVICE_NAME", "Fake 910B"),
+        ]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(cfg.pci_addresses.len(), 3);
+        assert_eq!(cfg.pci_addresses[0].legacy_upper(), "0000:1A:00.0");
+        assert_eq!(cfg.pci_addresses[1].nvml_upper(), "00000001:9B:1F.7");
+        assert_eq!(cfg.pci_addresses[2], PciAddress::default_for(2));
+        assert!(cfg.fails(5) && cfg.fails(6) && !cfg.fails(0));
+        assert_eq!(cfg.busy_devices_now(), BTreeSet::from([2]));
+        assert_eq!(cfg.device_name, "Fake 910B");
+        assert_eq!(
+            PciAddress::parse("1a:00.0"),
+            PciAddress::parse("0000:1A:00.0")
+        );
+        assert!(PciAddress::parse("1a:00").is_err());
+    }
+}

@@ -1,0 +1,523 @@
+//! The exported CUDA runtime subset (`libcudart.so` role): devices, pinned and device
+//! memory, streams, copies, events and error strings, with `cudaError_t` codes and the
+//! per-thread "last error" that `cudaGetLastError` returns and resets.
+//!
+//! Safety contract shared by every function here: pointer arguments must be null or valid
+//! for the access the real CUDA runtime documents (out-pointers writable, host ranges of a
+//! copy readable/writable for `count` bytes). Null out-pointers are rejected with
+//! `cudaErrorInvalidValue`; device pointers, streams and events are validated against the
+//! registries. No panic crosses the boundary (it becomes `cudaErrorUnknown`).
+
+#![allow(non_snake_case)]
+#![allow(
+    clippy::missing_safety_doc,
+    reason = "the module documentation states the contract shared by all these C entry points"
+)]
+
+use std::cell::Cell;
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+use crate::config;
+use crate::copy::{self, CopyError, Direction};
+use crate::device;
+use crate::ffi::{self, StrWrite};
+use crate::memory::{self, Api};
+use crate::timing::{self, StreamRef, TimingError};
+
+/// `cudaError_t`.
+pub type CudaError = c_int;
+
+pub const CUDA_SUCCESS: CudaError = 0;
+pub const CUDA_ERROR_INVALID_VALUE: CudaError = 1;
+pub const CUDA_ERROR_MEMORY_ALLOCATION: CudaError = 2;
+pub const CUDA_ERROR_INVALID_MEMCPY_DIRECTION: CudaError = 21;
+pub const CUDA_ERROR_NO_DEVICE: CudaError = 100;
+pub const CUDA_ERROR_INVALID_DEVICE: CudaError = 101;
+pub const CUDA_ERROR_INVALID_RESOURCE_HANDLE: CudaError = 400;
+pub const CUDA_ERROR_UNKNOWN: CudaError = 999;
+
+/// `cudaMemcpyKind` values.
+pub const CUDA_MEMCPY_HOST_TO_HOST: c_int = 0;
+pub const CUDA_MEMCPY_HOST_TO_DEVICE: c_int = 1;
+pub const CUDA_MEMCPY_DEVICE_TO_HOST: c_int = 2;
+pub const CUDA_MEMCPY_DEVICE_TO_DEVICE: c_int = 3;
+pub const CUDA_MEMCPY_DEFAULT: c_int = 4;
+
+/// `cudaEventDisableTiming`.
+pub const CUDA_EVENT_DISABLE_TIMING: c_uint = 0x2;
+
+const RUNTIME_VERSION: c_int = 12040;
+const DRIVER_VERSION: c_int = 12040;
+
+thread_local! {
+    static LAST_ERROR: Cell<CudaError> = const { Cell::new(CUDA_SUCCESS) };
+}
+
+/// Runs `body` behind the panic guard and records a failure as the thread's last error.
+fn api(body: impl FnOnce() -> CudaError) -> CudaError {
+    let rc = ffi::guard(CUDA_ERROR_UNKNOWN, body);
+    if rc != CUDA_SUCCESS {
+        LAST_ERROR.with(|e| e.set(rc));
+    }
+    rc
+}
+
+fn current_device() -> Result<usize, CudaError> {
+    device::current_checked().ok_or(if config::get().device_count == 0 {
+        CUDA_ERROR_NO_DEVICE
+    } else {
+        CUDA_ERROR_INVALID_DEVICE
+    })
+}
+
+fn code(r: Result<(), CudaError>) -> CudaError {
+    r.err().unwrap_or(CUDA_SUCCESS)
+}
+
+fn timing_code(e: TimingError) -> CudaError {
+    match e {
+        TimingError::InvalidHandle | TimingError::NotRecorded | TimingError::TimingDisabled => {
+            CUDA_ERROR_INVALID_RESOURCE_HANDLE
+        }
+    }
+}
+
+/// `cudaGetDeviceCount`: `CHD_FAKE_DEVICE_COUNT` (zero devices -> `cudaErrorNoDevice`).
+#[no_mangle]
+pub unsafe extern "C" fn cudaGetDeviceCount(count: *mut c_int) -> CudaError {
+    api(|| {
+        let n = config::get().device_count;
+        // SAFETY: `count` is null or writable (module contract).
+        if !unsafe { ffi::write(count, n as c_int) } {
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        if n == 0 {
+            CUDA_ERROR_NO_DEVICE
+        } else {
+            CUDA_SUCCESS
+        }
+    })
+}
+
+/// `cudaSetDevice`: sets the calling thread's current device.
+#[no_mangle]
+pub unsafe extern "C" fn cudaSetDevice(device: c_int) -> CudaError {
+    api(|| {
+        if device::set_current(i64::from(device)) {
+            CUDA_SUCCESS
+        } else {
+            CUDA_ERROR_INVALID_DEVICE
+        }
+    })
+}
+
+/// `cudaGetDevice`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaGetDevice(device: *mut c_int) -> CudaError {
+    api(|| {
+        // SAFETY: module contract.
+        if unsafe { ffi::write(device, device::current() as c_int) } {
+            CUDA_SUCCESS
+        } else {
+            CUDA_ERROR_INVALID_VALUE
+        }
+    })
+}
+
+/// `cudaRuntimeGetVersion`: 12040.
+#[no_mangle]
+pub unsafe extern "C" fn cudaRuntimeGetVersion(version: *mut c_int) -> CudaError {
+    // SAFETY: module contract.
+    api(|| match unsafe { ffi::write(version, RUNTIME_VERSION) } {
+        true => CUDA_SUCCESS,
+        false => CUDA_ERROR_INVALID_VALUE,
+    })
+}
+
+/// `cudaDriverGetVersion`: 12040.
+#[no_mangle]
+pub unsafe extern "C" fn cudaDriverGetVersion(version: *mut c_int) -> CudaError {
+    // SAFETY: module contract.
+    api(|| match unsafe { ffi::write(version, DRIVER_VERSION) } {
+        true => CUDA_SUCCESS,
+        false => CUDA_ERROR_INVALID_VALUE,
+    })
+}
+
+unsafe fn device_properties(prop: *mut c_void, device: c_int) -> CudaError {
+    api(|| {
+        if prop.is_null() {
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        if device::valid(i64::from(device)).is_none() {
+            return CUDA_ERROR_INVALID_DEVICE;
+        }
+        // Only `char name[256]` at offset 0 is written; the rest of the caller's (larger)
+        // buffer is left alone.
+        // SAFETY: the real struct starts with char name[256], so the caller's buffer is at
+        // least 256 bytes.
+        unsafe { ffi::write_str(prop.cast(), 256, &config::get().device_name, true) };
+        CUDA_SUCCESS
+    })
+}
+
+/// `cudaGetDeviceProperties`: writes only `name` (offset 0, 256 bytes).
+#[no_mangle]
+pub unsafe extern "C" fn cudaGetDeviceProperties(prop: *mut c_void, device: c_int) -> CudaError {
+    // SAFETY: same contract.
+    unsafe { device_properties(prop, device) }
+}
+
+/// `cudaGetDeviceProperties_v2`: same as [`cudaGetDeviceProperties`].
+#[no_mangle]
+pub unsafe extern "C" fn cudaGetDeviceProperties_v2(prop: *mut c_void, device: c_int) -> CudaError {
+    // SAFETY: same contract.
+    unsafe { device_properties(prop, device) }
+}
+
+/// `cudaDeviceGetPCIBusId`: `0000:1A:00.0` (uppercase hex), truncated to `len`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaDeviceGetPCIBusId(
+    pci_bus_id: *mut c_char,
+    len: c_int,
+    device: c_int,
+) -> CudaError {
+    api(|| {
+        let Some(dev) = device::valid(i64::from(device)) else {
+            return CUDA_ERROR_INVALID_DEVICE;
+        };
+        let Ok(len) = usize::try_from(len) else {
+            return CUDA_ERROR_INVALID_VALUE;
+        };
+        let text = config::get().pci_addresses[dev].legacy_upper();
+        // SAFETY: `pci_bus_id` is null or valid for `len` bytes (module contract).
+        match unsafe { ffi::write_str(pci_bus_id, len, &text, true) } {
+            StrWrite::Written => CUDA_SUCCESS,
+            StrWrite::Invalid | StrWrite::TooSmall => CUDA_ERROR_INVALID_VALUE,
+        }
+    })
+}
+
+unsafe fn alloc_pinned(ptr: *mut *mut c_void, size: usize) -> CudaError {
+    if ptr.is_null() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    match memory::alloc_pinned(size, Api::Cuda) {
+        Ok(p) => {
+            // SAFETY: checked non-null; writable per the module contract.
+            unsafe { ffi::write(ptr, p) };
+            CUDA_SUCCESS
+        }
+        Err(_) => CUDA_ERROR_MEMORY_ALLOCATION,
+    }
+}
+
+/// `cudaHostAlloc`: page-aligned pinned host memory (flags other than the four defined bits
+/// are rejected; the bits themselves change nothing).
+#[no_mangle]
+pub unsafe extern "C" fn cudaHostAlloc(
+    p_host: *mut *mut c_void,
+    size: usize,
+    flags: c_uint,
+) -> CudaError {
+    api(|| {
+        if flags & !0xf != 0 {
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        // SAFETY: module contract.
+        unsafe { alloc_pinned(p_host, size) }
+    })
+}
+
+/// `cudaMallocHost`: page-aligned pinned host memory.
+#[no_mangle]
+pub unsafe extern "C" fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) -> CudaError {
+    // SAFETY: module contract.
+    api(|| unsafe { alloc_pinned(ptr, size) })
+}
+
+/// `cudaFreeHost`: NULL is a no-op; anything but a live CUDA pinned allocation is an error.
+#[no_mangle]
+pub unsafe extern "C" fn cudaFreeHost(ptr: *mut c_void) -> CudaError {
+    api(|| {
+        if ptr.is_null() {
+            return CUDA_SUCCESS;
+        }
+        match memory::free_pinned(ptr as usize, Api::Cuda) {
+            Ok(()) => CUDA_SUCCESS,
+            Err(_) => CUDA_ERROR_INVALID_VALUE,
+        }
+    })
+}
+
+/// `cudaMalloc`: host memory tagged with the current device; size 0 yields NULL.
+#[no_mangle]
+pub unsafe extern "C" fn cudaMalloc(dev_ptr: *mut *mut c_void, size: usize) -> CudaError {
+    api(|| {
+        if dev_ptr.is_null() {
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        let dev = match current_device() {
+            Ok(d) => d,
+            Err(e) => return e,
+        };
+        let result = if size == 0 {
+            Ok(std::ptr::null_mut())
+        } else {
+            memory::alloc_device(dev, size, Api::Cuda)
+        };
+        match result {
+            Ok(p) => {
+                // SAFETY: checked non-null; writable per the module contract.
+                unsafe { ffi::write(dev_ptr, p) };
+                CUDA_SUCCESS
+            }
+            Err(_) => CUDA_ERROR_MEMORY_ALLOCATION,
+        }
+    })
+}
+
+/// `cudaFree`: NULL is a no-op; anything but a live `cudaMalloc` base address is an error.
+#[no_mangle]
+pub unsafe extern "C" fn cudaFree(dev_ptr: *mut c_void) -> CudaError {
+    api(|| {
+        if dev_ptr.is_null() {
+            return CUDA_SUCCESS;
+        }
+        match memory::free_device(dev_ptr as usize, Api::Cuda) {
+            Ok(()) => CUDA_SUCCESS,
+            Err(_) => CUDA_ERROR_INVALID_VALUE,
+        }
+    })
+}
+
+unsafe fn stream_create(stream: *mut *mut c_void) -> CudaError {
+    if stream.is_null() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    let dev = match current_device() {
+        Ok(d) => d,
+        Err(e) => return e,
+    };
+    let handle = timing::create_stream(dev, Api::Cuda);
+    // SAFETY: checked non-null; writable per the module contract.
+    unsafe { ffi::write(stream, handle) };
+    CUDA_SUCCESS
+}
+
+/// `cudaStreamCreate`: a stream on the current device with its own virtual clock.
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamCreate(stream: *mut *mut c_void) -> CudaError {
+    // SAFETY: module contract.
+    api(|| unsafe { stream_create(stream) })
+}
+
+/// `cudaStreamCreateWithFlags`: flags 0 (`cudaStreamDefault`) or 1 (`cudaStreamNonBlocking`).
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamCreateWithFlags(
+    stream: *mut *mut c_void,
+    flags: c_uint,
+) -> CudaError {
+    api(|| {
+        if flags > 1 {
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        // SAFETY: module contract.
+        unsafe { stream_create(stream) }
+    })
+}
+
+/// `cudaStreamDestroy`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamDestroy(stream: *mut c_void) -> CudaError {
+    api(|| match timing::destroy_stream(stream, Api::Cuda) {
+        Ok(()) => CUDA_SUCCESS,
+        Err(e) => timing_code(e),
+    })
+}
+
+fn stream_ref(stream: *mut c_void) -> StreamRef {
+    StreamRef::from_raw(stream, device::current())
+}
+
+/// `cudaStreamSynchronize`: copies are synchronous, so this only validates the handle.
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamSynchronize(stream: *mut c_void) -> CudaError {
+    api(
+        || match timing::stream_device(stream_ref(stream), Api::Cuda) {
+            Ok(_) => CUDA_SUCCESS,
+            Err(e) => timing_code(e),
+        },
+    )
+}
+
+unsafe fn memcpy(
+    dst: *mut c_void,
+    src: *const c_void,
+    count: usize,
+    kind: c_int,
+    stream: StreamRef,
+) -> CudaError {
+    let direction = match kind {
+        CUDA_MEMCPY_HOST_TO_HOST => Direction::HostToHost,
+        CUDA_MEMCPY_HOST_TO_DEVICE => Direction::HostToDevice,
+        CUDA_MEMCPY_DEVICE_TO_HOST => Direction::DeviceToHost,
+        CUDA_MEMCPY_DEVICE_TO_DEVICE => Direction::DeviceToDevice,
+        CUDA_MEMCPY_DEFAULT => Direction::Infer,
+        _ => return CUDA_ERROR_INVALID_MEMCPY_DIRECTION,
+    };
+    // SAFETY: host ranges are valid per the module contract; device ranges are validated.
+    match unsafe { copy::copy(dst, src, count, direction, stream, Api::Cuda) } {
+        Ok(()) => CUDA_SUCCESS,
+        Err(CopyError::InvalidValue(_)) => CUDA_ERROR_INVALID_VALUE,
+        Err(CopyError::InvalidStream) => CUDA_ERROR_INVALID_RESOURCE_HANDLE,
+        Err(CopyError::DeviceFailed(_)) => CUDA_ERROR_UNKNOWN,
+    }
+}
+
+/// `cudaMemcpyAsync`: executes synchronously and advances `stream`'s virtual clock.
+#[no_mangle]
+pub unsafe extern "C" fn cudaMemcpyAsync(
+    dst: *mut c_void,
+    src: *const c_void,
+    count: usize,
+    kind: c_int,
+    stream: *mut c_void,
+) -> CudaError {
+    // SAFETY: module contract.
+    api(|| unsafe { memcpy(dst, src, count, kind, stream_ref(stream)) })
+}
+
+/// `cudaMemcpy`: like [`cudaMemcpyAsync`] on the current device's default stream.
+#[no_mangle]
+pub unsafe extern "C" fn cudaMemcpy(
+    dst: *mut c_void,
+    src: *const c_void,
+    count: usize,
+    kind: c_int,
+) -> CudaError {
+    api(|| {
+        let stream = StreamRef::Default(device::current());
+        // SAFETY: module contract.
+        unsafe { memcpy(dst, src, count, kind, stream) }
+    })
+}
+
+unsafe fn event_create(event: *mut *mut c_void, flags: c_uint) -> CudaError {
+    if event.is_null() || flags & !0x7 != 0 {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    let handle = timing::create_event(Api::Cuda, flags & CUDA_EVENT_DISABLE_TIMING == 0);
+    // SAFETY: checked non-null; writable per the module contract.
+    unsafe { ffi::write(event, handle) };
+    CUDA_SUCCESS
+}
+
+/// `cudaEventCreate`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaEventCreate(event: *mut *mut c_void) -> CudaError {
+    // SAFETY: module contract.
+    api(|| unsafe { event_create(event, 0) })
+}
+
+/// `cudaEventCreateWithFlags`: `cudaEventDisableTiming` (2) makes elapsed-time queries fail.
+#[no_mangle]
+pub unsafe extern "C" fn cudaEventCreateWithFlags(
+    event: *mut *mut c_void,
+    flags: c_uint,
+) -> CudaError {
+    // SAFETY: module contract.
+    api(|| unsafe { event_create(event, flags) })
+}
+
+/// `cudaEventRecord`: captures `stream`'s virtual clock.
+#[no_mangle]
+pub unsafe extern "C" fn cudaEventRecord(event: *mut c_void, stream: *mut c_void) -> CudaError {
+    api(|| code(timing::record(event, stream_ref(stream), Api::Cuda).map_err(timing_code)))
+}
+
+/// `cudaEventSynchronize`: validates the handle.
+#[no_mangle]
+pub unsafe extern "C" fn cudaEventSynchronize(event: *mut c_void) -> CudaError {
+    api(|| code(timing::check_event(event, Api::Cuda).map_err(timing_code)))
+}
+
+/// `cudaEventElapsedTime`: milliseconds between the clocks `start` and `end` captured.
+#[no_mangle]
+pub unsafe extern "C" fn cudaEventElapsedTime(
+    ms: *mut f32,
+    start: *mut c_void,
+    end: *mut c_void,
+) -> CudaError {
+    api(|| {
+        if ms.is_null() {
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        match timing::elapsed_ms(start, end, Api::Cuda) {
+            Ok(v) => {
+                // SAFETY: checked non-null; writable per the module contract.
+                unsafe { ffi::write(ms, v) };
+                CUDA_SUCCESS
+            }
+            Err(e) => timing_code(e),
+        }
+    })
+}
+
+/// `cudaEventDestroy`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaEventDestroy(event: *mut c_void) -> CudaError {
+    api(|| code(timing::destroy_event(event, Api::Cuda).map_err(timing_code)))
+}
+
+/// `cudaDeviceSynchronize`: nothing is ever pending.
+#[no_mangle]
+pub unsafe extern "C" fn cudaDeviceSynchronize() -> CudaError {
+    api(|| code(current_device().map(|_| ())))
+}
+
+/// `cudaGetLastError`: the calling thread's last error, which is then reset to success.
+#[no_mangle]
+pub unsafe extern "C" fn cudaGetLastError() -> CudaError {
+    LAST_ERROR.with(|e| e.replace(CUDA_SUCCESS))
+}
+
+/// `cudaPeekAtLastError`: the calling thread's last error, not reset.
+#[no_mangle]
+pub unsafe extern "C" fn cudaPeekAtLastError() -> CudaError {
+    LAST_ERROR.with(Cell::get)
+}
+
+/// `cudaGetErrorString`: static description, as the real runtime words it.
+#[no_mangle]
+pub unsafe extern "C" fn cudaGetErrorString(err: CudaError) -> *const c_char {
+    match err {
+        CUDA_SUCCESS => c"no error",
+        CUDA_ERROR_INVALID_VALUE => c"invalid argument",
+        CUDA_ERROR_MEMORY_ALLOCATION => c"out of memory",
+        CUDA_ERROR_INVALID_MEMCPY_DIRECTION => c"invalid copy direction for memcpy",
+        CUDA_ERROR_NO_DEVICE => c"no CUDA-capable device is detected",
+        CUDA_ERROR_INVALID_DEVICE => c"invalid device ordinal",
+        CUDA_ERROR_INVALID_RESOURCE_HANDLE => c"invalid resource handle",
+        CUDA_ERROR_UNKNOWN => c"unknown error",
+        _ => c"unrecognized error code",
+    }
+    .as_ptr()
+}
+
+/// `cudaGetErrorName`: static enum name.
+#[no_mangle]
+pub unsafe extern "C" fn cudaGetErrorName(err: CudaError) -> *const c_char {
+    match err {
+        CUDA_SUCCESS => c"cudaSuccess",
+        CUDA_ERROR_INVALID_VALUE => c"cudaErrorInvalidValue",
+        CUDA_ERROR_MEMORY_ALLOCATION => c"cudaErrorMemoryAllocation",
+        CUDA_ERROR_INVALID_MEMCPY_DIRECTION => c"cudaErrorInvalidMemcpyDirection",
+        CUDA_ERROR_NO_DEVICE => c"cudaErrorNoDevice",
+        CUDA_ERROR_INVALID_DEVICE => c"cudaErrorInvalidDevice",
+        CUDA_ERROR_INVALID_RESOURCE_HANDLE => c"cudaErrorInvalidResourceHandle",
+        CUDA_ERROR_UNKNOWN => c"cudaErrorUnknown",
+        _ => c"unrecognized error code",
+    }
+    .as_ptr()
+}
