@@ -169,6 +169,8 @@ fn registry(
         affinity_cpus: affinity_cpus.clone(),
         stale_after: Duration::from_secs(24 * 3600),
         cells,
+        pairs: vec![],
+        pair_cells: false,
     }));
     registry
 }

@@ -117,6 +117,16 @@ pub struct RuntimeArgs {
     /// (default pinned).
     #[arg(long, value_name = "KIND")]
     pub host_memory: Option<String>,
+    /// What the core-pair probe moves bytes with: auto (NCCL with cuda, HCCL with acl, else
+    /// peer copies), nccl, hccl or copy [runtime.collective] (default auto).
+    #[arg(long, value_name = "NAME")]
+    pub collective: Option<String>,
+    /// libnccl to load instead of libnccl.so / libnccl.so.2 [runtime.nccl].
+    #[arg(long, value_name = "PATH")]
+    pub nccl: Option<PathBuf>,
+    /// libhccl to load instead of libhccl.so [runtime.hccl].
+    #[arg(long, value_name = "PATH")]
+    pub hccl: Option<PathBuf>,
 }
 
 /// Scrape-time collectors: `--collector.NAME` / `--no-collector.NAME` turn one on or off
@@ -198,6 +208,9 @@ impl RuntimeArgs {
         l.runtime.acl_runtime = self.acl_runtime.clone();
         l.runtime.nvml = self.nvml.clone();
         l.runtime.host_memory = self.host_memory.clone();
+        l.runtime.collective = self.collective.clone();
+        l.runtime.nccl = self.nccl.clone();
+        l.runtime.hccl = self.hccl.clone();
     }
 }
 
@@ -262,6 +275,17 @@ pub struct ServeArgs {
     /// Export every matrix cell, not only aggregates [exposition.cells] (default true).
     #[arg(long, value_name = "BOOL")]
     pub cells: Option<bool>,
+    /// A device pair for the core-pair probe, e.g. 0,5, or auto (device 0 and its farthest
+    /// peer by PCI topology); repeatable [probe.pairs] (default none).
+    #[arg(long = "pair", value_name = "A,B")]
+    pub pairs: Vec<String>,
+    /// Bytes per rank of one pair allgather, MiB [probe.pair_size_mib] (default 64).
+    #[arg(long, value_name = "MIB")]
+    pub pair_size: Option<u64>,
+    /// Longest one pair cell may take before it is aborted [probe.pair_timeout]
+    /// (default 30s).
+    #[arg(long, value_name = "DURATION")]
+    pub pair_timeout: Option<String>,
     /// Export every core-pair cell; 409,600 series at 640 CPUs [exposition.pair_cells]
     /// (default false).
     #[arg(long, value_name = "BOOL")]
@@ -306,6 +330,9 @@ impl Cli {
             l.probe.stale_after = a.stale_after.clone();
             l.exposition.cells = a.cells;
             l.exposition.pair_cells = a.pair_cells;
+            l.probe.pairs = (!a.pairs.is_empty()).then(|| a.pairs.clone());
+            l.probe.pair_size_mib = a.pair_size;
+            l.probe.pair_timeout = a.pair_timeout.clone();
         }
         l
     }

@@ -113,6 +113,12 @@ pub struct RuntimeLayer {
     pub nvml: Option<PathBuf>,
     /// Host side of accelerator copies: `pinned` or `pageable`.
     pub host_memory: Option<String>,
+    /// Pair probe transport: `auto`, `nccl`, `hccl`, `copy`.
+    pub collective: Option<String>,
+    /// libnccl to load instead of libnccl.so / libnccl.so.2.
+    pub nccl: Option<PathBuf>,
+    /// libhccl to load instead of libhccl.so.
+    pub hccl: Option<PathBuf>,
 }
 
 /// `[schedule]`
@@ -149,6 +155,13 @@ pub struct ProbeLayer {
     pub samples_per_cell: Option<usize>,
     /// Age after which a cell counts as stale, e.g. `24h`.
     pub stale_after: Option<String>,
+    /// Device pairs for the core-pair probe: `"0,5"`, or `"auto"` (device 0 and its
+    /// farthest peer by PCI topology).
+    pub pairs: Option<Vec<String>>,
+    /// Bytes per rank of one pair allgather, MiB.
+    pub pair_size_mib: Option<u64>,
+    /// Longest one pair cell may take before it is aborted, e.g. `30s`.
+    pub pair_timeout: Option<String>,
 }
 
 /// `[exposition]`
@@ -184,7 +197,10 @@ layer_merge!(RuntimeLayer {
     cuda_runtime,
     acl_runtime,
     nvml,
-    host_memory
+    host_memory,
+    collective,
+    nccl,
+    hccl
 });
 layer_merge!(ScheduleLayer {
     enabled,
@@ -200,7 +216,10 @@ layer_merge!(ProbeLayer {
     iterations,
     cpus,
     samples_per_cell,
-    stale_after
+    stale_after,
+    pairs,
+    pair_size_mib,
+    pair_timeout
 });
 layer_merge!(ExpositionLayer { cells, pair_cells });
 layer_merge!(CollectorsLayer {
@@ -264,6 +283,9 @@ impl Layer {
                 acl_runtime: None,
                 nvml: None,
                 host_memory: Some("pinned".into()),
+                collective: Some("auto".into()),
+                nccl: None,
+                hccl: None,
             },
             schedule: ScheduleLayer {
                 enabled: Some(true),
@@ -280,6 +302,9 @@ impl Layer {
                 cpus: Some("all".into()),
                 samples_per_cell: Some(5),
                 stale_after: Some("24h".into()),
+                pairs: Some(vec![]),
+                pair_size_mib: Some(64),
+                pair_timeout: Some("30s".into()),
             },
             exposition: ExpositionLayer {
                 cells: Some(true),
@@ -404,6 +429,45 @@ pub struct ProbeConfig {
     pub cpus: CpuSelection,
     pub samples_per_cell: usize,
     pub stale_after: Duration,
+    pub pairs: Vec<PairSelection>,
+    pub pair_size_bytes: u64,
+    pub pair_timeout: Duration,
+}
+
+/// A device pair of the core-pair probe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PairSelection {
+    /// Device 0 and its farthest peer by PCI topology.
+    Auto,
+    /// Two device labels, as the runtime numbers them.
+    Devices(String, String),
+}
+
+impl PairSelection {
+    /// Parse `auto` or `A,B` (two different device labels).
+    pub fn parse(text: &str) -> Result<PairSelection, String> {
+        let text = text.trim();
+        if text == "auto" {
+            return Ok(PairSelection::Auto);
+        }
+        match text.split(',').map(str::trim).collect::<Vec<_>>()[..] {
+            [a, b] if !a.is_empty() && !b.is_empty() && a != b => {
+                Ok(PairSelection::Devices(a.to_string(), b.to_string()))
+            }
+            _ => Err(format!(
+                "{text:?} is not a pair like \"0,5\" (two different devices) or \"auto\""
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for PairSelection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PairSelection::Auto => f.write_str("auto"),
+            PairSelection::Devices(a, b) => write!(f, "{a},{b}"),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -490,10 +554,36 @@ impl Config {
                 .unwrap_or_default()
                 .parse()
                 .map_err(|e| invalid("runtime.host_memory", e))?,
+            collective: l
+                .runtime
+                .collective
+                .unwrap_or_default()
+                .parse()
+                .map_err(|e| invalid("runtime.collective", e))?,
             cuda_runtime: l.runtime.cuda_runtime,
             acl_runtime: l.runtime.acl_runtime,
             nvml: l.runtime.nvml,
+            nccl: l.runtime.nccl,
+            hccl: l.runtime.hccl,
         };
+        let pairs = l
+            .probe
+            .pairs
+            .unwrap_or_default()
+            .iter()
+            .map(|p| PairSelection::parse(p).map_err(|e| invalid("probe.pairs", e)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let pair_size_mib = l.probe.pair_size_mib.unwrap_or(64);
+        if pair_size_mib == 0 || pair_size_mib > 16 * 1024 {
+            return Err(invalid(
+                "probe.pair_size_mib",
+                format!("{pair_size_mib} MiB is outside 1..=16384"),
+            ));
+        }
+        let pair_timeout = duration(
+            "probe.pair_timeout",
+            &l.probe.pair_timeout.unwrap_or_default(),
+        )?;
         let sizes_mib = l.probe.sizes_mib.unwrap_or_default();
         if sizes_mib.is_empty() {
             return Err(invalid("probe.sizes_mib", "needs at least one size"));
@@ -595,6 +685,9 @@ impl Config {
                 cpus,
                 samples_per_cell,
                 stale_after,
+                pairs,
+                pair_size_bytes: pair_size_mib << 20,
+                pair_timeout,
             },
             exposition: ExpositionConfig {
                 cells: l.exposition.cells.unwrap_or(true),
@@ -622,6 +715,9 @@ impl Config {
                 acl_runtime: self.runtime.acl_runtime.clone(),
                 nvml: self.runtime.nvml.clone(),
                 host_memory: Some(self.runtime.host_memory.as_str().into()),
+                collective: Some(self.runtime.collective.as_str().into()),
+                nccl: self.runtime.nccl.clone(),
+                hccl: self.runtime.hccl.clone(),
             },
             schedule: ScheduleLayer {
                 enabled: Some(self.schedule.enabled),
@@ -646,6 +742,9 @@ impl Config {
                 cpus: Some(self.probe.cpus.to_string()),
                 samples_per_cell: Some(self.probe.samples_per_cell),
                 stale_after: Some(humantime::format_duration(self.probe.stale_after).to_string()),
+                pairs: Some(self.probe.pairs.iter().map(|p| p.to_string()).collect()),
+                pair_size_mib: Some(self.probe.pair_size_bytes >> 20),
+                pair_timeout: Some(humantime::format_duration(self.probe.pair_timeout).to_string()),
             },
             exposition: ExpositionLayer {
                 cells: Some(self.exposition.cells),

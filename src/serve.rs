@@ -29,6 +29,45 @@ pub fn universe(config: &Config, cpus: &[u32], backend: &dyn Backend) -> Vec<Cel
     )
 }
 
+/// The pair probe and pair labels, when pairs are configured and the backend can run them.
+/// A node that cannot (no accelerator, one device) logs why and serves everything else.
+fn open_pairs(
+    config: &Config,
+    opened: &runtime::select::Opened,
+) -> (Option<Arc<dyn runtime::pair::PairProbe>>, Vec<String>) {
+    if config.probe.pairs.is_empty() {
+        return (None, Vec::new());
+    }
+    let pairs = match crate::probe::pairs::resolve(
+        &config.probe.pairs,
+        opened.backend.devices(),
+        &config.roots.sysfs,
+    ) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!("core-pair probe off: {e}");
+            return (None, Vec::new());
+        }
+    };
+    match runtime::select::open_pair_probe(&config.runtime, opened) {
+        Ok((probe, notes)) => {
+            for n in notes {
+                tracing::warn!("{n}");
+            }
+            tracing::info!(
+                method = probe.method(),
+                "core-pair probe on pairs {}",
+                pairs.join(" ")
+            );
+            (Some(probe), pairs)
+        }
+        Err(e) => {
+            tracing::warn!("core-pair probe off: {e}");
+            (None, Vec::new())
+        }
+    }
+}
+
 /// The backend's devices that sit on PCI, for the pcie collector.
 fn pci_devices(backend: &dyn Backend) -> Vec<PciDeviceRef> {
     backend
@@ -84,8 +123,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         tracing::info!("{line}");
     }
     tracing::info!("backend: {}", opened.description);
-    let backend = opened.backend;
-    let telemetry = opened.telemetry;
+    let backend = opened.backend.clone();
+    let telemetry = opened.telemetry.clone();
+    let (pair_probe, pairs) = open_pairs(&config, &opened);
     let (state_dir, fallback_reason) =
         persist::choose_state_dir(&config.state_dir, std::path::Path::new(FALLBACK_STATE_DIR))
             .with_context(|| {
@@ -131,6 +171,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         affinity_cpus: affinity_cpus.clone(),
         stale_after: config.probe.stale_after,
         cells: config.exposition.cells,
+        pairs: pairs.clone(),
+        pair_cells: config.exposition.pair_cells,
     }));
 
     let listener = tokio::net::TcpListener::bind(config.listen)
@@ -155,6 +197,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         universe,
         affinity_cpus,
         telemetry,
+        pair_probe,
+        pairs,
     };
     let prober = tokio::spawn(scheduler.run(shutdown_rx));
 

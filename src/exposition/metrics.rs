@@ -8,7 +8,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 /// `probe` names.
-pub const PROBES: [&str; 2] = ["h2d", "affinity"];
+pub const PROBES: [&str; 3] = ["h2d", "pair", "affinity"];
 /// `result` of `chd_probe_runs_total`.
 pub const RUN_RESULTS: [&str; 3] = ["ok", "error", "aborted"];
 /// `outcome` of `chd_idle_windows_total`.
@@ -107,11 +107,13 @@ impl ProbeMetrics {
             "Scheduler ticks, by whether a window probed or why it did not",
             m.idle_windows.clone(),
         );
-        for outcome in ["confirmed", "rejected"] {
-            let _ = m.rechecks.get_or_create(&RecheckLabels {
-                probe: "h2d".into(),
-                outcome: outcome.into(),
-            });
+        for probe in ["h2d", "pair"] {
+            for outcome in ["confirmed", "rejected"] {
+                let _ = m.rechecks.get_or_create(&RecheckLabels {
+                    probe: probe.into(),
+                    outcome: outcome.into(),
+                });
+            }
         }
         registry.register(
             "chd_probe_rechecks",

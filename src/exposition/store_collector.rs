@@ -75,6 +75,22 @@ pub struct StoreView {
     pub stale_after: Duration,
     /// Export every cell.
     pub cells: bool,
+    /// Configured `pair` labels of the core-pair probe (empty: none).
+    pub pairs: Vec<String>,
+    /// Export every core-pair cell.
+    pub pair_cells: bool,
+}
+
+/// Aggregates of one pair's matrix.
+#[derive(Default)]
+struct PairAggregates {
+    all: Vec<f64>,
+    /// (rank, cpu) -> cell medians with that CPU in that rank.
+    by_cpu: BTreeMap<(u8, u32), Vec<f64>>,
+    /// (rank0 node, rank1 node) -> cell medians.
+    by_segment: BTreeMap<(Option<u32>, Option<u32>), Vec<f64>>,
+    /// (rank0 cpu, rank1 cpu, median).
+    cells: Vec<(u32, u32, f64)>,
 }
 
 /// A measured cell's value and its CPU's NUMA node, computed once per scrape.
@@ -176,6 +192,112 @@ fn coverage(times: impl Iterator<Item = Option<f64>>, stale_before: f64) -> [u64
 }
 
 impl StoreView {
+    fn node(&self, cpu: u32) -> Option<u32> {
+        self.topology.cpu(cpu).and_then(|c| c.numa_node)
+    }
+
+    fn pair_aggregates(&self, store: &Store) -> BTreeMap<&str, PairAggregates> {
+        let mut out: BTreeMap<&str, PairAggregates> = self
+            .pairs
+            .iter()
+            .map(|p| (p.as_str(), PairAggregates::default()))
+            .collect();
+        for (key, cell) in &store.pair {
+            let (Some(agg), Some(m)) = (out.get_mut(key.pair.as_str()), cell.median()) else {
+                continue;
+            };
+            agg.all.push(m);
+            agg.by_cpu.entry((0, key.cpu0)).or_default().push(m);
+            agg.by_cpu.entry((1, key.cpu1)).or_default().push(m);
+            agg.by_segment
+                .entry((self.node(key.cpu0), self.node(key.cpu1)))
+                .or_default()
+                .push(m);
+            agg.cells.push((key.cpu0, key.cpu1, m));
+        }
+        out
+    }
+
+    fn encode_pairs(&self, store: &Store, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+        let aggs = self.pair_aggregates(store);
+        let rank_value = |rank: u8| Value::Str(if rank == 0 { "0" } else { "1" });
+        let medians: BTreeMap<&str, Option<f64>> = aggs
+            .iter()
+            .map(|(p, a)| (*p, stats::median(&a.all)))
+            .collect();
+        gauges(
+            enc,
+            "chd_pair_bandwidth_bytes_per_second",
+            "Median allgather bus bandwidth of all measured pair cells in which this CPU held this rank",
+            aggs.iter().flat_map(|(pair, a)| {
+                a.by_cpu.iter().filter_map(move |((rank, cpu), v)| {
+                    let labels = [
+                        ("pair", Value::Str(pair)),
+                        ("rank", rank_value(*rank)),
+                        ("cpu", Value::Int((*cpu).into())),
+                        ("numa_node", node_value(self.node(*cpu))),
+                    ];
+                    Some((labels, bytes_per_second(stats::median(v)?)))
+                })
+            }),
+        )?;
+        gauges(
+            enc,
+            "chd_pair_cpu_ratio",
+            "This CPU's median in this rank / median of the whole pair matrix",
+            aggs.iter().flat_map(|(pair, a)| {
+                let reference = medians[pair];
+                a.by_cpu.iter().filter_map(move |((rank, cpu), v)| {
+                    let r = stats::ratio(stats::median(v)?, reference?)?;
+                    let labels = [
+                        ("pair", Value::Str(pair)),
+                        ("rank", rank_value(*rank)),
+                        ("cpu", Value::Int((*cpu).into())),
+                    ];
+                    Some((labels, r))
+                })
+            }),
+        )?;
+        gauges(
+            enc,
+            "chd_pair_segment_bandwidth_bytes_per_second",
+            "Pair cells grouped by both ranks' NUMA nodes",
+            aggs.iter().flat_map(|(pair, a)| {
+                a.by_segment.iter().flat_map(move |((n0, n1), v)| {
+                    Summary::of(v).into_iter().flat_map(move |s| {
+                        s.labelled().map(move |(stat, value)| {
+                            let labels = [
+                                ("pair", Value::Str(pair)),
+                                ("rank0_numa_node", node_value(*n0)),
+                                ("rank1_numa_node", node_value(*n1)),
+                                ("stat", Value::Str(stat)),
+                            ];
+                            (labels, bytes_per_second(value))
+                        })
+                    })
+                })
+            }),
+        )?;
+        if self.pair_cells {
+            gauges(
+                enc,
+                "chd_pair_cell_bandwidth_bytes_per_second",
+                "One cell of the core-pair matrix: median of its recent samples",
+                aggs.iter().flat_map(|(pair, a)| {
+                    a.cells.iter().map(move |(c0, c1, m)| {
+                        let labels = [
+                            ("pair", Value::Str(pair)),
+                            ("rank0_cpu", Value::Int((*c0).into())),
+                            ("rank1_cpu", Value::Int((*c1).into())),
+                        ];
+                        (labels, bytes_per_second(*m))
+                    })
+                }),
+            )?;
+        }
+        Ok(())
+    }
+
     fn cell_values<'s>(&self, store: &'s Store) -> Vec<CellValue<'s>> {
         store
             .measured_cells()
@@ -294,11 +416,25 @@ impl StoreView {
                 .map(|cpu| store.bindable.get(cpu).map(|v| v.at)),
             stale_before,
         );
+        let pair = {
+            let total =
+                (self.affinity_cpus.len() * self.affinity_cpus.len() * self.pairs.len()) as u64;
+            let [fresh, stale, _] = coverage(
+                store
+                    .pair
+                    .iter()
+                    .filter(|(k, _)| self.pairs.contains(&k.pair))
+                    .map(|(_, c)| c.last_sample_at())
+                    .filter(Option::is_some),
+                stale_before,
+            );
+            [fresh, stale, total.saturating_sub(fresh + stale)]
+        };
         gauges(
             enc,
             "chd_probe_cells",
             "Matrix coverage: cells measured recently (fresh), measured long ago (stale), never measured",
-            [("h2d", h2d), ("affinity", affinity)]
+            [("h2d", h2d), ("pair", pair), ("affinity", affinity)]
                 .into_iter()
                 .flat_map(|(probe, counts)| {
                     ["fresh", "stale", "unmeasured"]
@@ -375,6 +511,7 @@ impl Collector for StoreView {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let store = self.store.read().unwrap_or_else(|p| p.into_inner());
         self.encode_matrix(&store, &mut encoder)?;
+        self.encode_pairs(&store, &mut encoder)?;
         self.encode_probe_state(&store, &mut encoder)?;
         drop(store);
         self.encode_info(&mut encoder)
@@ -473,6 +610,8 @@ mod tests {
             affinity_cpus: Arc::new(vec![0, 1, 2, 3]),
             stale_after: Duration::from_secs(3600),
             cells,
+            pairs: vec![],
+            pair_cells: false,
         }
     }
 
@@ -558,6 +697,71 @@ mod tests {
         let text = scrape(view(false));
         assert!(!text.contains("chd_h2d_bandwidth_bytes_per_second{"));
         assert!(text.contains("chd_h2d_device_ratio{"));
+    }
+
+    #[test]
+    fn pair_metrics_single_out_a_slow_rank0_cpu() {
+        let mut v = view(false);
+        v.pairs = vec!["0,1".into()];
+        v.pair_cells = true;
+        {
+            let mut s = v.store.write().unwrap();
+            for c0 in 0..4 {
+                for c1 in 0..4 {
+                    // rank-0 CPU 3 is slow (4 GB/s), everything else 13.7 GB/s.
+                    let gbps = if c0 == 3 { 4.0 } else { 13.7 };
+                    s.record_pair_sample(
+                        crate::store::PairKey {
+                            pair: "0,1".into(),
+                            cpu0: c0,
+                            cpu1: c1,
+                        },
+                        Sample {
+                            bytes_per_second: gbps * 1e9,
+                            at: unix_now(),
+                        },
+                        5,
+                    );
+                }
+            }
+        }
+        let text = scrape(v);
+        let ratio = |rank: u8, cpu: u32| {
+            value(
+                &text,
+                &format!("chd_pair_cpu_ratio{{pair=\"0,1\",rank=\"{rank}\",cpu=\"{cpu}\"}}"),
+            )
+        };
+        assert!(ratio(0, 3) < 0.7, "{}", ratio(0, 3));
+        for cpu in 0..3 {
+            assert_eq!(ratio(0, cpu), 1.0);
+        }
+        for cpu in 0..4 {
+            assert!(ratio(1, cpu) > 0.7, "rank 1 cpu {cpu}: {}", ratio(1, cpu));
+        }
+        assert_eq!(
+            value(
+                &text,
+                "chd_pair_bandwidth_bytes_per_second{pair=\"0,1\",rank=\"0\",cpu=\"3\",numa_node=\"1\"}"
+            ),
+            4e9
+        );
+        assert_eq!(
+            value(
+                &text,
+                "chd_pair_segment_bandwidth_bytes_per_second{pair=\"0,1\",rank0_numa_node=\"0\",rank1_numa_node=\"1\",stat=\"median\"}"
+            ),
+            13.7e9
+        );
+        assert_eq!(
+            value(
+                &text,
+                "chd_pair_cell_bandwidth_bytes_per_second{pair=\"0,1\",rank0_cpu=\"3\",rank1_cpu=\"0\"}"
+            ),
+            4e9
+        );
+        assert_eq!(value(&text, "chd_probe_cells{probe=\"pair\",state=\"fresh\"}"), 16.0);
+        assert_eq!(value(&text, "chd_probe_cells{probe=\"pair\",state=\"unmeasured\"}"), 0.0);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 pub mod h2d;
 pub mod oneshot;
+pub mod pairs;
 
 use crate::runtime::Direction;
 use crate::store::CellKey;

@@ -27,6 +27,7 @@ const ACL_SUCCESS: AclError = 0;
 const ACL_ERROR_REPEAT_INITIALIZE: AclError = 100002;
 const ACL_MEMCPY_HOST_TO_DEVICE: c_int = 1;
 const ACL_MEMCPY_DEVICE_TO_HOST: c_int = 2;
+const ACL_MEMCPY_DEVICE_TO_DEVICE: c_int = 3;
 /// `ACL_MEM_MALLOC_HUGE_FIRST`.
 const ACL_MEM_MALLOC_HUGE_FIRST: c_int = 0;
 
@@ -283,6 +284,19 @@ impl DeviceApi for AclRuntime {
         })
     }
 
+    fn copy_device_async(
+        &self,
+        dst: Handle,
+        src: Handle,
+        bytes: usize,
+        stream: Handle,
+    ) -> Result<(), ApiError> {
+        // SAFETY: both are live device allocations of at least `bytes` bytes.
+        self.check("aclrtMemcpyAsync", unsafe {
+            (self.memcpy_async)(dst, bytes, src, bytes, ACL_MEMCPY_DEVICE_TO_DEVICE, stream)
+        })
+    }
+
     fn event_create(&self) -> Result<Handle, ApiError> {
         let mut e = std::ptr::null_mut();
         // SAFETY: `e` is a valid out-pointer.
@@ -322,7 +336,7 @@ impl DeviceApi for AclRuntime {
 /// The Ascend backend: one device per visible NPU, labelled by runtime index.
 #[derive(Debug)]
 pub struct AclBackend {
-    runtime: AclRuntime,
+    runtime: std::sync::Arc<AclRuntime>,
     devices: Vec<DeviceInfo>,
 }
 
@@ -357,12 +371,19 @@ impl AclBackend {
                 }
             })
             .collect();
-        Ok(AclBackend { runtime, devices })
+        Ok(AclBackend {
+            runtime: std::sync::Arc::new(runtime),
+            devices,
+        })
     }
 
-    /// The runtime, for the utilization gate.
+    /// The runtime, for the utilization gate and the pair probe.
     pub fn runtime(&self) -> &AclRuntime {
         &self.runtime
+    }
+
+    pub(crate) fn shared_runtime(&self) -> std::sync::Arc<AclRuntime> {
+        self.runtime.clone()
     }
 
     pub fn describe(&self) -> String {
@@ -381,6 +402,6 @@ impl Backend for AclBackend {
 
     fn measure_copy(&self, device: &str, params: &CopyParams) -> Result<f64, ProbeError> {
         let index = device_index(&self.devices, device)?;
-        device_copy::measure(&self.runtime, index, params)
+        device_copy::measure(&*self.runtime, index, params)
     }
 }

@@ -25,6 +25,7 @@ type CudaError = c_int;
 const CUDA_SUCCESS: CudaError = 0;
 const CUDA_MEMCPY_HOST_TO_DEVICE: c_int = 1;
 const CUDA_MEMCPY_DEVICE_TO_HOST: c_int = 2;
+const CUDA_MEMCPY_DEVICE_TO_DEVICE: c_int = 3;
 const CUDA_STREAM_NON_BLOCKING: c_uint = 1;
 /// `cudaDeviceProp` is over 1 KiB and grows between releases; it starts with `char name[256]`.
 const DEVICE_PROP_BYTES: usize = 8192;
@@ -281,6 +282,20 @@ impl DeviceApi for CudaRuntime {
         })
     }
 
+    fn copy_device_async(
+        &self,
+        dst: Handle,
+        src: Handle,
+        bytes: usize,
+        stream: Handle,
+    ) -> Result<(), ApiError> {
+        // SAFETY: both are live device allocations of at least `bytes` bytes (unified
+        // addressing lets the runtime find their devices).
+        self.check("cudaMemcpyAsync", unsafe {
+            (self.memcpy_async)(dst, src, bytes, CUDA_MEMCPY_DEVICE_TO_DEVICE, stream)
+        })
+    }
+
     fn event_create(&self) -> Result<Handle, ApiError> {
         let mut e = std::ptr::null_mut();
         // SAFETY: `e` is a valid out-pointer.
@@ -320,7 +335,7 @@ impl DeviceApi for CudaRuntime {
 /// The CUDA backend: one device per visible GPU, labelled by runtime index.
 #[derive(Debug)]
 pub struct CudaBackend {
-    runtime: CudaRuntime,
+    runtime: std::sync::Arc<CudaRuntime>,
     devices: Vec<DeviceInfo>,
 }
 
@@ -344,7 +359,15 @@ impl CudaBackend {
                 pci_bus_id,
             });
         }
-        Ok(CudaBackend { runtime, devices })
+        Ok(CudaBackend {
+            runtime: std::sync::Arc::new(runtime),
+            devices,
+        })
+    }
+
+    /// The runtime, shared with the pair probe.
+    pub(crate) fn runtime(&self) -> std::sync::Arc<CudaRuntime> {
+        self.runtime.clone()
     }
 
     /// Where the runtime was loaded from.
@@ -386,6 +409,6 @@ impl Backend for CudaBackend {
 
     fn measure_copy(&self, device: &str, params: &CopyParams) -> Result<f64, ProbeError> {
         let index = device_index(&self.devices, device)?;
-        device_copy::measure(&self.runtime, index, params)
+        device_copy::measure(&*self.runtime, index, params)
     }
 }

@@ -40,6 +40,14 @@ pub(crate) trait DeviceApi: Send + Sync {
         direction: Direction,
         stream: Handle,
     ) -> Result<(), ApiError>;
+    /// Enqueue a device-to-device copy (the devices may differ: peer copy) on `stream`.
+    fn copy_device_async(
+        &self,
+        dst: Handle,
+        src: Handle,
+        bytes: usize,
+        stream: Handle,
+    ) -> Result<(), ApiError>;
     fn event_create(&self) -> Result<Handle, ApiError>;
     fn event_destroy(&self, event: Handle) -> Result<(), ApiError>;
     fn event_record(&self, event: Handle, stream: Handle) -> Result<(), ApiError>;
@@ -100,9 +108,9 @@ impl<A: DeviceApi + ?Sized> Drop for HostBuffer<'_, A> {
 }
 
 /// A runtime resource released by `release` on drop.
-struct Guard<'a, A: DeviceApi + ?Sized> {
+pub(crate) struct Guard<'a, A: DeviceApi + ?Sized> {
     api: &'a A,
-    handle: Handle,
+    pub(crate) handle: Handle,
     release: fn(&A, Handle) -> Result<(), ApiError>,
 }
 
@@ -112,7 +120,7 @@ impl<A: DeviceApi + ?Sized> Drop for Guard<'_, A> {
     }
 }
 
-fn guard<'a, A: DeviceApi + ?Sized>(
+pub(crate) fn guard<'a, A: DeviceApi + ?Sized>(
     api: &'a A,
     handle: Result<Handle, ApiError>,
     release: fn(&A, Handle) -> Result<(), ApiError>,

@@ -3,12 +3,14 @@
 //! CUDA and ACL come later behind the same trait.
 
 pub mod acl;
+pub mod collective;
 pub mod cuda;
 pub mod describe;
 pub mod device_copy;
 pub mod host;
 pub mod library;
 pub mod numa_memory;
+pub mod pair;
 mod pattern;
 pub mod select;
 pub mod telemetry;
@@ -120,6 +122,10 @@ pub enum ProbeError {
     Timing(String),
     #[error("device unusable: {0}")]
     Device(String),
+    #[error("collective failed: {0}")]
+    Collective(String),
+    #[error("timed out: {0}")]
+    Timeout(String),
 }
 
 impl ProbeError {
@@ -133,6 +139,8 @@ impl ProbeError {
             ProbeError::Copy(_) => "copy",
             ProbeError::Timing(_) => "timing",
             ProbeError::Device(_) => "device",
+            ProbeError::Collective(_) => "collective",
+            ProbeError::Timeout(_) => "timeout",
         }
     }
 }

@@ -5,9 +5,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::acl::AclBackend;
-use super::cuda::CudaBackend;
+use super::acl::{AclBackend, AclRuntime};
+use super::collective::{CollectiveApi, Hccl, Nccl};
+use super::cuda::{CudaBackend, CudaRuntime};
+use super::device_copy::DeviceApi;
 use super::host::HostBackend;
+use super::pair::{DevicePairProbe, Method, PairProbe};
 use super::telemetry::{AclTelemetry, DeviceTelemetry, NoTelemetry, NvmlTelemetry};
 use super::Backend;
 use super::HostMemory;
@@ -49,6 +52,44 @@ impl std::str::FromStr for BackendChoice {
     }
 }
 
+/// What the pair probe moves bytes with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CollectiveChoice {
+    /// NCCL with cuda, HCCL with acl, else peer copies.
+    #[default]
+    Auto,
+    Nccl,
+    Hccl,
+    /// Peer device-to-device copies, no collective library.
+    Copy,
+}
+
+impl CollectiveChoice {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CollectiveChoice::Auto => "auto",
+            CollectiveChoice::Nccl => "nccl",
+            CollectiveChoice::Hccl => "hccl",
+            CollectiveChoice::Copy => "copy",
+        }
+    }
+}
+
+impl std::str::FromStr for CollectiveChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(CollectiveChoice::Auto),
+            "nccl" => Ok(CollectiveChoice::Nccl),
+            "hccl" => Ok(CollectiveChoice::Hccl),
+            "copy" => Ok(CollectiveChoice::Copy),
+            other => Err(format!(
+                "unknown collective {other:?}: expected auto, nccl, hccl or copy"
+            )),
+        }
+    }
+}
+
 /// Runtime libraries and options (`[runtime]` in the config).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RuntimeConfig {
@@ -57,6 +98,9 @@ pub struct RuntimeConfig {
     pub acl_runtime: Option<PathBuf>,
     pub nvml: Option<PathBuf>,
     pub host_memory: HostMemory,
+    pub collective: CollectiveChoice,
+    pub nccl: Option<PathBuf>,
+    pub hccl: Option<PathBuf>,
 }
 
 /// A named backend could not be opened.
@@ -67,6 +111,13 @@ pub struct BackendError {
     pub detail: String,
 }
 
+/// The device runtime behind an accelerator backend, for the pair probe.
+#[derive(Clone)]
+pub(crate) enum DeviceRuntime {
+    Cuda(Arc<CudaRuntime>),
+    Acl(Arc<AclRuntime>),
+}
+
 /// The opened backend, its telemetry, and what was tried on the way.
 pub struct Opened {
     pub backend: Arc<dyn Backend>,
@@ -75,12 +126,84 @@ pub struct Opened {
     pub skipped: Vec<String>,
     /// Human description of what runs.
     pub description: String,
+    pub(crate) runtime: Option<DeviceRuntime>,
+}
+
+/// The backend's own collective library, loaded or why not.
+type NativeCollective = Result<Arc<dyn CollectiveApi>, String>;
+
+/// Open the pair probe for the opened backend: NCCL or HCCL as configured (or found), else
+/// peer copies. Returns the probe and notes on what was skipped.
+pub fn open_pair_probe(
+    cfg: &RuntimeConfig,
+    opened: &Opened,
+) -> Result<(Arc<dyn PairProbe>, Vec<String>), BackendError> {
+    let err = |detail: String| BackendError {
+        backend: "pair",
+        detail,
+    };
+    let devices = opened.backend.devices().to_vec();
+    if devices.len() < 2 {
+        return Err(err(format!(
+            "the pair probe needs two devices; the {} backend has {}",
+            opened.backend.name(),
+            devices.len()
+        )));
+    }
+    let Some(runtime) = opened.runtime.clone() else {
+        return Err(err(format!(
+            "the pair probe needs an accelerator backend, not {}",
+            opened.backend.name()
+        )));
+    };
+    let mut notes = Vec::new();
+    let (api, native): (Arc<dyn DeviceApi>, Option<NativeCollective>) = match runtime {
+        DeviceRuntime::Cuda(rt) => {
+            let coll = match cfg.collective {
+                CollectiveChoice::Auto | CollectiveChoice::Nccl => Some(
+                    Nccl::load(cfg.nccl.as_deref())
+                        .map(|n| Arc::new(n) as Arc<dyn CollectiveApi>)
+                        .map_err(|e| e.to_string()),
+                ),
+                CollectiveChoice::Hccl => {
+                    return Err(err("hccl goes with the acl backend, not cuda".into()))
+                }
+                CollectiveChoice::Copy => None,
+            };
+            (rt, coll)
+        }
+        DeviceRuntime::Acl(rt) => {
+            let coll = match cfg.collective {
+                CollectiveChoice::Auto | CollectiveChoice::Hccl => Some(
+                    Hccl::load(cfg.hccl.as_deref())
+                        .map(|h| Arc::new(h) as Arc<dyn CollectiveApi>)
+                        .map_err(|e| e.to_string()),
+                ),
+                CollectiveChoice::Nccl => {
+                    return Err(err("nccl goes with the cuda backend, not acl".into()))
+                }
+                CollectiveChoice::Copy => None,
+            };
+            (rt, coll)
+        }
+    };
+    let method = match native {
+        Some(Ok(coll)) => Method::Collective(coll),
+        Some(Err(e)) if cfg.collective == CollectiveChoice::Auto => {
+            notes.push(format!("{e}; the pair probe falls back to peer copies"));
+            Method::PeerCopy
+        }
+        Some(Err(e)) => return Err(err(e)),
+        None => Method::PeerCopy,
+    };
+    Ok((Arc::new(DevicePairProbe::new(api, method, devices)), notes))
 }
 
 fn cuda(cfg: &RuntimeConfig, roots: &Roots) -> Result<Opened, String> {
     let backend =
         CudaBackend::open(cfg.cuda_runtime.as_deref(), &roots.sysfs).map_err(|e| e.to_string())?;
     let description = backend.describe();
+    let runtime = Some(DeviceRuntime::Cuda(backend.runtime()));
     let mut skipped = Vec::new();
     let telemetry: Arc<dyn DeviceTelemetry> =
         match NvmlTelemetry::open(cfg.nvml.as_deref(), backend.devices()) {
@@ -95,6 +218,7 @@ fn cuda(cfg: &RuntimeConfig, roots: &Roots) -> Result<Opened, String> {
         telemetry,
         skipped,
         description,
+        runtime,
     })
 }
 
@@ -103,6 +227,7 @@ fn acl(cfg: &RuntimeConfig, roots: &Roots) -> Result<Opened, String> {
         AclBackend::open(cfg.acl_runtime.as_deref(), &roots.sysfs).map_err(|e| e.to_string())?,
     );
     Ok(Opened {
+        runtime: Some(DeviceRuntime::Acl(backend.shared_runtime())),
         description: backend.describe(),
         telemetry: Arc::new(AclTelemetry {
             backend: backend.clone(),
@@ -118,6 +243,7 @@ fn host(topology: &Topology) -> Opened {
         telemetry: Arc::new(NoTelemetry),
         skipped: Vec::new(),
         description: "host backend (CPU core x NUMA node memory copies)".into(),
+        runtime: None,
     }
 }
 

@@ -6,6 +6,7 @@
 //! 2/60 = 3.3 % of one core, plus the cell in flight when the budget runs out.
 
 pub mod gate;
+pub mod pair_window;
 pub mod planner;
 pub mod window;
 
@@ -18,11 +19,13 @@ use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::exposition::metrics::ProbeMetrics;
+use crate::runtime::pair::{PairParams, PairProbe};
 use crate::runtime::telemetry::DeviceTelemetry;
 use crate::runtime::Backend;
 use crate::store::{persist, unix_now, CellKey, SharedStore};
 use crate::topology::Topology;
 use gate::{CpuGate, CpuTimes};
+use pair_window::PairWindowSpec;
 use window::{WindowReport, WindowSpec};
 
 /// How often a window re-checks the idle gate between cells.
@@ -42,7 +45,13 @@ pub struct Scheduler {
     pub affinity_cpus: Arc<Vec<u32>>,
     /// Device utilization and processes, for the device half of the idle gate.
     pub telemetry: Arc<dyn DeviceTelemetry>,
+    /// Core-pair probe and the pair labels it measures (empty: no pair probe).
+    pub pair_probe: Option<Arc<dyn PairProbe>>,
+    pub pairs: Vec<String>,
 }
+
+/// Pair cells planned per pair and window (the budget decides how many run).
+const PAIR_CELLS_PER_WINDOW: usize = 64;
 
 impl Scheduler {
     /// Run until `shutdown` turns true; the window in flight stops at its next cell and the
@@ -114,24 +123,60 @@ impl Scheduler {
         stopping: &Arc<AtomicBool>,
         shutdown: &mut watch::Receiver<bool>,
     ) -> WindowReport {
-        let spec = {
+        let budget = self.config.schedule.window_budget;
+        // With a pair probe, copy cells and pair cells share the budget half and half.
+        let (h2d_budget, pair_budget) = match self.pair_probe {
+            Some(_) if !self.pairs.is_empty() => (budget / 2, budget / 2),
+            _ => (budget, Duration::ZERO),
+        };
+        let (spec, pair_spec) = {
             let store = self.store.read().unwrap_or_else(|p| p.into_inner());
             let topology = &self.topology;
-            let cells = planner::plan(
-                &self.universe,
-                &store,
-                |cpu| topology.cpu(cpu).and_then(|c| c.numa_node),
-                &mut rand::rng(),
-            );
-            WindowSpec {
+            let numa_of = |cpu| topology.cpu(cpu).and_then(|c| c.numa_node);
+            let mut rng = rand::rng();
+            let cells = planner::plan(&self.universe, &store, numa_of, &mut rng);
+            let pair_spec = self
+                .pair_probe
+                .as_ref()
+                .filter(|_| !pair_budget.is_zero())
+                .map(|probe| {
+                    let cells = self
+                        .pairs
+                        .iter()
+                        .flat_map(|pair| {
+                            planner::plan_pairs(
+                                pair,
+                                &self.affinity_cpus,
+                                &store,
+                                numa_of,
+                                PAIR_CELLS_PER_WINDOW,
+                                &mut rng,
+                            )
+                        })
+                        .collect();
+                    PairWindowSpec {
+                        cells,
+                        probe: probe.clone(),
+                        params: PairParams {
+                            bytes_per_rank: self.config.probe.pair_size_bytes,
+                            warmup: self.config.probe.warmup,
+                            iterations: self.config.probe.iterations,
+                            timeout: self.config.probe.pair_timeout,
+                        },
+                        budget: pair_budget,
+                        keep: self.config.probe.samples_per_cell,
+                    }
+                });
+            let spec = WindowSpec {
                 cells,
                 affinity_cpus: self.affinity_cpus.to_vec(),
-                budget: self.config.schedule.window_budget,
+                budget: h2d_budget,
                 warmup: self.config.probe.warmup,
                 iterations: self.config.probe.iterations,
                 host_memory: self.config.runtime.host_memory,
                 keep: self.config.probe.samples_per_cell,
-            }
+            };
+            (spec, pair_spec)
         };
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         let backend = self.backend.clone();
@@ -148,7 +193,18 @@ impl Scheduler {
                 let mut checker = GateChecker::new(gate, telemetry, device_threshold);
                 let mut keep_going =
                     || !thread_stopping.load(Ordering::SeqCst) && checker.still_open();
-                let report = window::run(&spec, &*backend, &store, &metrics, &mut keep_going);
+                let mut report = window::run(&spec, &*backend, &store, &metrics, &mut keep_going);
+                if let Some(pair_spec) =
+                    pair_spec.filter(|_| report.end != window::WindowEnd::Aborted)
+                {
+                    let pairs = pair_window::run(&pair_spec, &store, &metrics, &mut keep_going);
+                    report.measured += pairs.measured;
+                    report.errors += pairs.errors;
+                    report.elapsed += pairs.elapsed;
+                    if pairs.end == window::WindowEnd::Aborted {
+                        report.end = window::WindowEnd::Aborted;
+                    }
+                }
                 let _ = done_tx.send(report);
             });
         if let Err(e) = spawned {

@@ -135,3 +135,128 @@ mod tests {
         assert_ne!(a, b);
     }
 }
+
+/// Pick up to `count` core-pair cells of `pair` for a window. With 640 CPUs a pair matrix
+/// has 409,600 cells, so cells are sampled, not enumerated: NUMA x NUMA blocks are visited
+/// round-robin in random order, and in each block a few random (rank0, rank1) CPU draws
+/// compete: a never-measured draw wins, else the one tried longest ago. Coverage spreads over
+/// every block first, then fills in.
+pub fn plan_pairs<R: Rng + ?Sized>(
+    pair: &str,
+    cpus: &[u32],
+    store: &Store,
+    numa_of: impl Fn(u32) -> Option<u32>,
+    count: usize,
+    rng: &mut R,
+) -> Vec<crate::store::PairKey> {
+    use crate::store::PairKey;
+    const DRAWS: usize = 8;
+    let mut by_node: BTreeMap<Option<u32>, Vec<u32>> = BTreeMap::new();
+    for &cpu in cpus {
+        by_node.entry(numa_of(cpu)).or_default().push(cpu);
+    }
+    let groups: Vec<&Vec<u32>> = by_node.values().collect();
+    if groups.is_empty() || count == 0 {
+        return Vec::new();
+    }
+    let mut blocks: Vec<(usize, usize)> = (0..groups.len())
+        .flat_map(|a| (0..groups.len()).map(move |b| (a, b)))
+        .collect();
+    blocks.shuffle(rng);
+    let total_cells = cpus.len() * cpus.len();
+    let mut picked: Vec<PairKey> = Vec::with_capacity(count.min(total_cells));
+    let mut seen = std::collections::HashSet::new();
+    let mut stalled = 0;
+    while picked.len() < count.min(total_cells) && stalled < blocks.len() * 4 {
+        let before = picked.len();
+        for &(a, b) in &blocks {
+            if picked.len() >= count.min(total_cells) {
+                break;
+            }
+            let mut best: Option<(f64, PairKey)> = None;
+            for _ in 0..DRAWS {
+                let key = PairKey {
+                    pair: pair.to_string(),
+                    cpu0: groups[a][rng.random_range(0..groups[a].len())],
+                    cpu1: groups[b][rng.random_range(0..groups[b].len())],
+                };
+                if seen.contains(&(key.cpu0, key.cpu1)) {
+                    continue;
+                }
+                let age = store
+                    .pair
+                    .get(&key)
+                    .map(|c| c.last_attempt)
+                    .unwrap_or(f64::NEG_INFINITY);
+                if best.as_ref().is_none_or(|(t, _)| age < *t) {
+                    best = Some((age, key));
+                }
+            }
+            if let Some((_, key)) = best {
+                seen.insert((key.cpu0, key.cpu1));
+                picked.push(key);
+            }
+        }
+        stalled = if picked.len() == before {
+            stalled + 1
+        } else {
+            0
+        };
+    }
+    picked
+}
+
+#[cfg(test)]
+mod pair_tests {
+    use super::*;
+    use crate::store::{PairKey, Sample};
+    use rand::SeedableRng;
+
+    fn numa(cpu: u32) -> Option<u32> {
+        Some(cpu / 4)
+    }
+
+    #[test]
+    fn first_picks_cover_every_numa_block() {
+        let cpus: Vec<u32> = (0..16).collect();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let picks = plan_pairs("0,1", &cpus, &Store::default(), numa, 16, &mut rng);
+        let blocks: std::collections::BTreeSet<_> =
+            picks.iter().map(|k| (numa(k.cpu0), numa(k.cpu1))).collect();
+        assert_eq!(blocks.len(), 16, "{picks:?}");
+        let distinct: std::collections::BTreeSet<_> =
+            picks.iter().map(|k| (k.cpu0, k.cpu1)).collect();
+        assert_eq!(distinct.len(), picks.len());
+    }
+
+    #[test]
+    fn unmeasured_cells_win_over_measured_ones() {
+        let cpus: Vec<u32> = (0..2).collect();
+        let mut store = Store::default();
+        for (c0, c1) in [(0, 0), (0, 1), (1, 0)] {
+            store.record_pair_sample(
+                PairKey {
+                    pair: "0,1".into(),
+                    cpu0: c0,
+                    cpu1: c1,
+                },
+                Sample {
+                    bytes_per_second: 1.0,
+                    at: 1.0,
+                },
+                5,
+            );
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+        let picks = plan_pairs("0,1", &cpus, &store, |_| Some(0), 1, &mut rng);
+        assert_eq!((picks[0].cpu0, picks[0].cpu1), (1, 1));
+    }
+
+    #[test]
+    fn never_more_than_the_matrix() {
+        let cpus = [0u32, 1];
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let picks = plan_pairs("0,1", &cpus, &Store::default(), numa, 100, &mut rng);
+        assert!(picks.len() <= 4);
+    }
+}

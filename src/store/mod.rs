@@ -21,6 +21,15 @@ pub struct CellKey {
     pub direction: Direction,
 }
 
+/// One cell of a core-pair matrix: rank 0 on `cpu0`, rank 1 on `cpu1`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PairKey {
+    /// The two devices, as the `pair` label spells them (`0,5`).
+    pub pair: String,
+    pub cpu0: u32,
+    pub cpu1: u32,
+}
+
 /// One measurement of a cell.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
@@ -42,6 +51,22 @@ pub struct Cell {
 }
 
 impl Cell {
+    /// Append a sample, keeping at most `keep`.
+    pub fn push(&mut self, sample: Sample, keep: usize) {
+        self.samples.push_back(sample);
+        while self.samples.len() > keep.max(1) {
+            self.samples.pop_front();
+        }
+        self.last_attempt = sample.at;
+        self.consecutive_errors = 0;
+    }
+
+    /// Count a failed attempt.
+    pub fn fail(&mut self, at: f64) {
+        self.last_attempt = at;
+        self.consecutive_errors = self.consecutive_errors.saturating_add(1);
+    }
+
     /// The cell's value: median of its recent samples.
     pub fn median(&self) -> Option<f64> {
         let values: Vec<f64> = self.samples.iter().map(|s| s.bytes_per_second).collect();
@@ -66,6 +91,8 @@ pub struct Bindable {
 pub struct Store {
     /// Core x device copy matrix.
     pub h2d: BTreeMap<CellKey, Cell>,
+    /// Core-pair matrices, all configured pairs.
+    pub pair: BTreeMap<PairKey, Cell>,
     /// CPU id -> affinity verdict.
     pub bindable: BTreeMap<u32, Bindable>,
     /// Probe name -> unix time of the end of its last window that measured something.
@@ -78,20 +105,22 @@ pub type SharedStore = Arc<RwLock<Store>>;
 impl Store {
     /// Record a successful sample, keeping at most `keep` samples.
     pub fn record_sample(&mut self, key: CellKey, sample: Sample, keep: usize) {
-        let cell = self.h2d.entry(key).or_default();
-        cell.samples.push_back(sample);
-        while cell.samples.len() > keep.max(1) {
-            cell.samples.pop_front();
-        }
-        cell.last_attempt = sample.at;
-        cell.consecutive_errors = 0;
+        self.h2d.entry(key).or_default().push(sample, keep);
     }
 
     /// Record a failed attempt: the cell keeps its samples but counts as tried.
     pub fn record_error(&mut self, key: CellKey, at: f64) {
-        let cell = self.h2d.entry(key).or_default();
-        cell.last_attempt = at;
-        cell.consecutive_errors = cell.consecutive_errors.saturating_add(1);
+        self.h2d.entry(key).or_default().fail(at);
+    }
+
+    /// [`Store::record_sample`] for a core-pair cell.
+    pub fn record_pair_sample(&mut self, key: PairKey, sample: Sample, keep: usize) {
+        self.pair.entry(key).or_default().push(sample, keep);
+    }
+
+    /// [`Store::record_error`] for a core-pair cell.
+    pub fn record_pair_error(&mut self, key: PairKey, at: f64) {
+        self.pair.entry(key).or_default().fail(at);
     }
 
     /// Record the affinity verdicts of one scan.
@@ -114,10 +143,14 @@ impl Store {
         device_exists: impl Fn(&str) -> bool,
     ) -> usize {
         let before = self.h2d.len() + self.bindable.len();
+        let before = before + self.pair.len();
         self.h2d
             .retain(|k, _| cpu_exists(k.cpu) && device_exists(&k.device));
+        self.pair.retain(|k, _| {
+            cpu_exists(k.cpu0) && cpu_exists(k.cpu1) && k.pair.split(',').all(&device_exists)
+        });
         self.bindable.retain(|cpu, _| cpu_exists(*cpu));
-        before - self.h2d.len() - self.bindable.len()
+        before - self.h2d.len() - self.bindable.len() - self.pair.len()
     }
 
     /// Cells with at least one sample (cells that only ever failed are left out).

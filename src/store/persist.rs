@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{Bindable, Cell, CellKey, Store};
+use super::{Bindable, Cell, CellKey, PairKey, Store};
 
 /// File name of the state file inside the state directory.
 pub const STATE_FILE: &str = "state.json";
@@ -34,6 +34,17 @@ struct StateFile {
     h2d: Vec<PersistedCell>,
     bindable: Vec<PersistedBindable>,
     last_success: std::collections::BTreeMap<String, f64>,
+    /// Core-pair cells (absent in files written before the pair probe).
+    #[serde(default)]
+    pair: Vec<PersistedPairCell>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct PersistedPairCell {
+    #[serde(flatten)]
+    key: PairKey,
+    #[serde(flatten)]
+    cell: Cell,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -86,6 +97,14 @@ pub fn encode(store: &Store, saved_at: f64) -> Result<Vec<u8>, PersistError> {
             .map(|(&cpu, &verdict)| PersistedBindable { cpu, verdict })
             .collect(),
         last_success: store.last_success.clone(),
+        pair: store
+            .pair
+            .iter()
+            .map(|(key, cell)| PersistedPairCell {
+                key: key.clone(),
+                cell: cell.clone(),
+            })
+            .collect(),
     };
     Ok(serde_json::to_vec(&file)?)
 }
@@ -108,6 +127,12 @@ pub fn decode(bytes: &[u8]) -> Result<Store, String> {
     }
     for PersistedBindable { cpu, verdict } in file.bindable {
         store.bindable.insert(cpu, verdict);
+    }
+    for PersistedPairCell { key, cell } in file.pair {
+        if cell.samples.iter().any(|s| !s.bytes_per_second.is_finite()) {
+            return Err(format!("pair cell {key:?} holds a non-finite sample"));
+        }
+        store.pair.insert(key, cell);
     }
     store.last_success = file.last_success;
     Ok(store)
@@ -209,6 +234,18 @@ mod tests {
         }
         s.record_bindable(&[(0, true), (1, false)], 100.0);
         s.record_success("h2d", 101.0);
+        s.record_pair_sample(
+            PairKey {
+                pair: "0,1".into(),
+                cpu0: 0,
+                cpu1: 1,
+            },
+            Sample {
+                bytes_per_second: 13.7e9,
+                at: 100.0,
+            },
+            5,
+        );
         s
     }
 
