@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 
 missing=()
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 if ((${#missing[@]})); then
   if [ "$(id -u)" = 0 ]; then
     sudo=()
@@ -20,6 +22,16 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 promtool --version | head -1
+
+# Kubernetes manifests are validated offline against bundled schemas.
+if ! command -v kubernetes-validate >/dev/null 2>&1 && ! python3 -c 'import kubernetes_validate' 2>/dev/null; then
+  echo "scripts/test.sh: installing kubernetes-validate from PyPI"
+  python3 -m pip install --quiet --disable-pip-version-check 'kubernetes-validate==1.37.0'
+fi
+command -v kubectl >/dev/null 2>&1 || {
+  echo "scripts/test.sh: kubectl is needed for 'kubectl kustomize' (https://kubernetes.io/docs/tasks/tools/)" >&2
+  exit 1
+}
 
 cargo fmt --all --check
 cargo clippy --locked --workspace --all-targets -- -D warnings

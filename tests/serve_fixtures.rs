@@ -41,7 +41,10 @@ fn dual_rail_roce_node_is_exported_exactly() {
     let port = |hca: &'static str| [("hca", hca), ("port", "1")];
     // port_xmit_data counts 4-octet words: 12345678901 x 4.
     assert_eq!(
-        m.value("chd_rdma_port_data_transmitted_bytes_total", &port("mlx5_0")),
+        m.value(
+            "chd_rdma_port_data_transmitted_bytes_total",
+            &port("mlx5_0")
+        ),
         49_382_715_604.0
     );
     assert_eq!(
@@ -56,13 +59,24 @@ fn dual_rail_roce_node_is_exported_exactly() {
     assert_eq!(
         m.value(
             "chd_rdma_hw_counters_total",
-            &[("hca", "mlx5_0"), ("port", "1"), ("counter", "req_transport_retries_exceeded")]
+            &[
+                ("hca", "mlx5_0"),
+                ("port", "1"),
+                ("counter", "req_transport_retries_exceeded")
+            ]
         ),
         1.0
     );
-    assert_eq!(m.find("chd_numa_memory_bytes", &[("kind", "total")]).len(), 8);
+    assert_eq!(
+        m.find("chd_numa_memory_bytes", &[("kind", "total")]).len(),
+        8
+    );
     for c in ["rdma", "numa", "netdev", "pcie", "device"] {
-        assert_eq!(m.value("chd_collector_success", &[("collector", c)]), 1.0, "{c}");
+        assert_eq!(
+            m.value("chd_collector_success", &[("collector", c)]),
+            1.0,
+            "{c}"
+        );
     }
     assert_eq!(
         m.value("chd_collector_read_errors_total", &[("collector", "rdma")]),
@@ -77,7 +91,10 @@ fn odd_files_cost_series_not_the_scrape() {
     let first = Metrics::parse(&chd.scrape());
     let errors = first.value("chd_collector_read_errors_total", &[("collector", "rdma")]);
     assert!(errors > 0.0);
-    assert_eq!(first.value("chd_collector_success", &[("collector", "rdma")]), 1.0);
+    assert_eq!(
+        first.value("chd_collector_success", &[("collector", "rdma")]),
+        1.0
+    );
     // Cumulative: a second scrape counts the same bad files again.
     let body = chd.scrape();
     let second = Metrics::parse(&body);
@@ -90,10 +107,20 @@ fn odd_files_cost_series_not_the_scrape() {
 
 #[test]
 fn collectors_switch_off_by_flag() {
-    let (_dir, chd) = serve_on("roce-dual-rail", &["--no-collector.rdma", "--no-collector.netdev"]);
+    let (_dir, chd) = serve_on(
+        "roce-dual-rail",
+        &["--no-collector.rdma", "--no-collector.netdev"],
+    );
     let m = Metrics::parse(&chd.scrape());
     assert!(m.find("chd_rdma_port_state", &[]).is_empty());
-    assert!(m.find("chd_collector_success", &[("collector", "rdma")]).is_empty());
-    assert!(m.find("chd_collector_success", &[("collector", "netdev")]).is_empty());
-    assert_eq!(m.value("chd_collector_success", &[("collector", "numa")]), 1.0);
+    assert!(m
+        .find("chd_collector_success", &[("collector", "rdma")])
+        .is_empty());
+    assert!(m
+        .find("chd_collector_success", &[("collector", "netdev")])
+        .is_empty());
+    assert_eq!(
+        m.value("chd_collector_success", &[("collector", "numa")]),
+        1.0
+    );
 }

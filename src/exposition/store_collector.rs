@@ -760,8 +760,17 @@ mod tests {
             ),
             4e9
         );
-        assert_eq!(value(&text, "chd_probe_cells{probe=\"pair\",state=\"fresh\"}"), 16.0);
-        assert_eq!(value(&text, "chd_probe_cells{probe=\"pair\",state=\"unmeasured\"}"), 0.0);
+        assert_eq!(
+            value(&text, "chd_probe_cells{probe=\"pair\",state=\"fresh\"}"),
+            16.0
+        );
+        assert_eq!(
+            value(
+                &text,
+                "chd_probe_cells{probe=\"pair\",state=\"unmeasured\"}"
+            ),
+            0.0
+        );
     }
 
     #[test]

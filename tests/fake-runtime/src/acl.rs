@@ -360,6 +360,10 @@ unsafe fn memcpy(
             ACL_ERROR_RT_SYS_DMA,
             format!("DMA copy on device {dev} failed (CHD_FAKE_FAIL_DEVICES)"),
         )),
+        Err(CopyError::LinkFailed(src, dst)) => Err((
+            ACL_ERROR_RT_SYS_DMA,
+            format!("peer copy from device {src} to device {dst} failed (CHD_FAKE_PAIR_FAIL)"),
+        )),
     }
 }
 
@@ -392,6 +396,58 @@ pub unsafe extern "C" fn aclrtMemcpy(
         let stream = StreamRef::Default(device::current());
         // SAFETY: module contract.
         unsafe { memcpy(dst, dest_max, src, count, kind, stream) }
+    })
+}
+
+/// `aclrtDeviceCanAccessPeer`: 1 for two different valid devices, 0 for a device and itself.
+#[no_mangle]
+pub unsafe extern "C" fn aclrtDeviceCanAccessPeer(
+    can_access_peer: *mut i32,
+    device_id_arg: i32,
+    peer_device_id: i32,
+) -> AclError {
+    api("aclrtDeviceCanAccessPeer", || {
+        let d = device_id(device_id_arg)?;
+        let p = device_id(peer_device_id)?;
+        // SAFETY: module contract.
+        unsafe { put(can_access_peer, i32::from(d != p), "canAccessPeer") }
+    })
+}
+
+/// `aclrtDeviceEnablePeerAccess`: from the current device to `peerDeviceId`; `flags` must be
+/// 0; enabling twice is accepted.
+#[no_mangle]
+pub unsafe extern "C" fn aclrtDeviceEnablePeerAccess(peer_device_id: i32, flags: u32) -> AclError {
+    api("aclrtDeviceEnablePeerAccess", || {
+        let dev = current_device()?;
+        let peer = device_id(peer_device_id)?;
+        if peer == dev {
+            return Err(invalid(format!(
+                "device {dev} cannot enable peer access to itself"
+            )));
+        }
+        if flags != 0 {
+            return Err(invalid(format!("flags must be 0, got {flags}")));
+        }
+        device::enable_peer(Api::Acl, dev, peer);
+        Ok(())
+    })
+}
+
+/// `aclrtDeviceDisablePeerAccess`: from the current device to `peerDeviceId`; disabling
+/// access that was never enabled is an invalid parameter.
+#[no_mangle]
+pub unsafe extern "C" fn aclrtDeviceDisablePeerAccess(peer_device_id: i32) -> AclError {
+    api("aclrtDeviceDisablePeerAccess", || {
+        let dev = current_device()?;
+        let peer = device_id(peer_device_id)?;
+        if device::disable_peer(Api::Acl, dev, peer) {
+            Ok(())
+        } else {
+            Err(invalid(format!(
+                "peer access from device {dev} to device {peer} is not enabled"
+            )))
+        }
     })
 }
 

@@ -18,6 +18,11 @@ pub const DEFAULT_GBPS: f64 = 58.9;
 pub const DEFAULT_DEVICE_NAME: &str = "Fake H200";
 /// Default device memory size: 141 GiB.
 pub const DEFAULT_MEMORY_BYTES: u64 = 141 << 30;
+/// Default bus bandwidth of a device pair in GB/s (`CHD_FAKE_PAIR_GBPS`).
+pub const DEFAULT_PAIR_GBPS: f64 = 13.7;
+/// Default rendezvous timeout of collectives and rank-by-rank communicator init
+/// (`CHD_FAKE_PAIR_TIMEOUT_MS`).
+pub const DEFAULT_PAIR_TIMEOUT_MS: u64 = 30_000;
 
 /// A PCI address `domain:bus:device.function`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,6 +110,22 @@ impl SlowCpuRule {
     }
 }
 
+/// `CHD_FAKE_PAIR_GBPS` override: the collective rank `rank` running on a CPU in `cpus` limits
+/// the pair's bus bandwidth to `gbps`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PairCpuRule {
+    pub rank: usize,
+    /// Inclusive CPU ranges.
+    pub cpus: Vec<(usize, usize)>,
+    pub gbps: f64,
+}
+
+impl PairCpuRule {
+    fn matches(&self, rank: usize, cpu: usize) -> bool {
+        self.rank == rank && self.cpus.iter().any(|&(lo, hi)| (lo..=hi).contains(&cpu))
+    }
+}
+
 /// Everything read from the environment.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -120,6 +141,17 @@ pub struct Config {
     pub pci_addresses: Vec<PciAddress>,
     pub device_name: String,
     pub memory_bytes: u64,
+    /// Default pair (collective / peer copy) bus bandwidth from `CHD_FAKE_PAIR_GBPS`.
+    pub pair_gbps: f64,
+    /// Per-rank CPU overrides from `CHD_FAKE_PAIR_GBPS`.
+    pub pair_cpus: Vec<PairCpuRule>,
+    /// `CHD_FAKE_PAIR_FAIL`: every collective (and cross-device copy) fails.
+    pub pair_fail: bool,
+    /// `CHD_FAKE_PAIR_HANG_MS`: wall-clock delay before each collective (and cross-device
+    /// copy) completes.
+    pub pair_hang_ms: u64,
+    /// `CHD_FAKE_PAIR_TIMEOUT_MS`: how long a rank waits for its peers.
+    pub pair_timeout_ms: u64,
 }
 
 impl Default for Config {
@@ -137,6 +169,11 @@ impl Default for Config {
                 .collect(),
             device_name: DEFAULT_DEVICE_NAME.to_owned(),
             memory_bytes: DEFAULT_MEMORY_BYTES,
+            pair_gbps: DEFAULT_PAIR_GBPS,
+            pair_cpus: Vec::new(),
+            pair_fail: false,
+            pair_hang_ms: 0,
+            pair_timeout_ms: DEFAULT_PAIR_TIMEOUT_MS,
         }
     }
 }
@@ -193,27 +230,72 @@ pub fn parse_slow_cpus(text: &str) -> Result<Vec<SlowCpuRule>, String> {
         let (dev, cpus) = lhs
             .split_once('@')
             .ok_or_else(|| format!("{part:?} is not DEVICE@CPUS=GBPS"))?;
-        let mut ranges = Vec::new();
-        for range in cpus.split(',').map(str::trim) {
-            let (lo, hi) = match range.split_once('-') {
-                Some((lo, hi)) => (parse_index(lo, "cpu")?, parse_index(hi, "cpu")?),
-                None => {
-                    let cpu = parse_index(range, "cpu")?;
-                    (cpu, cpu)
-                }
-            };
-            if lo > hi {
-                return Err(format!("cpu range {range:?} is reversed"));
-            }
-            ranges.push((lo, hi));
-        }
         rules.push(SlowCpuRule {
             device: parse_index(dev, "device index")?,
-            cpus: ranges,
+            cpus: parse_cpu_ranges(cpus)?,
             gbps: parse_gbps(gbps)?,
         });
     }
     Ok(rules)
+}
+
+/// Parses a CPU list such as `3`, `104-110` or `0-7,16-23` into inclusive ranges.
+pub fn parse_cpu_ranges(text: &str) -> Result<Vec<(usize, usize)>, String> {
+    let mut ranges = Vec::new();
+    for range in text.split(',').map(str::trim) {
+        let (lo, hi) = match range.split_once('-') {
+            Some((lo, hi)) => (parse_index(lo, "cpu")?, parse_index(hi, "cpu")?),
+            None => {
+                let cpu = parse_index(range, "cpu")?;
+                (cpu, cpu)
+            }
+        };
+        if lo > hi {
+            return Err(format!("cpu range {range:?} is reversed"));
+        }
+        ranges.push((lo, hi));
+    }
+    Ok(ranges)
+}
+
+/// Parses `CHD_FAKE_PAIR_GBPS`: `13.7;rank0:3=4.0;rank1:0-7,16=6.5` -> (default, rules).
+pub fn parse_pair_gbps(text: &str) -> Result<(f64, Vec<PairCpuRule>), String> {
+    let mut default = DEFAULT_PAIR_GBPS;
+    let mut rules = Vec::new();
+    for part in text.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((lhs, gbps)) = part.split_once('=') else {
+            default = parse_gbps(part)?;
+            continue;
+        };
+        let (rank, cpus) = lhs
+            .split_once(':')
+            .ok_or_else(|| format!("{part:?} is not rankN:CPUS=GBPS"))?;
+        let rank = rank
+            .trim()
+            .strip_prefix("rank")
+            .ok_or_else(|| format!("{part:?} is not rankN:CPUS=GBPS"))?;
+        rules.push(PairCpuRule {
+            rank: parse_index(rank, "rank")?,
+            cpus: parse_cpu_ranges(cpus)?,
+            gbps: parse_gbps(gbps)?,
+        });
+    }
+    Ok((default, rules))
+}
+
+/// Parses a boolean switch: `1`/`true`/`yes`/`on` or `0`/`false`/`no`/`off` (any case).
+pub fn parse_switch(text: &str) -> Result<bool, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(format!("{text:?} is not 1 or 0")),
+    }
+}
+
+fn parse_ms(text: &str) -> Result<u64, String> {
+    text.trim()
+        .parse()
+        .map_err(|e| format!("bad millisecond count {text:?}: {e}"))
 }
 
 fn parse_count(text: &str) -> Result<usize, String> {
@@ -317,6 +399,30 @@ impl Config {
             cfg.memory_bytes = parse_memory(v)?;
             Ok(())
         });
+        field(
+            "CHD_FAKE_PAIR_GBPS",
+            "13.7 for every rank and CPU",
+            &mut |v| {
+                (cfg.pair_gbps, cfg.pair_cpus) = parse_pair_gbps(v)?;
+                Ok(())
+            },
+        );
+        field("CHD_FAKE_PAIR_FAIL", "0", &mut |v| {
+            cfg.pair_fail = parse_switch(v)?;
+            Ok(())
+        });
+        field("CHD_FAKE_PAIR_HANG_MS", "0", &mut |v| {
+            cfg.pair_hang_ms = parse_ms(v)?;
+            Ok(())
+        });
+        field("CHD_FAKE_PAIR_TIMEOUT_MS", "30000", &mut |v| {
+            let ms = parse_ms(v)?;
+            if ms == 0 {
+                return Err("the timeout must be positive".to_owned());
+            }
+            cfg.pair_timeout_ms = ms;
+            Ok(())
+        });
         cfg
     }
 
@@ -332,6 +438,13 @@ impl Config {
             .rev()
             .find(|(d, _)| *d == device)
             .map_or(self.default_gbps, |&(_, g)| g)
+    }
+
+    /// Pair bus bandwidth in GB/s contributed by collective rank `rank` running on `cpu`: the
+    /// first matching `rankN:CPUS=GBPS` rule, else the `CHD_FAKE_PAIR_GBPS` default.
+    pub fn pair_gbps_for(&self, rank: usize, cpu: Option<usize>) -> f64 {
+        cpu.and_then(|cpu| self.pair_cpus.iter().find(|r| r.matches(rank, cpu)))
+            .map_or(self.pair_gbps, |r| r.gbps)
     }
 
     /// Whether copies on `device` fail.
@@ -438,6 +551,56 @@ mod tests {
         assert!(warnings[0].contains("CHD_FAKE_DEVICE_COUNT"));
         assert!(warnings.iter().all(|w| !w.contains('\n')));
         assert_eq!(cfg, Config::default());
+    }
+
+    #[test]
+    fn pair_bandwidth_rules() {
+        let (cfg, warnings) = from(&[
+            (
+                "CHD_FAKE_PAIR_GBPS",
+                "12.5; rank0:3=4.0;rank1:0=6.5;rank0:104-110,200=2; rank1:3=9",
+            ),
+            ("CHD_FAKE_PAIR_FAIL", "1"),
+            ("CHD_FAKE_PAIR_HANG_MS", "250"),
+            ("CHD_FAKE_PAIR_TIMEOUT_MS", "1500"),
+        ]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(cfg.pair_gbps, 12.5);
+        assert_eq!(cfg.pair_gbps_for(0, None), 12.5);
+        assert_eq!(cfg.pair_gbps_for(0, Some(3)), 4.0);
+        assert_eq!(cfg.pair_gbps_for(1, Some(3)), 9.0);
+        assert_eq!(cfg.pair_gbps_for(1, Some(0)), 6.5);
+        assert_eq!(cfg.pair_gbps_for(0, Some(0)), 12.5);
+        assert_eq!(cfg.pair_gbps_for(0, Some(104)), 2.0);
+        assert_eq!(cfg.pair_gbps_for(0, Some(110)), 2.0);
+        assert_eq!(cfg.pair_gbps_for(0, Some(111)), 12.5);
+        assert_eq!(cfg.pair_gbps_for(0, Some(200)), 2.0);
+        assert_eq!(cfg.pair_gbps_for(2, Some(3)), 12.5);
+        assert!(cfg.pair_fail);
+        assert_eq!(cfg.pair_hang_ms, 250);
+        assert_eq!(cfg.pair_timeout_ms, 1500);
+
+        let (cfg, warnings) = from(&[]);
+        assert!(warnings.is_empty());
+        assert_eq!(cfg.pair_gbps_for(1, Some(0)), 13.7);
+        assert!(!cfg.pair_fail);
+        assert_eq!((cfg.pair_hang_ms, cfg.pair_timeout_ms), (0, 30_000));
+
+        let (cfg, warnings) = from(&[
+            ("CHD_FAKE_PAIR_GBPS", "13.7;r0:3=4"),
+            ("CHD_FAKE_PAIR_FAIL", "maybe"),
+            ("CHD_FAKE_PAIR_HANG_MS", "-5"),
+            ("CHD_FAKE_PAIR_TIMEOUT_MS", "0"),
+        ]);
+        assert_eq!(warnings.len(), 4, "{warnings:?}");
+        assert!(warnings[0].contains("CHD_FAKE_PAIR_GBPS"));
+        assert_eq!(cfg, Config::default());
+        assert_eq!(
+            parse_pair_gbps("rank1:5-3=2"),
+            Err("cpu range \"5-3\" is reversed".to_owned())
+        );
+        assert!(parse_pair_gbps("rank0:1=0").is_err());
+        assert_eq!(parse_switch(" Off "), Ok(false));
     }
 
     #[test]

@@ -2,6 +2,11 @@
 //! against the allocation registry, applies `CHD_FAKE_FAIL_DEVICES`, really copies the bytes,
 //! advances the stream's virtual clock by `bytes / bandwidth`, and counts successful copies
 //! per device (for the `chd_fake_copies` hook).
+//!
+//! A device-to-device copy between two *different* devices is a peer copy over the pair link:
+//! it runs at the `CHD_FAKE_PAIR_GBPS` rate (see [`peer_rank`] for which rank's CPU override
+//! applies) and obeys `CHD_FAKE_PAIR_FAIL` and `CHD_FAKE_PAIR_HANG_MS`. Everything else runs
+//! at the `CHD_FAKE_SLOW_CPUS` / `CHD_FAKE_H2D_GBPS` rate of the device it is timed on.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,6 +37,22 @@ pub enum CopyError {
     InvalidStream,
     /// The device is listed in `CHD_FAKE_FAIL_DEVICES`.
     DeviceFailed(usize),
+    /// A cross-device copy while `CHD_FAKE_PAIR_FAIL` is set: (source, destination) device.
+    LinkFailed(usize, usize),
+}
+
+/// The collective rank whose `CHD_FAKE_PAIR_GBPS` CPU override applies to a peer copy from
+/// `src` to `dst` issued on a stream of `stream_device`: the pair is taken in ascending device
+/// order (the lower device is rank 0, as with `ncclCommInitAll` on a sorted list) and the copy
+/// belongs to the rank whose device owns the stream (the source device when the stream is on
+/// neither device).
+pub fn peer_rank(stream_device: usize, src: usize, dst: usize) -> usize {
+    let local = if stream_device == src || stream_device == dst {
+        stream_device
+    } else {
+        src
+    };
+    usize::from(local != src.min(dst))
 }
 
 /// Per-device count of successful copies.
@@ -78,7 +99,7 @@ pub unsafe fn copy(
     stream: StreamRef,
     api: Api,
 ) -> Result<(), CopyError> {
-    timing::stream_device(stream, api).map_err(|_| CopyError::InvalidStream)?;
+    let stream_device = timing::stream_device(stream, api).map_err(|_| CopyError::InvalidStream)?;
     if count == 0 {
         return Ok(());
     }
@@ -126,11 +147,35 @@ pub unsafe fn copy(
             return Err(CopyError::DeviceFailed(*dev));
         }
     }
+    // (source, destination) of a copy over the pair link.
+    let peer = match (timed_on, other) {
+        (Some(src), Some(dst)) if src != dst => Some((src, dst)),
+        _ => None,
+    };
+    if let Some((src_dev, dst_dev)) = peer {
+        if cfg.pair_fail {
+            return Err(CopyError::LinkFailed(src_dev, dst_dev));
+        }
+        if cfg.pair_hang_ms > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(cfg.pair_hang_ms));
+            // The caller may have given up and freed a buffer meanwhile.
+            if memory::locate(dst as usize, count) != d || memory::locate(src as usize, count) != s
+            {
+                return Err(bad("a buffer was freed while the copy hung"));
+            }
+        }
+    }
     // SAFETY: the caller guarantees both ranges are valid for `count` bytes; device ranges
     // were checked against live allocations above. `ptr::copy` tolerates overlap.
     unsafe { std::ptr::copy(src.cast::<u8>(), dst.cast::<u8>(), count) };
     if let Some(dev) = timed_on {
-        let gbps = cfg.gbps(dev, device::current_cpu());
+        let cpu = device::current_cpu();
+        let gbps = match peer {
+            Some((src_dev, dst_dev)) => {
+                cfg.pair_gbps_for(peer_rank(stream_device, src_dev, dst_dev), cpu)
+            }
+            None => cfg.gbps(dev, cpu),
+        };
         // bytes / (GB/s) = nanoseconds.
         let ns = count as f64 / gbps;
         // The stream was checked above; it can only vanish if another thread destroys it
@@ -142,4 +187,21 @@ pub unsafe fn copy(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::peer_rank;
+
+    #[test]
+    fn peer_copies_belong_to_the_rank_owning_the_stream() {
+        // Pair (0, 5): device 0 is rank 0.
+        assert_eq!(peer_rank(0, 0, 5), 0);
+        assert_eq!(peer_rank(0, 5, 0), 0);
+        assert_eq!(peer_rank(5, 0, 5), 1);
+        assert_eq!(peer_rank(5, 5, 0), 1);
+        // Stream on neither device: the source's rank.
+        assert_eq!(peer_rank(3, 5, 0), 1);
+        assert_eq!(peer_rank(3, 0, 5), 0);
+    }
 }

@@ -34,6 +34,8 @@ pub const CUDA_ERROR_INVALID_MEMCPY_DIRECTION: CudaError = 21;
 pub const CUDA_ERROR_NO_DEVICE: CudaError = 100;
 pub const CUDA_ERROR_INVALID_DEVICE: CudaError = 101;
 pub const CUDA_ERROR_INVALID_RESOURCE_HANDLE: CudaError = 400;
+pub const CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: CudaError = 704;
+pub const CUDA_ERROR_PEER_ACCESS_NOT_ENABLED: CudaError = 705;
 pub const CUDA_ERROR_UNKNOWN: CudaError = 999;
 
 /// `cudaMemcpyKind` values.
@@ -371,7 +373,7 @@ unsafe fn memcpy(
         Ok(()) => CUDA_SUCCESS,
         Err(CopyError::InvalidValue(_)) => CUDA_ERROR_INVALID_VALUE,
         Err(CopyError::InvalidStream) => CUDA_ERROR_INVALID_RESOURCE_HANDLE,
-        Err(CopyError::DeviceFailed(_)) => CUDA_ERROR_UNKNOWN,
+        Err(CopyError::DeviceFailed(_) | CopyError::LinkFailed(..)) => CUDA_ERROR_UNKNOWN,
     }
 }
 
@@ -400,6 +402,131 @@ pub unsafe extern "C" fn cudaMemcpy(
         let stream = StreamRef::Default(device::current());
         // SAFETY: module contract.
         unsafe { memcpy(dst, src, count, kind, stream) }
+    })
+}
+
+unsafe fn memcpy_peer(
+    dst: *mut c_void,
+    dst_device: c_int,
+    src: *const c_void,
+    src_device: c_int,
+    count: usize,
+    stream: StreamRef,
+) -> CudaError {
+    let (Some(dd), Some(sd)) = (
+        device::valid(i64::from(dst_device)),
+        device::valid(i64::from(src_device)),
+    ) else {
+        return CUDA_ERROR_INVALID_DEVICE;
+    };
+    if count > 0
+        && (memory::locate(dst as usize, count) != memory::Location::Device(dd)
+            || memory::locate(src as usize, count) != memory::Location::Device(sd))
+    {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    // SAFETY: both ranges were just found inside live device allocations.
+    unsafe { memcpy(dst, src, count, CUDA_MEMCPY_DEVICE_TO_DEVICE, stream) }
+}
+
+/// `cudaMemcpyPeerAsync`: `dst` must lie in a `dstDevice` allocation and `src` in a
+/// `srcDevice` one. Across devices it runs at the `CHD_FAKE_PAIR_GBPS` rate; peer access need
+/// not be enabled.
+#[no_mangle]
+pub unsafe extern "C" fn cudaMemcpyPeerAsync(
+    dst: *mut c_void,
+    dst_device: c_int,
+    src: *const c_void,
+    src_device: c_int,
+    count: usize,
+    stream: *mut c_void,
+) -> CudaError {
+    api(|| {
+        // SAFETY: module contract.
+        unsafe { memcpy_peer(dst, dst_device, src, src_device, count, stream_ref(stream)) }
+    })
+}
+
+/// `cudaMemcpyPeer`: like [`cudaMemcpyPeerAsync`] on the current device's default stream.
+#[no_mangle]
+pub unsafe extern "C" fn cudaMemcpyPeer(
+    dst: *mut c_void,
+    dst_device: c_int,
+    src: *const c_void,
+    src_device: c_int,
+    count: usize,
+) -> CudaError {
+    api(|| {
+        let stream = StreamRef::Default(device::current());
+        // SAFETY: module contract.
+        unsafe { memcpy_peer(dst, dst_device, src, src_device, count, stream) }
+    })
+}
+
+/// `cudaDeviceCanAccessPeer`: 1 for two different valid devices, 0 for a device and itself.
+#[no_mangle]
+pub unsafe extern "C" fn cudaDeviceCanAccessPeer(
+    can_access_peer: *mut c_int,
+    device: c_int,
+    peer_device: c_int,
+) -> CudaError {
+    api(|| {
+        let (Some(d), Some(p)) = (
+            device::valid(i64::from(device)),
+            device::valid(i64::from(peer_device)),
+        ) else {
+            return CUDA_ERROR_INVALID_DEVICE;
+        };
+        // SAFETY: module contract.
+        match unsafe { ffi::write(can_access_peer, c_int::from(d != p)) } {
+            true => CUDA_SUCCESS,
+            false => CUDA_ERROR_INVALID_VALUE,
+        }
+    })
+}
+
+/// `cudaDeviceEnablePeerAccess`: from the current device to `peerDevice`; flags must be 0;
+/// enabling twice is `cudaErrorPeerAccessAlreadyEnabled`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaDeviceEnablePeerAccess(
+    peer_device: c_int,
+    flags: c_uint,
+) -> CudaError {
+    api(|| {
+        let dev = match current_device() {
+            Ok(d) => d,
+            Err(e) => return e,
+        };
+        let Some(peer) = device::valid(i64::from(peer_device)).filter(|&p| p != dev) else {
+            return CUDA_ERROR_INVALID_DEVICE;
+        };
+        if flags != 0 {
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        if device::enable_peer(Api::Cuda, dev, peer) {
+            CUDA_SUCCESS
+        } else {
+            CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+        }
+    })
+}
+
+/// `cudaDeviceDisablePeerAccess`: `cudaErrorPeerAccessNotEnabled` unless enabled.
+#[no_mangle]
+pub unsafe extern "C" fn cudaDeviceDisablePeerAccess(peer_device: c_int) -> CudaError {
+    api(|| {
+        let dev = match current_device() {
+            Ok(d) => d,
+            Err(e) => return e,
+        };
+        let Some(peer) = device::valid(i64::from(peer_device)).filter(|&p| p != dev) else {
+            return CUDA_ERROR_INVALID_DEVICE;
+        };
+        if device::disable_peer(Api::Cuda, dev, peer) {
+            CUDA_SUCCESS
+        } else {
+            CUDA_ERROR_PEER_ACCESS_NOT_ENABLED
+        }
     })
 }
 
@@ -499,6 +626,8 @@ pub unsafe extern "C" fn cudaGetErrorString(err: CudaError) -> *const c_char {
         CUDA_ERROR_NO_DEVICE => c"no CUDA-capable device is detected",
         CUDA_ERROR_INVALID_DEVICE => c"invalid device ordinal",
         CUDA_ERROR_INVALID_RESOURCE_HANDLE => c"invalid resource handle",
+        CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => c"peer access is already enabled",
+        CUDA_ERROR_PEER_ACCESS_NOT_ENABLED => c"peer access has not been enabled",
         CUDA_ERROR_UNKNOWN => c"unknown error",
         _ => c"unrecognized error code",
     }
@@ -516,6 +645,8 @@ pub unsafe extern "C" fn cudaGetErrorName(err: CudaError) -> *const c_char {
         CUDA_ERROR_NO_DEVICE => c"cudaErrorNoDevice",
         CUDA_ERROR_INVALID_DEVICE => c"cudaErrorInvalidDevice",
         CUDA_ERROR_INVALID_RESOURCE_HANDLE => c"cudaErrorInvalidResourceHandle",
+        CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => c"cudaErrorPeerAccessAlreadyEnabled",
+        CUDA_ERROR_PEER_ACCESS_NOT_ENABLED => c"cudaErrorPeerAccessNotEnabled",
         CUDA_ERROR_UNKNOWN => c"cudaErrorUnknown",
         _ => c"unrecognized error code",
     }

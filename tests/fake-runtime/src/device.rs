@@ -2,8 +2,11 @@
 //! calling thread's current CPU, which selects `CHD_FAKE_SLOW_CPUS` rules.
 
 use std::cell::Cell;
+use std::collections::BTreeSet;
+use std::sync::Mutex;
 
 use crate::config;
+use crate::memory::Api;
 
 thread_local! {
     static CURRENT_DEVICE: Cell<usize> = const { Cell::new(0) };
@@ -44,4 +47,31 @@ pub fn current_cpu() -> Option<usize> {
     // SAFETY: sched_getcpu has no preconditions; it returns -1 on failure.
     let cpu = unsafe { libc::sched_getcpu() };
     usize::try_from(cpu).ok()
+}
+
+/// Enabled peer access, as (API, device, peer) (`cudaDeviceEnablePeerAccess`,
+/// `aclrtDeviceEnablePeerAccess`). Bookkeeping only: peer copies work either way.
+static PEER_ACCESS: Mutex<BTreeSet<(u8, usize, usize)>> = Mutex::new(BTreeSet::new());
+
+fn api_key(api: Api) -> u8 {
+    match api {
+        Api::Cuda => 0,
+        Api::Acl => 1,
+    }
+}
+
+/// Records that `device` may access `peer`; false if it already could.
+pub fn enable_peer(api: Api, device: usize, peer: usize) -> bool {
+    PEER_ACCESS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert((api_key(api), device, peer))
+}
+
+/// Forgets that `device` may access `peer`; false if it could not.
+pub fn disable_peer(api: Api, device: usize, peer: usize) -> bool {
+    PEER_ACCESS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&(api_key(api), device, peer))
 }

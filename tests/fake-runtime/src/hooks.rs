@@ -1,9 +1,10 @@
-//! Test-only exports for chd's own tests: counters of live allocations and of successful
-//! copies per device, so a test can assert that chd frees what it allocates and that it
-//! really drove a given device.
+//! Test-only exports for chd's own tests: counters of live allocations, of successful
+//! copies per device, of completed collective calls and of live communicators, so a test can
+//! assert that chd frees what it allocates and that it really drove a given device or pair.
 
 use std::ffi::c_int;
 
+use crate::collective::{self, Lib};
 use crate::copy;
 use crate::memory;
 
@@ -26,4 +27,22 @@ pub extern "C" fn chd_fake_live_device_allocations() -> u64 {
 #[no_mangle]
 pub extern "C" fn chd_fake_copies(device: c_int) -> u64 {
     std::panic::catch_unwind(|| usize::try_from(device).map_or(0, copy::copies)).unwrap_or(0)
+}
+
+/// Completed collective calls of `kind` (0 NCCL, 1 HCCL; anything else 0). Counted per rank:
+/// one 2-rank allgather adds 2. Failed or timed-out calls are not counted.
+#[no_mangle]
+pub extern "C" fn chd_fake_collectives(kind: c_int) -> u64 {
+    std::panic::catch_unwind(|| match kind {
+        0 => collective::completed(Lib::Nccl),
+        1 => collective::completed(Lib::Hccl),
+        _ => 0,
+    })
+    .unwrap_or(0)
+}
+
+/// NCCL and HCCL communicators created and not yet destroyed or aborted.
+#[no_mangle]
+pub extern "C" fn chd_fake_live_communicators() -> u64 {
+    std::panic::catch_unwind(collective::live_communicators).unwrap_or(u64::MAX)
 }

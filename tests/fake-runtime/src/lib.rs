@@ -1,27 +1,32 @@
 //! `chd-fake-runtime`: a host-memory stand-in for `libcudart.so`, `libnvidia-ml.so.1` and
-//! `libascendcl.so`, built as `libchd_fake_runtime.so`.
+//! `libascendcl.so`, plus the NCCL and HCCL collective libraries, built as
+//! `libchd_fake_runtime.so`.
 //!
 //! chd loads this library with `libloading` in place of the real runtimes, so the exported
 //! symbols below use the real C names, signatures and struct layouts. One library serves all
-//! three roles at once. Copies really copy bytes (device memory is host memory tagged with a
+//! five roles at once. Copies really copy bytes (device memory is host memory tagged with a
 //! device) and are timed on virtual per-stream clocks from configured bandwidths; devices can
 //! be made to fail or to look busy. Configuration comes from `CHD_FAKE_*` environment
 //! variables, described in `README.md` and in [`config`].
 //!
 //! Module map: [`config`] (environment), [`device`] (per-thread current device, current CPU),
 //! [`memory`] (allocation registry), [`timing`] (streams, events, virtual clocks), [`copy`]
-//! (the copy engine), [`cuda`], [`nvml`], [`acl`] (the exported C APIs) and [`hooks`]
-//! (test-only exports such as `chd_fake_live_pinned_allocations`).
+//! (the copy engine), [`collective`] (communicators and the allgather engine), [`cuda`],
+//! [`nvml`], [`acl`], [`nccl`], [`hccl`] (the exported C APIs) and [`hooks`] (test-only
+//! exports such as `chd_fake_live_pinned_allocations`).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod acl;
+pub mod collective;
 pub mod config;
 pub mod copy;
 pub mod cuda;
 pub mod device;
+pub mod hccl;
 pub mod hooks;
 pub mod memory;
+pub mod nccl;
 pub mod nvml;
 pub mod timing;
 

@@ -153,7 +153,21 @@ pub fn free_device(addr: usize, api: Api) -> Result<(), FreeError> {
 
 /// Where `[addr, addr + len)` lies relative to the live device allocations.
 pub fn locate(addr: usize, len: usize) -> Location {
+    locate_in(&registry(), addr, len)
+}
+
+/// Runs `f` while every `(addr, len, device)` range lies inside a live allocation on
+/// `device`, holding the registry lock so that no allocation can be freed meanwhile; returns
+/// `None` (without running `f`) when a range does not.
+pub fn with_live_ranges<R>(ranges: &[(usize, usize, usize)], f: impl FnOnce() -> R) -> Option<R> {
     let reg = registry();
+    ranges
+        .iter()
+        .all(|&(addr, len, dev)| len == 0 || locate_in(&reg, addr, len) == Location::Device(dev))
+        .then(f)
+}
+
+fn locate_in(reg: &Registry, addr: usize, len: usize) -> Location {
     let Some((&base, alloc)) = reg.device.range(..=addr).next_back() else {
         return Location::Host;
     };

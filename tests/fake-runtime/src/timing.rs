@@ -208,3 +208,22 @@ pub fn elapsed_ms(start: *mut c_void, end: *mut c_void, api: Api) -> Result<f32,
         }
     })
 }
+
+/// Joins the clocks of `streams` and runs an operation of `ns` on all of them: every clock is
+/// set to `max(clocks) + ns` (a collective starts when its last rank's stream gets there and
+/// ends at the same time on every rank). Unknown handles are skipped; returns the new clock.
+pub fn join_advance(streams: &[StreamRef], api: Api, ns: f64) -> f64 {
+    with(|t| {
+        let start = streams
+            .iter()
+            .filter_map(|&s| t.clock_mut(s, api).ok().map(|c| *c))
+            .fold(0.0, f64::max);
+        let end = start + ns;
+        for &s in streams {
+            if let Ok(c) = t.clock_mut(s, api) {
+                *c = end;
+            }
+        }
+        end
+    })
+}

@@ -174,13 +174,19 @@ fn per_device_bandwidth_override() {
         timed_copy(b3.host, b3.dev, MIB64, CUDA_MEMCPY_DEVICE_TO_HOST),
         expected_ms(MIB64, 35.0),
     );
-    // Device-to-device is timed at the source device's rate and counts for both devices.
+    // Device-to-device on one device is timed at that device's rate; across devices at the
+    // pair rate (CHD_FAKE_PAIR_GBPS, default 13.7). Either counts for both devices.
     let (c1, c3) = (chd_fake_copies(1), chd_fake_copies(3));
+    let b1b = Buffers::new(1, MIB64);
     assert_close(
-        timed_copy(b3.dev, b1.dev, MIB64, CUDA_MEMCPY_DEVICE_TO_DEVICE),
+        timed_copy(b1b.dev, b1.dev, MIB64, CUDA_MEMCPY_DEVICE_TO_DEVICE),
         expected_ms(MIB64, 12.3),
     );
-    assert_eq!((chd_fake_copies(1), chd_fake_copies(3)), (c1 + 1, c3 + 1));
+    assert_close(
+        timed_copy(b3.dev, b1.dev, MIB64, CUDA_MEMCPY_DEVICE_TO_DEVICE),
+        expected_ms(MIB64, 13.7),
+    );
+    assert_eq!((chd_fake_copies(1), chd_fake_copies(3)), (c1 + 2, c3 + 1));
 }
 
 #[test]

@@ -8,35 +8,7 @@ use std::ffi::c_void;
 use std::ptr::null_mut;
 
 use chd_fake_runtime::cuda::*;
-use common::{assert_close, expected_ms};
-
-fn allowed_cpus() -> Vec<usize> {
-    // SAFETY: cpu_set_t is plain data; sched_getaffinity(0) fills it for the calling thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        assert_eq!(
-            libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set),
-            0
-        );
-        (0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| libc::CPU_ISSET(c, &set))
-            .collect()
-    }
-}
-
-fn bind_to(cpu: usize) {
-    // SAFETY: as above; sched_setaffinity(0) binds only the calling thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        assert_eq!(
-            libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set),
-            0,
-            "binding to CPU {cpu}"
-        );
-        assert_eq!(libc::sched_getcpu(), cpu as i32);
-    }
-}
+use common::{allowed_cpus, assert_close, bind_to, expected_ms};
 
 fn copy_ms(device: i32, len: usize) -> f32 {
     let (mut host, mut dev, mut stream, mut e0, mut e1) = (

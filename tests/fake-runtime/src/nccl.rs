@@ -1,0 +1,401 @@
+//! The exported NCCL subset (`libnccl.so.2` role, NCCL 2.20.5 ABI): communicators (all at
+//! once, or rank by rank on a unique id), allgather, groups, error strings and queries, on
+//! top of [`crate::collective`].
+//!
+//! Safety contract shared by every function here: pointer arguments must be null or valid
+//! for the access nccl.h documents (out-pointers writable, `devlist` readable for `ndev`
+//! ints). Communicators and streams are validated against the registries; buffers must lie in
+//! device allocations of the communicator's device. No panic crosses the boundary (it becomes
+//! `ncclInternalError`).
+
+#![allow(non_snake_case, non_camel_case_types)]
+#![allow(
+    clippy::missing_safety_doc,
+    reason = "the module documentation states the contract shared by all these C entry points"
+)]
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::collective::{self, CollError, Lib, Prepared};
+use crate::ffi;
+
+/// `ncclResult_t`.
+pub type NcclResult = c_int;
+
+pub const NCCL_SUCCESS: NcclResult = 0;
+pub const NCCL_UNHANDLED_CUDA_ERROR: NcclResult = 1;
+pub const NCCL_SYSTEM_ERROR: NcclResult = 2;
+pub const NCCL_INTERNAL_ERROR: NcclResult = 3;
+pub const NCCL_INVALID_ARGUMENT: NcclResult = 4;
+pub const NCCL_INVALID_USAGE: NcclResult = 5;
+pub const NCCL_REMOTE_ERROR: NcclResult = 6;
+pub const NCCL_IN_PROGRESS: NcclResult = 7;
+
+/// `NCCL_VERSION_CODE` of NCCL 2.20.5.
+pub const NCCL_VERSION: c_int = 22005;
+
+/// `NCCL_UNIQUE_ID_BYTES`.
+pub const NCCL_UNIQUE_ID_BYTES: usize = 128;
+
+/// Leading bytes of every unique id this library hands out.
+const ID_MAGIC: &[u8; 12] = b"CHDFAKE\0NCCL";
+
+/// `ncclUniqueId`: passed by value to `ncclCommInitRank`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ncclUniqueId {
+    pub internal: [c_char; NCCL_UNIQUE_ID_BYTES],
+}
+
+const _: () = assert!(std::mem::size_of::<ncclUniqueId>() == 128);
+
+/// `ncclComm_t`: an opaque handle.
+pub type ncclComm_t = *mut c_void;
+
+/// `ncclDataType_t` -> element size (NCCL 2.20: `ncclInt8`/`ncclChar` 0 ... `ncclBfloat16` 9).
+pub fn nccl_type_size(datatype: c_int) -> Option<usize> {
+    match datatype {
+        0 | 1 => Some(1), // ncclInt8 (= ncclChar), ncclUint8
+        2 | 3 => Some(4), // ncclInt32 (= ncclInt), ncclUint32
+        4 | 5 => Some(8), // ncclInt64, ncclUint64
+        6 => Some(2),     // ncclFloat16 (= ncclHalf)
+        7 => Some(4),     // ncclFloat32 (= ncclFloat)
+        8 => Some(8),     // ncclFloat64 (= ncclDouble)
+        9 => Some(2),     // ncclBfloat16
+        _ => None,
+    }
+}
+
+fn code(e: &CollError) -> NcclResult {
+    match e {
+        CollError::NullPointer(_) | CollError::InvalidArgument(_) => NCCL_INVALID_ARGUMENT,
+        CollError::InvalidUsage(_) => NCCL_INVALID_USAGE,
+        CollError::BadStream(_) | CollError::NoDevice => NCCL_UNHANDLED_CUDA_ERROR,
+        CollError::Planted | CollError::Timeout | CollError::Aborted => NCCL_SYSTEM_ERROR,
+        CollError::Internal => NCCL_INTERNAL_ERROR,
+    }
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+    static GROUP: RefCell<Group> = RefCell::new(Group::default());
+}
+
+/// The calling thread's open group.
+#[derive(Default)]
+struct Group {
+    depth: usize,
+    calls: Vec<Prepared>,
+    /// First error of a call made inside the group; `ncclGroupEnd` returns it.
+    error: Option<CollError>,
+}
+
+fn api(name: &str, body: impl FnOnce() -> Result<(), CollError>) -> NcclResult {
+    let mut failure = None;
+    let rc = ffi::guard(NCCL_INTERNAL_ERROR, || match body() {
+        Ok(()) => NCCL_SUCCESS,
+        Err(e) => {
+            let rc = code(&e);
+            failure = Some(e);
+            rc
+        }
+    });
+    if rc != NCCL_SUCCESS {
+        let why = failure.map_or_else(|| "internal error".to_owned(), |e| e.to_string());
+        let text = CString::new(format!("{name}: {why}").replace('\0', " ")).unwrap_or_default();
+        LAST_ERROR.with(|e| *e.borrow_mut() = text);
+    }
+    rc
+}
+
+/// # Safety
+/// `out` must be null or writable.
+unsafe fn put<T>(out: *mut T, value: T, what: &'static str) -> Result<(), CollError> {
+    // SAFETY: forwarded contract.
+    if unsafe { ffi::write(out, value) } {
+        Ok(())
+    } else {
+        Err(CollError::NullPointer(what))
+    }
+}
+
+/// `ncclGetVersion`: 22005 (NCCL 2.20.5).
+#[no_mangle]
+pub unsafe extern "C" fn ncclGetVersion(version: *mut c_int) -> NcclResult {
+    // SAFETY: module contract.
+    api("ncclGetVersion", || unsafe {
+        put(version, NCCL_VERSION, "version")
+    })
+}
+
+/// `ncclGetUniqueId`: a fresh id naming one `ncclCommInitRank` rendezvous in this process.
+#[no_mangle]
+pub unsafe extern "C" fn ncclGetUniqueId(unique_id: *mut ncclUniqueId) -> NcclResult {
+    api("ncclGetUniqueId", || {
+        let mut internal = [0 as c_char; NCCL_UNIQUE_ID_BYTES];
+        for (slot, byte) in internal.iter_mut().zip(fresh_id(ID_MAGIC)) {
+            *slot = byte as c_char;
+        }
+        // SAFETY: module contract.
+        unsafe { put(unique_id, ncclUniqueId { internal }, "uniqueId") }
+    })
+}
+
+/// Magic, pid and a process-wide counter: unique within the process and across processes.
+pub(crate) fn fresh_id(magic: &[u8]) -> Vec<u8> {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let mut id = magic.to_vec();
+    id.extend_from_slice(&std::process::id().to_le_bytes());
+    id.extend_from_slice(&NEXT.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+    id
+}
+
+/// `ncclCommInitRank`: rank `rank` of `nranks`, on the calling thread's current device.
+/// Blocks until all `nranks` ranks called it with the same id (or `CHD_FAKE_PAIR_TIMEOUT_MS`
+/// passed: `ncclSystemError`). The id must come from [`ncclGetUniqueId`].
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommInitRank(
+    comm: *mut ncclComm_t,
+    nranks: c_int,
+    comm_id: ncclUniqueId,
+    rank: c_int,
+) -> NcclResult {
+    api("ncclCommInitRank", || {
+        if comm.is_null() {
+            return Err(CollError::NullPointer("comm"));
+        }
+        let id: Vec<u8> = comm_id.internal.iter().map(|&c| c as u8).collect();
+        if !id.starts_with(ID_MAGIC) {
+            return Err(CollError::InvalidArgument(
+                "the unique id was not made by ncclGetUniqueId".to_owned(),
+            ));
+        }
+        let (Ok(nranks), Ok(rank)) = (usize::try_from(nranks), usize::try_from(rank)) else {
+            return Err(CollError::InvalidArgument(format!(
+                "rank {rank} / nranks {nranks} out of range"
+            )));
+        };
+        let handle = collective::init_rank(Lib::Nccl, &id, nranks, rank)?;
+        // SAFETY: module contract.
+        unsafe { put(comm, handle, "comm") }
+    })
+}
+
+/// `ncclCommInitAll`: `ndev` communicators in one clique, rank `i` on `devlist[i]` (NULL
+/// `devlist`: devices `0..ndev`). Devices must be valid and distinct.
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommInitAll(
+    comms: *mut ncclComm_t,
+    ndev: c_int,
+    devlist: *const c_int,
+) -> NcclResult {
+    api("ncclCommInitAll", || {
+        if comms.is_null() {
+            return Err(CollError::NullPointer("comms"));
+        }
+        let n = usize::try_from(ndev)
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| CollError::InvalidArgument(format!("ndev {ndev} must be positive")))?;
+        let devices: Vec<i64> = if devlist.is_null() {
+            (0..n as i64).collect()
+        } else {
+            // SAFETY: `devlist` is readable for `ndev` ints (module contract).
+            unsafe { std::slice::from_raw_parts(devlist, n) }
+                .iter()
+                .map(|&d| i64::from(d))
+                .collect()
+        };
+        let handles = collective::init_all(Lib::Nccl, &devices)?;
+        // SAFETY: `comms` is writable for `ndev` handles (module contract).
+        unsafe { std::ptr::copy_nonoverlapping(handles.as_ptr(), comms, n) };
+        Ok(())
+    })
+}
+
+/// `ncclCommFinalize`: nothing is ever in flight, so this only validates `comm`.
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommFinalize(comm: ncclComm_t) -> NcclResult {
+    api("ncclCommFinalize", || {
+        collective::comm_info(Lib::Nccl, comm).map(|_| ())
+    })
+}
+
+/// `ncclCommDestroy`: NULL is a no-op, as in NCCL.
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommDestroy(comm: ncclComm_t) -> NcclResult {
+    api("ncclCommDestroy", || {
+        if comm.is_null() {
+            return Ok(());
+        }
+        collective::destroy(Lib::Nccl, comm)
+    })
+}
+
+/// `ncclCommAbort`: destroys `comm` and breaks its clique: ranks blocked in a collective of
+/// the clique return `ncclSystemError` at once, and later collectives on the other ranks fail.
+/// NULL is a no-op.
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommAbort(comm: ncclComm_t) -> NcclResult {
+    api("ncclCommAbort", || {
+        if comm.is_null() {
+            return Ok(());
+        }
+        collective::abort(Lib::Nccl, comm)
+    })
+}
+
+/// `ncclCommCount`: number of ranks.
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommCount(comm: ncclComm_t, count: *mut c_int) -> NcclResult {
+    api("ncclCommCount", || {
+        let info = collective::comm_info(Lib::Nccl, comm)?;
+        // SAFETY: module contract.
+        unsafe { put(count, info.nranks as c_int, "count") }
+    })
+}
+
+/// `ncclCommCuDevice`: the communicator's CUDA device.
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommCuDevice(comm: ncclComm_t, device: *mut c_int) -> NcclResult {
+    api("ncclCommCuDevice", || {
+        let info = collective::comm_info(Lib::Nccl, comm)?;
+        // SAFETY: module contract.
+        unsafe { put(device, info.device as c_int, "device") }
+    })
+}
+
+/// `ncclCommUserRank`: the communicator's rank.
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommUserRank(comm: ncclComm_t, rank: *mut c_int) -> NcclResult {
+    api("ncclCommUserRank", || {
+        let info = collective::comm_info(Lib::Nccl, comm)?;
+        // SAFETY: module contract.
+        unsafe { put(rank, info.rank as c_int, "rank") }
+    })
+}
+
+/// `ncclCommGetAsyncError`: `ncclSystemError` once the clique is broken (a rank's rendezvous
+/// timed out, or a communicator of it was aborted), else `ncclSuccess`.
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommGetAsyncError(
+    comm: ncclComm_t,
+    async_error: *mut NcclResult,
+) -> NcclResult {
+    api("ncclCommGetAsyncError", || {
+        let info = collective::comm_info(Lib::Nccl, comm)?;
+        let rc = info.async_error.as_ref().map_or(NCCL_SUCCESS, code);
+        // SAFETY: module contract.
+        unsafe { put(async_error, rc, "asyncError") }
+    })
+}
+
+/// `ncclAllGather`: rank `r`'s `sendcount` elements land at `recvbuff + r * sendcount` on
+/// every rank. Outside a group the call blocks until every rank of the communicator made its
+/// matching call and the operation ran; inside a group it is queued for `ncclGroupEnd`.
+#[no_mangle]
+pub unsafe extern "C" fn ncclAllGather(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    sendcount: usize,
+    datatype: c_int,
+    comm: ncclComm_t,
+    stream: *mut c_void,
+) -> NcclResult {
+    api("ncclAllGather", || {
+        let prepared = nccl_type_size(datatype)
+            .ok_or_else(|| CollError::InvalidArgument(format!("invalid datatype {datatype}")))
+            .and_then(|size| {
+                collective::prepare_allgather(
+                    Lib::Nccl,
+                    comm,
+                    sendbuff,
+                    recvbuff,
+                    sendcount as u64,
+                    size,
+                    stream,
+                )
+            });
+        GROUP.with(|g| {
+            let mut g = g.borrow_mut();
+            if g.depth == 0 {
+                drop(g);
+                return collective::run(vec![prepared?]);
+            }
+            match prepared {
+                Ok(p) => {
+                    g.calls.push(p);
+                    Ok(())
+                }
+                Err(e) => {
+                    g.error.get_or_insert(e.clone());
+                    Err(e)
+                }
+            }
+        })
+    })
+}
+
+/// `ncclGroupStart`: opens (or nests) the calling thread's group.
+#[no_mangle]
+pub unsafe extern "C" fn ncclGroupStart() -> NcclResult {
+    api("ncclGroupStart", || {
+        GROUP.with(|g| g.borrow_mut().depth += 1);
+        Ok(())
+    })
+}
+
+/// `ncclGroupEnd`: closing the outermost group runs the queued collectives (all ranks' calls
+/// may come from this one thread) and blocks until they ran. Returns the first error of the
+/// group, including one returned by a call inside it (then nothing runs). Without an open
+/// group: `ncclInvalidUsage`.
+#[no_mangle]
+pub unsafe extern "C" fn ncclGroupEnd() -> NcclResult {
+    api("ncclGroupEnd", || {
+        let queued = GROUP.with(|g| {
+            let mut g = g.borrow_mut();
+            if g.depth == 0 {
+                return Err(CollError::InvalidUsage(
+                    "ncclGroupEnd without ncclGroupStart".to_owned(),
+                ));
+            }
+            g.depth -= 1;
+            if g.depth > 0 {
+                return Ok(None);
+            }
+            let calls = std::mem::take(&mut g.calls);
+            match g.error.take() {
+                Some(e) => Err(e),
+                None => Ok(Some(calls)),
+            }
+        })?;
+        queued.map_or(Ok(()), collective::run)
+    })
+}
+
+/// `ncclGetErrorString`: NCCL 2.20's wording.
+#[no_mangle]
+pub unsafe extern "C" fn ncclGetErrorString(result: NcclResult) -> *const c_char {
+    match result {
+        NCCL_SUCCESS => c"no error",
+        NCCL_UNHANDLED_CUDA_ERROR => c"unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
+        NCCL_SYSTEM_ERROR => c"unhandled system error (run with NCCL_DEBUG=INFO for details)",
+        NCCL_INTERNAL_ERROR => c"internal error - please report this issue to the NCCL developers",
+        NCCL_INVALID_ARGUMENT => c"invalid argument (run with NCCL_DEBUG=WARN for details)",
+        NCCL_INVALID_USAGE => c"invalid usage (run with NCCL_DEBUG=WARN for details)",
+        NCCL_REMOTE_ERROR => c"remote process exited or there was a network error",
+        NCCL_IN_PROGRESS => c"NCCL operation in progress",
+        _ => c"unknown result code",
+    }
+    .as_ptr()
+}
+
+/// `ncclGetLastError`: the calling thread's last failure message (`comm` is ignored), e.g.
+/// `ncclAllGather: collective failed (CHD_FAKE_PAIR_FAIL)`; `""` if none. Valid until the
+/// thread's next failing NCCL call.
+#[no_mangle]
+pub unsafe extern "C" fn ncclGetLastError(_comm: ncclComm_t) -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}

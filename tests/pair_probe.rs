@@ -1,0 +1,194 @@
+//! The core-pair probe end to end through the fake runtime (CUDA + NCCL, ACL + HCCL, and the
+//! peer-copy fallback): pair metrics fill, a planted slow rank-0 core is the only CPU below
+//! 0.7, a failing or hanging collective shows in `chd_probe_errors_total` while the exporter
+//! keeps serving.
+
+#[path = "support/chd_process.rs"]
+mod chd_process;
+#[path = "support/fake_runtime.rs"]
+mod fake;
+
+use std::time::Duration;
+
+use chd::topology::{Roots, Topology};
+use chd_process::{promtool_check_metrics, Chd, Metrics};
+use fake::fake_runtime;
+
+fn lib() -> &'static str {
+    fake_runtime().to_str().unwrap()
+}
+
+fn cpus() -> Vec<String> {
+    Topology::read(&Roots::default())
+        .unwrap()
+        .allowed_cpus()
+        .map(|c| c.id.to_string())
+        .collect()
+}
+
+fn serve(
+    backend: &str,
+    collective: &str,
+    env: &[(&str, &str)],
+    extra: &[&str],
+) -> (tempfile::TempDir, Chd) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "--interval",
+        "1s",
+        "--window-budget",
+        "800ms",
+        "--cpu-busy-threshold",
+        "1",
+        "--sizes",
+        "16",
+        "--iterations",
+        "2",
+        "--pair",
+        "0,1",
+        "--pair-size",
+        "16",
+        "--collective",
+        collective,
+        "--backend",
+        backend,
+    ];
+    match backend {
+        "cuda" => args.extend(["--cuda-runtime", lib(), "--nvml", lib(), "--nccl", lib()]),
+        _ => args.extend(["--acl-runtime", lib(), "--hccl", lib()]),
+    }
+    args.extend_from_slice(extra);
+    let mut all_env = vec![("CHD_FAKE_DEVICE_COUNT", "2")];
+    all_env.extend_from_slice(env);
+    let chd = Chd::serve_env(dir.path(), &args, &all_env);
+    (dir, chd)
+}
+
+/// Every (rank, cpu) has a per-CPU median.
+fn pair_covered(m: &Metrics) -> bool {
+    let cpus = cpus();
+    ["0", "1"].iter().all(|rank| {
+        cpus.iter().all(|cpu| {
+            !m.find(
+                "chd_pair_bandwidth_bytes_per_second",
+                &[("pair", "0,1"), ("rank", rank), ("cpu", cpu)],
+            )
+            .is_empty()
+        })
+    })
+}
+
+fn slow_rank0_core(backend: &str, collective: &str) {
+    let cpus = cpus();
+    assert!(cpus.len() >= 2, "this test needs two CPUs");
+    let slow = cpus.last().unwrap().clone();
+    let spec = format!("13.7;rank0:{slow}=4.0");
+    let (_dir, chd) = serve(backend, collective, &[("CHD_FAKE_PAIR_GBPS", &spec)], &[]);
+    // Ratios are judged on the whole matrix: wait until every cell is measured.
+    let m = chd.wait_for(Duration::from_secs(60), "the whole pair matrix", |m| {
+        pair_covered(m)
+            && m.value(
+                "chd_probe_cells",
+                &[("probe", "pair"), ("state", "unmeasured")],
+            ) == 0.0
+    });
+    for rank in ["0", "1"] {
+        for cpu in &cpus {
+            let r = m.value(
+                "chd_pair_cpu_ratio",
+                &[("pair", "0,1"), ("rank", rank), ("cpu", cpu)],
+            );
+            let planted = rank == "0" && *cpu == slow;
+            assert_eq!(
+                r < 0.7,
+                planted,
+                "rank {rank} cpu {cpu}: ratio {r}; pair series: {:?}",
+                m.0.iter()
+                    .filter(|s| s.name.starts_with("chd_pair_cell") || s.name == "chd_probe_cells")
+                    .map(|s| format!("{}{:?}={}", s.name, s.labels, s.value))
+                    .collect::<Vec<_>>()
+            );
+        }
+    }
+    // Bus bandwidth of a fast cell is exactly the configured rate.
+    let fast = m.value(
+        "chd_pair_bandwidth_bytes_per_second",
+        &[("pair", "0,1"), ("rank", "0"), ("cpu", &cpus[0])],
+    );
+    assert!((fast - 13.7e9).abs() < 0.01 * 13.7e9, "{fast}");
+    assert!(
+        m.value(
+            "chd_probe_runs_total",
+            &[("probe", "pair"), ("result", "ok")]
+        ) >= 1.0
+    );
+    assert!(
+        chd.log().contains(&format!("method=\"{collective}\"")),
+        "{}",
+        chd.log()
+    );
+    promtool_check_metrics(&chd.scrape());
+}
+
+#[test]
+fn nccl_slow_rank0_core_is_the_only_one_below_0_7() {
+    slow_rank0_core("cuda", "nccl");
+}
+
+#[test]
+fn hccl_slow_rank0_core_is_the_only_one_below_0_7() {
+    slow_rank0_core("acl", "hccl");
+}
+
+#[test]
+fn peer_copy_fallback_fills_the_pair_metrics() {
+    let (_dir, chd) = serve("cuda", "copy", &[], &[]);
+    chd.wait_for(
+        Duration::from_secs(60),
+        "every CPU in both ranks",
+        pair_covered,
+    );
+}
+
+#[test]
+fn a_failing_collective_is_an_error_not_an_outage() {
+    let (_dir, chd) = serve("cuda", "nccl", &[("CHD_FAKE_PAIR_FAIL", "1")], &[]);
+    let m = chd.wait_for(Duration::from_secs(60), "pair errors", |m| {
+        m.find(
+            "chd_probe_errors_total",
+            &[
+                ("probe", "pair"),
+                ("device", "0,1"),
+                ("reason", "collective"),
+            ],
+        )
+        .iter()
+        .any(|s| s.value >= 1.0)
+    });
+    assert!(m
+        .find("chd_pair_bandwidth_bytes_per_second", &[])
+        .is_empty());
+    // Copy cells go on; the exporter keeps serving.
+    chd.wait_for(Duration::from_secs(30), "copy cells", |m| {
+        !m.find("chd_h2d_bandwidth_bytes_per_second", &[]).is_empty()
+    });
+}
+
+#[test]
+fn a_hung_collective_is_bounded_by_the_timeout() {
+    let (_dir, chd) = serve(
+        "cuda",
+        "nccl",
+        &[("CHD_FAKE_PAIR_HANG_MS", "5000")],
+        &["--pair-timeout", "300ms"],
+    );
+    chd.wait_for(Duration::from_secs(60), "timeout errors", |m| {
+        m.find(
+            "chd_probe_errors_total",
+            &[("probe", "pair"), ("device", "0,1"), ("reason", "timeout")],
+        )
+        .iter()
+        .any(|s| s.value >= 1.0)
+    });
+    assert_eq!(chd.get("/healthz", None).2, "ok\n");
+}

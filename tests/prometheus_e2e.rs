@@ -1,0 +1,404 @@
+//! The whole path to the pager, for real: a real Prometheus (Debian's `prometheus`, on a free
+//! loopback port) loads alerts/chd.rules.yml (every `for` shortened to 0s) and scrapes
+//!
+//! - `chd-probing`: `chd serve` probing the fake CUDA runtime with five devices: device 0 is a
+//!   slow column (12.3 GB/s against 58.9), device 1 is slow only from the CPU of NUMA node 1
+//!   (a sysfs tree that puts the first two CPUs this process may use on NUMA nodes 0 and 1),
+//!   device 4 fails every copy; the core-pair probe runs on devices 2,3 through the fake NCCL,
+//!   with rank 0 slow on that same CPU;
+//! - `chd-fixture`: `chd serve --no-probe` on the roce-dual-rail fixture tree (two RoCE rails,
+//!   numastat, GPU 0's PCIe link trained at x8 of x16), for the RDMA, NUMA and PCIe series;
+//! - `chd-dead`: a port nobody listens on.
+//!
+//! It checks that exactly the expected alerts fire, with the right labels and annotations,
+//! and that every PromQL expression of every dashboard returns data through the HTTP API.
+
+#[path = "support/chd_process.rs"]
+mod chd_process;
+#[path = "support/fake_runtime.rs"]
+mod fake;
+#[path = "support/prometheus.rs"]
+mod prometheus;
+#[path = "support/sysfs_builder.rs"]
+mod sysfs_builder;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use chd_process::Chd;
+use fake::fake_runtime;
+use prometheus::{
+    dashboard_queries, dashboards, free_port, rules_path, rules_with_for, substitute, Alert,
+    Prometheus,
+};
+use sysfs_builder::{CpuSpec, CpuTopology, Machine, NodeSpec, Numa};
+
+/// How long to wait for the expected alerts (probing, scraping and evaluating every second).
+const ALERT_TIMEOUT: Duration = Duration::from_secs(40);
+
+/// CPUs this process may run on (the probe binds to them for real).
+fn allowed_cpus() -> Vec<u32> {
+    let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).expect("affinity");
+    (0..nix::sched::CpuSet::count())
+        .filter(|&c| set.is_set(c).unwrap_or(false))
+        .map(|c| c as u32)
+        .collect()
+}
+
+/// A sysfs/procfs tree with the first allowed CPU on NUMA node 0 and the second (if any) on
+/// node 1. Returns (sys, proc, the CPU of node 1).
+fn two_node_tree(root: &Path) -> (PathBuf, PathBuf, Option<u32>) {
+    let allowed = allowed_cpus();
+    let first = allowed[0];
+    let second = allowed.get(1).copied();
+    let cpu = |id: u32, package: u32| CpuSpec {
+        id,
+        online: true,
+        topology: Some(CpuTopology {
+            physical_package_id: package.to_string(),
+            core_id: "0".into(),
+            die_id: "0".into(),
+            thread_siblings: vec![id],
+            package_cpus: vec![id],
+            thread_siblings_list_text: None,
+        }),
+    };
+    let mut cpus = vec![cpu(first, 0)];
+    cpus.extend(second.map(|c| cpu(c, 1)));
+    let present: Vec<u32> = cpus.iter().map(|c| c.id).collect();
+    let machine = Machine {
+        possible: present.iter().max().unwrap() + 1,
+        allowed: Some(present),
+        cpus,
+        numa: Some(Numa {
+            nodes: vec![
+                NodeSpec {
+                    id: 0,
+                    cpus: vec![first],
+                    mem_total_kb: 16 << 20,
+                },
+                NodeSpec {
+                    id: 1,
+                    cpus: second.into_iter().collect(),
+                    mem_total_kb: 16 << 20,
+                },
+            ],
+            has_memory_file: true,
+        }),
+    };
+    let (sys, proc) = machine.write(root).expect("write sysfs tree");
+    (sys, proc, second)
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// An alert as the test compares it: name and the labels that identify it.
+fn key(a: &Alert) -> String {
+    let mut parts = vec![a.name().to_string()];
+    for l in [
+        "job",
+        "device",
+        "numa_node",
+        "link",
+        "size_bytes",
+        "direction",
+        "reason",
+        "hca",
+        "cpu",
+        "pair",
+        "rank",
+    ] {
+        if let Some(v) = a.labels.get(l) {
+            parts.push(format!("{l}={v}"));
+        }
+    }
+    parts.join(" ")
+}
+
+#[test]
+fn alerts_fire_and_dashboards_return_data_in_a_real_prometheus() {
+    let started = Instant::now();
+    let lib = fake_runtime().to_str().unwrap().to_string();
+
+    // (a) A node probing the fake runtime.
+    let tree = tempfile::tempdir().unwrap();
+    let (sys, proc, numa1_cpu) = two_node_tree(tree.path());
+    let slow_rule = numa1_cpu.map(|c| format!("1@{c}=6"));
+    let pair_rule = match numa1_cpu {
+        Some(c) => format!("13.7;rank0:{c}=4.0"),
+        None => "13.7".to_string(),
+    };
+    let mut env = vec![
+        ("CHD_FAKE_DEVICE_COUNT", "5"),
+        ("CHD_FAKE_H2D_GBPS", "58.9;0=12.3"),
+        ("CHD_FAKE_FAIL_DEVICES", "4"),
+        ("CHD_FAKE_PAIR_GBPS", &pair_rule),
+    ];
+    if let Some(rule) = &slow_rule {
+        env.push(("CHD_FAKE_SLOW_CPUS", rule));
+    } else {
+        eprintln!("only one CPU allowed: no second NUMA node, no slow segment to plant");
+    }
+    let state_probing = tempfile::tempdir().unwrap();
+    let probing = Chd::serve_env(
+        state_probing.path(),
+        &[
+            "--sysfs-root",
+            s(&sys),
+            "--procfs-root",
+            s(&proc),
+            "--interval",
+            "1s",
+            "--window-budget",
+            "800ms",
+            "--cpu-busy-threshold",
+            "1",
+            "--sizes",
+            "64",
+            "--iterations",
+            "2",
+            "--pair",
+            "2,3",
+            "--pair-size",
+            "16",
+            "--collective",
+            "nccl",
+            "--nccl",
+            &lib,
+            "--backend",
+            "cuda",
+            "--cuda-runtime",
+            &lib,
+            "--nvml",
+            &lib,
+        ],
+        &env,
+    );
+
+    // (b) The dual-rail RoCE fixture machine, with the fake runtime's two GPUs tied to the
+    // fixture's PCI functions (GPU 0 is the x8-of-x16 one).
+    let fixture_root = prometheus::repo().join("tests/fixtures/collectors/roce-dual-rail");
+    let state_fixture = tempfile::tempdir().unwrap();
+    let fixture = Chd::serve_env(
+        state_fixture.path(),
+        &[
+            "--sysfs-root",
+            s(&fixture_root.join("sys")),
+            "--procfs-root",
+            s(&fixture_root.join("proc")),
+            "--no-probe",
+            "--backend",
+            "cuda",
+            "--cuda-runtime",
+            &lib,
+            "--nvml",
+            &lib,
+        ],
+        &[
+            ("CHD_FAKE_DEVICE_COUNT", "2"),
+            ("CHD_FAKE_PCI_BUS_IDS", "0000:1A:00.0,0000:9B:00.0"),
+        ],
+    );
+
+    // (c) Nobody listens there.
+    let dead = format!("127.0.0.1:{}", free_port());
+
+    let probing_instance = probing.addr.to_string();
+    let fixture_instance = fixture.addr.to_string();
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+         rule_files:\n  - chd.rules.yml\n\
+         scrape_configs:\n\
+         \x20 - job_name: chd-probing\n    static_configs:\n      - targets: ['{probing_instance}']\n\
+         \x20 - job_name: chd-fixture\n    static_configs:\n      - targets: ['{fixture_instance}']\n\
+         \x20 - job_name: chd-dead\n    static_configs:\n      - targets: ['{dead}']\n"
+    );
+    let rules = std::fs::read_to_string(rules_path()).unwrap();
+    let prom = Prometheus::start(&config, &[("chd.rules.yml", rules_with_for(&rules, "0s"))]);
+
+    // What must fire, and nothing else.
+    let mut expected: BTreeSet<String> = [
+        "ChdH2DSlowDeviceColumn job=chd-probing device=0 size_bytes=67108864 direction=h2d"
+            .to_string(),
+        "ChdProbeErrors job=chd-probing device=4 reason=copy".to_string(),
+        "ChdPcieLinkDegraded job=chd-fixture device=0 link=width".to_string(),
+        "ChdExporterDown job=chd-dead".to_string(),
+    ]
+    .into_iter()
+    .collect();
+    if let Some(cpu) = numa1_cpu {
+        expected.insert(
+            "ChdH2DSlowNumaSegment job=chd-probing device=1 numa_node=1 size_bytes=67108864 direction=h2d"
+                .to_string(),
+        );
+        expected.insert(format!(
+            "ChdPairCpuSlow job=chd-probing cpu={cpu} pair=2,3 rank=0"
+        ));
+    }
+
+    let active =
+        |prom: &Prometheus| -> BTreeSet<String> { prom.alerts().iter().map(key).collect() };
+    let deadline = Instant::now() + ALERT_TIMEOUT;
+    let mut seen = BTreeSet::new();
+    loop {
+        let now = active(&prom);
+        if now == expected {
+            break;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "after {ALERT_TIMEOUT:?} the active alerts are\n  {}\nexpected exactly\n  {}\n\
+                 targets: {:?}\nrule evaluation log:\n{}\nchd-probing log:\n{}",
+                now.iter().cloned().collect::<Vec<_>>().join("\n  "),
+                expected.iter().cloned().collect::<Vec<_>>().join("\n  "),
+                prom.targets(),
+                prom.log(),
+                probing.log()
+            );
+        }
+        seen.extend(now);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    eprintln!(
+        "expected alerts firing after {:.1?}; seen on the way: {seen:?}",
+        started.elapsed()
+    );
+
+    // They stay exactly these over a few more evaluations: nothing else fires (no
+    // ChdCpuNotBindable, no ChdExporterDown for the live exporters, no RDMA alert on the
+    // fixture's static counters, no column alert for devices 1-3, ...).
+    for _ in 0..4 {
+        std::thread::sleep(Duration::from_millis(750));
+        assert_eq!(active(&prom), expected, "the set of active alerts changed");
+    }
+
+    // Labels and annotations as rendered by the real server.
+    let alerts = prom.firing();
+    let find = |name: &str, want: &[(&str, &str)]| -> Alert {
+        alerts
+            .iter()
+            .find(|a| a.name() == name && a.has(want))
+            .cloned()
+            .unwrap_or_else(|| panic!("no firing {name} {want:?} in {alerts:#?}"))
+    };
+    let column = find("ChdH2DSlowDeviceColumn", &[("device", "0")]);
+    assert_eq!(column.labels["severity"], "warning");
+    assert_eq!(column.labels["instance"], probing_instance);
+    let ratio: f64 = column.value.parse().unwrap();
+    // 12.3 / median(12.3, median(58.9, 6 or 58.9), 58.9, 58.9)
+    assert!(ratio > 0.15 && ratio < 0.3, "ratio {ratio}");
+    assert!(
+        column.annotations["summary"].contains(&format!("device 0 on {probing_instance}")),
+        "{column:?}"
+    );
+    assert!(
+        column.annotations["description"].contains("64MiB h2d copies"),
+        "{column:?}"
+    );
+    assert!(
+        column.annotations["runbook"].contains("--devices 0"),
+        "{column:?}"
+    );
+
+    let link = find("ChdPcieLinkDegraded", &[("device", "0")]);
+    assert_eq!(link.labels["instance"], fixture_instance);
+    assert_eq!(
+        link.annotations["summary"],
+        format!("PCIe link width of 0 on {fixture_instance} at 50% of its maximum")
+    );
+
+    if numa1_cpu.is_some() {
+        let segment = find("ChdH2DSlowNumaSegment", &[("device", "1")]);
+        // 6 GB/s from node 1 over the device's median over both CPUs, (58.9 + 6) / 2.
+        let v: f64 = segment.value.parse().unwrap();
+        assert!((v - 6.0 / 32.45).abs() < 0.01, "segment ratio {v}");
+        assert!(
+            segment.annotations["summary"].contains("CPUs of NUMA node 1 feed device 1"),
+            "{segment:?}"
+        );
+    }
+
+    if let Some(cpu) = numa1_cpu {
+        let pair = find("ChdPairCpuSlow", &[("rank", "0")]);
+        let v: f64 = pair.value.parse().unwrap();
+        assert!(v < 0.7, "pair cpu ratio {v}");
+        assert!(
+            pair.annotations["summary"].starts_with(&format!(
+                "Slow core for device pair 2,3: CPU {cpu} (rank 0) on {probing_instance} at "
+            )),
+            "{pair:?}"
+        );
+    }
+
+    let down = find("ChdExporterDown", &[("job", "chd-dead")]);
+    assert_eq!(down.labels["instance"], dead);
+    assert_eq!(down.labels["severity"], "warning");
+
+    let errors = find("ChdProbeErrors", &[("device", "4")]);
+    assert!(
+        errors.annotations["description"].contains("device 4"),
+        "{errors:?}"
+    );
+
+    // The fleet recording rules see the slow column.
+    let ratio_min = prom
+        .query(&format!(
+            "instance:chd_h2d_device_ratio:min{{instance=\"{probing_instance}\"}}"
+        ))
+        .unwrap();
+    assert_eq!(ratio_min.len(), 1, "{ratio_min:?}");
+    let slow_columns = prom
+        .query(&format!(
+            "instance:chd_h2d_slow_device_columns:count{{instance=\"{probing_instance}\"}}"
+        ))
+        .unwrap();
+    assert_eq!(slow_columns[0]["value"][1], "1", "{slow_columns:?}");
+    let links = prom
+        .query(&format!(
+            "instance:chd_device_pcie_degraded_links:count{{instance=\"{fixture_instance}\"}}"
+        ))
+        .unwrap();
+    assert_eq!(links[0]["value"][1], "1", "{links:?}");
+
+    // Every dashboard expression returns data (the two chd instances stand for `$instance`).
+    let instance_regex = format!("{probing_instance}|{fixture_instance}");
+    let vars: &[(&str, &str)] = &[
+        ("job", ".*chd.*"),
+        ("instance", &instance_regex),
+        ("size", "67108864"),
+        ("direction", "h2d"),
+        ("pair", ".*"),
+    ];
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for (file, d) in dashboards() {
+        for q in dashboard_queries(&file, &d) {
+            let expr = substitute(&q.expr, vars)
+                .unwrap_or_else(|e| panic!("{}: {}: {e}", q.dashboard, q.source));
+            checked += 1;
+            match prom.query(&expr) {
+                Err(e) => failures.push(format!("{}: {}: {e}", q.dashboard, q.source)),
+                Ok(result) if result.is_empty() => {
+                    failures.push(format!("{}: {}: no data for {expr}", q.dashboard, q.source))
+                }
+                Ok(_) => {}
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {checked} dashboard queries failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+
+    let elapsed = started.elapsed();
+    eprintln!("{checked} dashboard queries returned data; whole test {elapsed:.1?}");
+    assert!(elapsed < Duration::from_secs(60), "took {elapsed:?}");
+    drop(prom);
+    drop(probing);
+    drop(fixture);
+}
