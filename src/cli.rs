@@ -225,6 +225,10 @@ pub struct ServeArgs {
     /// Address to serve on [server.listen] (default 0.0.0.0:9863).
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<String>,
+    /// Serve a recorded matrix instead of probing: a ClusterHealthDetect results.json or a
+    /// chd state.json; topology from the file, probing and collectors off [server.replay].
+    #[arg(long, value_name = "FILE")]
+    pub replay: Option<PathBuf>,
     /// Where the matrix is saved [paths.state_dir] (default /var/lib/chd, else ./chd-state).
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
@@ -316,6 +320,7 @@ impl Cli {
             a.collectors.apply(&mut l);
             l.schedule.device_busy_threshold = a.device_busy_threshold;
             l.server.listen = a.listen.clone();
+            l.server.replay = a.replay.clone();
             l.paths.state_dir = a.state_dir.clone();
             l.schedule.interval = a.interval.clone();
             l.schedule.window_budget = a.window_budget.clone();

@@ -88,6 +88,8 @@ pub struct CollectorsLayer {
 pub struct ServerLayer {
     /// Address to serve `/metrics` on.
     pub listen: Option<String>,
+    /// Serve this recorded matrix instead of probing.
+    pub replay: Option<PathBuf>,
 }
 
 /// `[paths]`
@@ -186,7 +188,7 @@ macro_rules! layer_merge {
         }
     };
 }
-layer_merge!(ServerLayer { listen });
+layer_merge!(ServerLayer { listen, replay });
 layer_merge!(PathsLayer {
     sysfs,
     procfs,
@@ -271,6 +273,7 @@ impl Layer {
         Layer {
             server: ServerLayer {
                 listen: Some(DEFAULT_LISTEN.into()),
+                replay: None,
             },
             paths: PathsLayer {
                 sysfs: Some("/sys".into()),
@@ -400,6 +403,8 @@ impl std::fmt::Display for CpuSelection {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub listen: SocketAddr,
+    /// A recording to serve instead of probing.
+    pub replay: Option<PathBuf>,
     pub roots: Roots,
     pub state_dir: PathBuf,
     pub runtime: RuntimeConfig,
@@ -664,6 +669,7 @@ impl Config {
         };
         Ok(Config {
             listen,
+            replay: l.server.replay,
             roots: Roots {
                 sysfs: l.paths.sysfs.unwrap_or_default(),
                 procfs: l.paths.procfs.unwrap_or_default(),
@@ -703,6 +709,7 @@ impl Config {
         Layer {
             server: ServerLayer {
                 listen: Some(self.listen.to_string()),
+                replay: self.replay.clone(),
             },
             paths: PathsLayer {
                 sysfs: Some(self.roots.sysfs.clone()),

@@ -10,6 +10,7 @@ pub mod collect;
 pub mod config;
 pub mod exposition;
 pub mod probe;
+pub mod replay;
 pub mod runtime;
 pub mod schedule;
 pub mod serve;

@@ -113,8 +113,74 @@ fn load_store(dir: &std::path::Path, topology: &Topology, backend: &dyn Backend)
     }
 }
 
+/// Serve a recording (`--replay`) until a termination signal: no probing, no collectors,
+/// no state written; every tick counts as `disabled`.
+async fn run_replay(config: Config, path: std::path::PathBuf) -> anyhow::Result<()> {
+    let replay = crate::replay::load(&path, config.probe.samples_per_cell)
+        .with_context(|| format!("replaying {}", path.display()))?;
+    tracing::info!("replaying {}: {}", path.display(), replay.description);
+    let topology = Arc::new(replay.topology);
+    let backend = crate::replay::ReplayBackend {
+        devices: replay.devices,
+    };
+    let mut registry = Registry::default();
+    let metrics = ProbeMetrics::register(&mut registry);
+    for e in &replay.errors {
+        metrics.error(e.probe, &e.device, "recorded");
+    }
+    let universe: Vec<CellKey> = replay.store.h2d.keys().cloned().collect();
+    let cpus: Vec<u32> = topology.cpus.iter().map(|c| c.id).collect();
+    registry.register_collector(Box::new(StoreView {
+        store: Arc::new(RwLock::new(replay.store)),
+        topology: topology.clone(),
+        devices: backend.devices.clone(),
+        backend: backend.name().to_string(),
+        universe: Arc::new(universe),
+        affinity_cpus: Arc::new(cpus),
+        stale_after: config.probe.stale_after,
+        cells: config.exposition.cells,
+        pairs: replay.pairs,
+        pair_cells: config.exposition.pair_cells,
+    }));
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    tracing::info!(
+        "listening on {}",
+        listener.local_addr().context("reading the bound address")?
+    );
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let server = tokio::spawn(server::serve(
+        listener,
+        Arc::new(registry),
+        shutdown_rx.clone(),
+    ));
+    let ticks = {
+        let mut shutdown = shutdown_rx;
+        let interval = config.schedule.interval;
+        tokio::spawn(async move {
+            loop {
+                metrics.idle_window("disabled");
+                tokio::select! {
+                    _ = tokio::time::sleep(interval) => {}
+                    _ = shutdown.wait_for(|stop| *stop) => break,
+                }
+            }
+        })
+    };
+    wait_for_signal().await?;
+    let _ = shutdown_tx.send(true);
+    ticks.await.context("tick loop panicked")?;
+    server.await.context("HTTP server panicked")?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
 /// Run the exporter until a termination signal.
 pub async fn run(config: Config) -> anyhow::Result<()> {
+    if let Some(path) = config.replay.clone() {
+        return run_replay(config, path).await;
+    }
     let topology = Arc::new(
         Topology::read(&config.roots).context("reading the host topology (see --sysfs-root)")?,
     );
@@ -153,7 +219,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         "matrix planned"
     );
 
-    let store = Arc::new(RwLock::new(load_store(&state_dir, &topology, &*backend)));
+    let mut loaded = load_store(&state_dir, &topology, &*backend);
+    loaded.cpu_numa = topology
+        .cpus
+        .iter()
+        .filter_map(|c| Some((c.id, c.numa_node?)))
+        .collect();
+    let store = Arc::new(RwLock::new(loaded));
     let mut registry = Registry::default();
     let metrics = ProbeMetrics::register(&mut registry);
     let mut collectors = collect::build(&config.collectors, &config.roots, pci_devices(&*backend));

@@ -97,6 +97,9 @@ pub struct Store {
     pub bindable: BTreeMap<u32, Bindable>,
     /// Probe name -> unix time of the end of its last window that measured something.
     pub last_success: BTreeMap<String, f64>,
+    /// CPU -> NUMA node of the machine that measured the cells (saved with them, so a
+    /// replay of the state file knows the segments).
+    pub cpu_numa: BTreeMap<u32, u32>,
 }
 
 /// The store shared between the prober (writer) and scrapes (readers).

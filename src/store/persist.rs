@@ -37,6 +37,9 @@ struct StateFile {
     /// Core-pair cells (absent in files written before the pair probe).
     #[serde(default)]
     pair: Vec<PersistedPairCell>,
+    /// CPU -> NUMA node of the measuring machine.
+    #[serde(default)]
+    cpu_numa: std::collections::BTreeMap<u32, u32>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -105,6 +108,7 @@ pub fn encode(store: &Store, saved_at: f64) -> Result<Vec<u8>, PersistError> {
                 cell: cell.clone(),
             })
             .collect(),
+        cpu_numa: store.cpu_numa.clone(),
     };
     Ok(serde_json::to_vec(&file)?)
 }
@@ -135,6 +139,7 @@ pub fn decode(bytes: &[u8]) -> Result<Store, String> {
         store.pair.insert(key, cell);
     }
     store.last_success = file.last_success;
+    store.cpu_numa = file.cpu_numa;
     Ok(store)
 }
 

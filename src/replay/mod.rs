@@ -1,0 +1,337 @@
+//! Replay: serve a recorded matrix instead of probing (`chd serve --replay FILE`), for
+//! post-mortems in Grafana and for tuning alerts on recorded runs. FILE is a
+//! ClusterHealthDetect `results.json` or a chd state file (`state.json`); the topology (CPUs
+//! and their NUMA nodes) comes from the file. Failed rows become failed cells and count in
+//! `chd_probe_errors_total{reason="recorded"}`, never zero bandwidth.
+
+pub mod cluster_health;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use crate::runtime::{Backend, CopyParams, DeviceInfo, ProbeError};
+use crate::store::{persist, unix_now, CellKey, PairKey, Sample, Store};
+use crate::topology::{Cpu, NumaNode, Topology};
+
+/// Why a recording could not be replayed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {problem}")]
+    Format { path: String, problem: String },
+}
+
+/// A failed recorded cell, for `chd_probe_errors_total`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedError {
+    pub probe: &'static str,
+    pub device: String,
+}
+
+/// What a recording holds, ready to serve.
+#[derive(Debug)]
+pub struct Replay {
+    pub topology: Topology,
+    pub devices: Vec<DeviceInfo>,
+    pub store: Store,
+    pub pairs: Vec<String>,
+    pub errors: Vec<RecordedError>,
+    /// e.g. `ClusterHealthDetect results (30720 h2d rows, 2 failed)`.
+    pub description: String,
+}
+
+/// The devices of a replay: listed for `chd_device_info`, never measured.
+#[derive(Debug)]
+pub struct ReplayBackend {
+    pub devices: Vec<DeviceInfo>,
+}
+
+impl Backend for ReplayBackend {
+    fn name(&self) -> &'static str {
+        "replay"
+    }
+    fn devices(&self) -> &[DeviceInfo] {
+        &self.devices
+    }
+    fn measure_copy(&self, device: &str, _: &CopyParams) -> Result<f64, ProbeError> {
+        Err(ProbeError::Device(format!("{device} is a recorded device")))
+    }
+}
+
+fn topology_from(cpu_numa: &BTreeMap<u32, Option<u32>>) -> Topology {
+    let cpus = cpu_numa
+        .iter()
+        .map(|(&id, &numa_node)| Cpu {
+            id,
+            numa_node,
+            package: None,
+            core: None,
+            siblings: vec![id],
+            allowed: true,
+        })
+        .collect();
+    let mut nodes: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    for (&cpu, node) in cpu_numa {
+        if let Some(n) = node {
+            nodes.entry(*n).or_default().push(cpu);
+        }
+    }
+    Topology {
+        cpus,
+        offline_cpus: Vec::new(),
+        numa_nodes: nodes
+            .into_iter()
+            .map(|(id, cpus)| NumaNode {
+                id,
+                cpus,
+                has_memory: true,
+                memory_total_bytes: None,
+            })
+            .collect(),
+    }
+}
+
+fn devices_from(ids: BTreeSet<String>) -> Vec<DeviceInfo> {
+    let mut ids: Vec<String> = ids.into_iter().collect();
+    ids.sort_by_key(|d| (d.parse::<u64>().unwrap_or(u64::MAX), d.clone()));
+    ids.into_iter()
+        .map(|id| DeviceInfo {
+            id,
+            kind: "replay".into(),
+            name: "recorded device".into(),
+            pci_bus_id: String::new(),
+            numa_node: None,
+        })
+        .collect()
+}
+
+fn from_cluster_health(rec: cluster_health::Recording, keep: usize) -> Replay {
+    let now = unix_now();
+    let mut store = Store::default();
+    let mut errors = Vec::new();
+    let mut cpu_numa: BTreeMap<u32, Option<u32>> = BTreeMap::new();
+    for (node, cpus) in &rec.numa_nodes {
+        for &cpu in cpus {
+            cpu_numa.insert(cpu, Some(*node));
+        }
+    }
+    let mut device_ids = BTreeSet::new();
+    let mut pairs = BTreeSet::new();
+    let (h2d_rows, pair_rows) = (rec.h2d.len(), rec.pairs.len());
+    for row in rec.h2d {
+        cpu_numa.entry(row.cpu).or_insert(None);
+        device_ids.insert(row.device.clone());
+        let key = CellKey {
+            cpu: row.cpu,
+            device: row.device.clone(),
+            size_bytes: row.size_bytes,
+            direction: row.direction,
+        };
+        match row.bytes_per_second {
+            Some(v) => store.record_sample(
+                key,
+                Sample {
+                    bytes_per_second: v,
+                    at: now,
+                },
+                keep,
+            ),
+            None => {
+                store.record_error(key, now);
+                errors.push(RecordedError {
+                    probe: "h2d",
+                    device: row.device,
+                });
+            }
+        }
+    }
+    for row in rec.pairs {
+        for cpu in [row.cpu0, row.cpu1] {
+            cpu_numa.entry(cpu).or_insert(None);
+        }
+        for d in row.pair.split(',') {
+            device_ids.insert(d.to_string());
+        }
+        pairs.insert(row.pair.clone());
+        let key = PairKey {
+            pair: row.pair.clone(),
+            cpu0: row.cpu0,
+            cpu1: row.cpu1,
+        };
+        match row.bytes_per_second {
+            Some(v) => store.record_pair_sample(
+                key,
+                Sample {
+                    bytes_per_second: v,
+                    at: now,
+                },
+                keep,
+            ),
+            None => {
+                store.record_pair_error(key, now);
+                errors.push(RecordedError {
+                    probe: "pair",
+                    device: row.pair,
+                });
+            }
+        }
+    }
+    if !store.h2d.is_empty() {
+        store.record_success("h2d", now);
+    }
+    if !store.pair.is_empty() {
+        store.record_success("pair", now);
+    }
+    let description = format!(
+        "ClusterHealthDetect results: {h2d_rows} h2d rows, {pair_rows} pair rows, {} failed, {} rows of other tests skipped",
+        errors.len(),
+        rec.skipped_rows
+    );
+    Replay {
+        topology: topology_from(&cpu_numa),
+        devices: devices_from(device_ids),
+        store,
+        pairs: pairs.into_iter().collect(),
+        errors,
+        description,
+    }
+}
+
+fn from_state(mut store: Store) -> Replay {
+    let mut cpu_numa: BTreeMap<u32, Option<u32>> =
+        store.cpu_numa.iter().map(|(&c, &n)| (c, Some(n))).collect();
+    let mut device_ids = BTreeSet::new();
+    let mut pairs = BTreeSet::new();
+    for k in store.h2d.keys() {
+        cpu_numa.entry(k.cpu).or_insert(None);
+        device_ids.insert(k.device.clone());
+    }
+    for k in store.pair.keys() {
+        cpu_numa.entry(k.cpu0).or_insert(None);
+        cpu_numa.entry(k.cpu1).or_insert(None);
+        pairs.insert(k.pair.clone());
+        for d in k.pair.split(',') {
+            device_ids.insert(d.to_string());
+        }
+    }
+    // Served as recorded: the samples keep their times, so staleness reads as it was.
+    store.bindable.clear();
+    let description = format!(
+        "chd state file: {} h2d cells, {} pair cells",
+        store.h2d.len(),
+        store.pair.len()
+    );
+    Replay {
+        topology: topology_from(&cpu_numa),
+        devices: devices_from(device_ids),
+        store,
+        pairs: pairs.into_iter().collect(),
+        errors: Vec::new(),
+        description,
+    }
+}
+
+/// Read a recording; `keep` is how many samples a cell keeps.
+pub fn load(path: &Path, keep: usize) -> Result<Replay, ReplayError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| ReplayError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    let format = |problem: String| ReplayError::Format {
+        path: shown.clone(),
+        problem,
+    };
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format(format!("not JSON: {e}")))?;
+    if value.get("metrics").is_some() {
+        let rec = cluster_health::parse(&text).map_err(|e| format(e.to_string()))?;
+        return Ok(from_cluster_health(rec, keep.max(1)));
+    }
+    if value.get("h2d").is_some() && value.get("version").is_some() {
+        let store = persist::decode(text.as_bytes()).map_err(format)?;
+        return Ok(from_state(store));
+    }
+    Err(format(
+        "neither a ClusterHealthDetect results.json (no \"metrics\") nor a chd state file".into(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_health_file_becomes_topology_devices_and_cells() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("results.json");
+        std::fs::write(
+            &path,
+            r#"{"meta": {"affinity_summary": {"numa_nodes": {"0": {"cpus": [0, 1]}, "1": {"cpus": [2, 3]}}}},
+                "metrics": [
+                  {"test": "core_h2d_matrix", "host_cpu": 0, "device_id": 0, "size_mb": 64, "gbps": 12.7, "status": "ok"},
+                  {"test": "core_h2d_matrix", "host_cpu": 2, "device_id": 1, "size_mb": 64, "gbps": 58.4, "status": "ok"},
+                  {"test": "core_h2d_matrix", "host_cpu": 3, "device_id": 1, "size_mb": 64, "status": "failed"},
+                  {"test": "core_pair_d2d_matrix", "rank0_cpu": 1, "rank1_cpu": 2, "alg_gbps": 13.7, "device_pair": "0,1", "status": "ok"}
+                ]}"#,
+        )
+        .unwrap();
+        let r = load(&path, 5).unwrap();
+        assert_eq!(r.topology.cpus.len(), 4);
+        assert_eq!(r.topology.cpu(2).unwrap().numa_node, Some(1));
+        assert_eq!(
+            r.devices.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(),
+            ["0", "1"]
+        );
+        assert_eq!(r.store.measured_cells().count(), 2);
+        assert_eq!(r.store.h2d.len(), 3, "the failed row is a tried cell");
+        assert_eq!(
+            r.errors,
+            vec![RecordedError {
+                probe: "h2d",
+                device: "1".into()
+            }]
+        );
+        assert_eq!(r.pairs, vec!["0,1".to_string()]);
+        assert!(r.description.contains("1 failed"), "{}", r.description);
+    }
+
+    #[test]
+    fn state_file_round_trips_with_its_numa_map() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::default();
+        s.cpu_numa.insert(5, 1);
+        s.record_sample(
+            CellKey {
+                cpu: 5,
+                device: "numa0".into(),
+                size_bytes: 1 << 20,
+                direction: crate::runtime::Direction::H2d,
+            },
+            Sample {
+                bytes_per_second: 1e10,
+                at: 1.0,
+            },
+            5,
+        );
+        persist::save(dir.path(), &s, 2.0).unwrap();
+        let r = load(&persist::state_path(dir.path()), 5).unwrap();
+        assert_eq!(r.topology.cpu(5).unwrap().numa_node, Some(1));
+        assert_eq!(r.devices[0].id, "numa0");
+    }
+
+    #[test]
+    fn unknown_json_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.json");
+        std::fs::write(&path, "{\"hello\": 1}").unwrap();
+        let e = load(&path, 5).unwrap_err().to_string();
+        assert!(e.contains("neither a ClusterHealthDetect"), "{e}");
+        assert!(load(&dir.path().join("missing.json"), 5).is_err());
+    }
+}
