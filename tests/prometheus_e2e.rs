@@ -203,17 +203,34 @@ fn alerts_fire_and_dashboards_return_data_in_a_real_prometheus() {
         ],
     );
 
-    // (c) Nobody listens there.
+    // (c) A replayed ClusterHealthDetect recording: NPU 0 slow, a failed row on NPU 3, and
+    // rank-0 CPU 6 slow in the 0,3 pair matrix.
+    let state_replay = tempfile::tempdir().unwrap();
+    let replay = Chd::serve(
+        state_replay.path(),
+        &[
+            "--replay",
+            s(&prometheus::repo().join("tests/fixtures/replay/results-npu-node.json")),
+            "--interval",
+            "1s",
+            "--window-budget",
+            "500ms",
+        ],
+    );
+
+    // (d) Nobody listens there.
     let dead = format!("127.0.0.1:{}", free_port());
 
     let probing_instance = probing.addr.to_string();
     let fixture_instance = fixture.addr.to_string();
+    let replay_instance = replay.addr.to_string();
     let config = format!(
         "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
          rule_files:\n  - chd.rules.yml\n\
          scrape_configs:\n\
          \x20 - job_name: chd-probing\n    static_configs:\n      - targets: ['{probing_instance}']\n\
          \x20 - job_name: chd-fixture\n    static_configs:\n      - targets: ['{fixture_instance}']\n\
+         \x20 - job_name: chd-replay\n    static_configs:\n      - targets: ['{replay_instance}']\n\
          \x20 - job_name: chd-dead\n    static_configs:\n      - targets: ['{dead}']\n"
     );
     let rules = std::fs::read_to_string(rules_path()).unwrap();
@@ -226,6 +243,10 @@ fn alerts_fire_and_dashboards_return_data_in_a_real_prometheus() {
         "ChdProbeErrors job=chd-probing device=4 reason=copy".to_string(),
         "ChdPcieLinkDegraded job=chd-fixture device=0 link=width".to_string(),
         "ChdExporterDown job=chd-dead".to_string(),
+        "ChdH2DSlowDeviceColumn job=chd-replay device=0 size_bytes=67108864 direction=h2d"
+            .to_string(),
+        "ChdProbeErrors job=chd-replay device=3 reason=recorded".to_string(),
+        "ChdPairCpuSlow job=chd-replay cpu=6 pair=0,3 rank=0".to_string(),
     ]
     .into_iter()
     .collect();
@@ -284,7 +305,10 @@ fn alerts_fire_and_dashboards_return_data_in_a_real_prometheus() {
             .cloned()
             .unwrap_or_else(|| panic!("no firing {name} {want:?} in {alerts:#?}"))
     };
-    let column = find("ChdH2DSlowDeviceColumn", &[("device", "0")]);
+    let column = find(
+        "ChdH2DSlowDeviceColumn",
+        &[("device", "0"), ("job", "chd-probing")],
+    );
     assert_eq!(column.labels["severity"], "warning");
     assert_eq!(column.labels["instance"], probing_instance);
     let ratio: f64 = column.value.parse().unwrap();

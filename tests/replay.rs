@@ -15,7 +15,14 @@ fn cluster_health_results_replay_with_their_findings() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/replay/results-npu-node.json");
     let chd = Chd::serve(
         dir.path(),
-        &["--replay", file.to_str().unwrap(), "--interval", "1s", "--window-budget", "500ms"],
+        &[
+            "--replay",
+            file.to_str().unwrap(),
+            "--interval",
+            "1s",
+            "--window-budget",
+            "500ms",
+        ],
     );
     let body = chd.scrape();
     let m = Metrics::parse(&body);
