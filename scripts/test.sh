@@ -8,6 +8,8 @@ missing=()
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
 if ((${#missing[@]})); then
   if [ "$(id -u)" = 0 ]; then
     sudo=()

@@ -34,58 +34,123 @@ pub enum Command {
     Serve(Box<ServeArgs>),
     /// Print the CPUs, NUMA nodes, cpuset and devices chd sees.
     Topology(TopologyArgs),
-    /// Measure now, in one go, and print the results (no exporter, no state).
+    /// Measure now, in one go: full or partial matrices with progress, Ctrl-C and --resume,
+    /// and with --out a run directory and its report.
     #[command(subcommand)]
     Probe(ProbeCommand),
+    /// Render a run directory (or a ClusterHealthDetect results.json) as summary.md,
+    /// cells.csv, heatmap PNGs and report.xlsx.
+    Report(ReportArgs),
 }
 
 #[derive(Debug, Subcommand)]
 pub enum ProbeCommand {
     /// The core x device copy matrix: every selected CPU x device x size x direction x host
-    /// memory kind, each cell measured --samples times in a fresh random order per pass.
-    H2d(H2dArgs),
+    /// memory kind, each cell measured --repeats times (every pass in a fresh random order),
+    /// under each --load profile.
+    ///
+    /// With --out DIR every sample is appended to DIR/cells.jsonl as it is measured (the plan
+    /// is in DIR/run.json); Ctrl-C stops after the cell in flight and keeps what was measured;
+    /// --resume continues exactly where the run stopped; at the end the report (summary.md,
+    /// cells.csv, h2d_<size>.png, report.xlsx) is written to DIR.
+    H2d(Box<H2dArgs>),
+    /// Which CPUs a thread can really be bound to (bind, read back, restore), e.g. inside a
+    /// container whose cpuset lists cores it cannot use.
+    Affinity(AffinityArgs),
 }
 
 #[derive(Debug, Args)]
 pub struct H2dArgs {
-    /// CPUs: all (every CPU this process may use), per-node:N (N spread over each NUMA
-    /// node), or a list like 0-79,160.
-    #[arg(long, default_value = "all", value_name = "SELECTION")]
-    pub cpus: String,
-    /// Devices: all, or runtime device labels, comma-separated (0,3 or numa0).
-    #[arg(long, default_value = "all", value_name = "LIST")]
-    pub devices: String,
-    /// Copy sizes in MiB, comma-separated.
+    /// CPUs: all or auto (every CPU this process may use), per-node:N (N spread over each
+    /// NUMA node), or a list like 0-79,160 [default: all].
+    #[arg(long, value_name = "SELECTION")]
+    pub cpus: Option<String>,
+    /// Devices: all, or runtime device labels, comma-separated (0,3 or numa0) [default: all].
+    #[arg(long, value_name = "LIST")]
+    pub devices: Option<String>,
+    /// Copy sizes, comma-separated: 16MiB,64MiB,1GiB (KiB, MiB, GiB; a bare number is MiB)
+    /// [default: 64MiB].
+    #[arg(long, value_name = "SIZE,...", value_delimiter = ',')]
+    pub sizes: Option<Vec<String>>,
+    /// Directions, comma-separated: h2d, d2h [default: h2d].
     #[arg(
         long,
-        default_value = "64",
-        value_name = "MIB,...",
-        value_delimiter = ','
-    )]
-    pub sizes: Vec<u64>,
-    /// Directions, comma-separated: h2d, d2h.
-    #[arg(
-        long,
-        default_value = "h2d",
+        alias = "direction",
         value_name = "DIR,...",
         value_delimiter = ','
     )]
-    pub directions: Vec<String>,
-    /// Untimed copies before each sample.
-    #[arg(long, default_value_t = 2, value_name = "N")]
-    pub warmup: u32,
-    /// Timed copies per sample.
-    #[arg(long, default_value_t = 10, value_name = "N")]
-    pub iterations: u32,
-    /// Samples per cell (each pass visits the cells in a new random order); the value is
-    /// their median.
-    #[arg(long, default_value_t = 3, value_name = "K")]
-    pub samples: usize,
-    /// Output: table (GB/s), csv or json (bytes per second).
-    #[arg(long, default_value = "table", value_name = "FORMAT")]
-    pub format: String,
+    pub directions: Option<Vec<String>>,
+    /// Host memory kinds, comma-separated: pinned, pageable (the host backend always uses
+    /// pageable) [default: pinned]. Same as --host-memory.
+    #[arg(long, value_name = "KIND,...")]
+    pub memory: Option<String>,
+    /// Untimed copies before each sample [default: 2].
+    #[arg(long, value_name = "N")]
+    pub warmup: Option<u32>,
+    /// Timed copies per sample [default: 10].
+    #[arg(long, alias = "iters", value_name = "N")]
+    pub iterations: Option<u32>,
+    /// Samples per cell and load profile; the cell's value is their median [default: 3].
+    #[arg(long, alias = "samples", value_name = "K")]
+    pub repeats: Option<u32>,
+    /// Background load while measuring, repeatable (one run per profile): idle, cpu:N (N
+    /// threads streaming memory and doing multiply-adds, pinned away from the probed CPUs),
+    /// cpu:N@CPULIST (pinned to CPULIST) or device (not supported yet) [default: idle].
+    #[arg(long = "load", value_name = "PROFILE")]
+    pub loads: Vec<String>,
+    /// Run directory: stream samples to DIR/cells.jsonl and write the report there.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Continue the interrupted run in --out DIR with its plan; flags given must match it.
+    #[arg(long, requires = "out")]
+    pub resume: bool,
+    /// Do not write the report at the end (chd report DIR writes it later).
+    #[arg(long, requires = "out")]
+    pub no_report: bool,
+    /// Print plain progress lines even on a terminal.
+    #[arg(long)]
+    pub no_progress_bar: bool,
+    /// Output on stdout without --out: table (GB/s), csv or json (bytes per second)
+    /// [default: table].
+    #[arg(long, value_name = "FORMAT")]
+    pub format: Option<String>,
     #[command(flatten)]
     pub runtime: RuntimeArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct AffinityArgs {
+    /// CPUs to try: all (every online CPU, also those outside this process's cpuset), or a
+    /// list like 0-79,160 [default: all].
+    #[arg(long, value_name = "SELECTION")]
+    pub cpus: Option<String>,
+    /// Write DIR/affinity.json (chd report DIR includes it).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Output: table, csv or json [default: table].
+    #[arg(long, value_name = "FORMAT")]
+    pub format: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// A run directory of chd probe --out, a directory with a ClusterHealthDetect
+    /// results.json, or such a file.
+    #[arg(value_name = "DIR|FILE")]
+    pub input: PathBuf,
+    /// Where to write the report [default: the run directory, or the file's directory].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+impl ReportArgs {
+    /// The library's request.
+    pub fn request(&self) -> chd::report::command::ReportRequest {
+        chd::report::command::ReportRequest {
+            input: self.input.clone(),
+            out: self.out.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -303,6 +368,36 @@ impl Cli {
         l.paths.sysfs = self.sysfs_root.clone();
         l.paths.procfs = self.procfs_root.clone();
         l
+    }
+
+    /// `chd probe`'s flags as the library's request.
+    pub fn probe_request(&self, probe: &ProbeCommand) -> chd::probe::command::ProbeRequest {
+        use chd::probe::command::{AffinityRequest, H2dRequest, ProbeRequest};
+        match probe {
+            ProbeCommand::H2d(a) => ProbeRequest::H2d(H2dRequest {
+                layer: self.runtime_layer(&a.runtime),
+                cpus: a.cpus.clone(),
+                devices: a.devices.clone(),
+                sizes: a.sizes.clone(),
+                directions: a.directions.clone(),
+                host_memory: a.memory.clone().or_else(|| a.runtime.host_memory.clone()),
+                warmup: a.warmup,
+                iterations: a.iterations,
+                repeats: a.repeats,
+                loads: a.loads.clone(),
+                out: a.out.clone(),
+                resume: a.resume,
+                format: a.format.clone(),
+                no_report: a.no_report,
+                no_progress_bar: a.no_progress_bar,
+            }),
+            ProbeCommand::Affinity(a) => ProbeRequest::Affinity(AffinityRequest {
+                layer: self.global_layer(),
+                cpus: a.cpus.clone(),
+                out: a.out.clone(),
+                format: a.format.clone(),
+            }),
+        }
     }
 
     /// A subcommand's runtime flags over the global ones, as a configuration layer.

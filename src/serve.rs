@@ -12,10 +12,10 @@ use crate::config::{Config, FALLBACK_STATE_DIR};
 use crate::exposition::metrics::ProbeMetrics;
 use crate::exposition::server;
 use crate::exposition::store_collector::StoreView;
-use crate::runtime::{self, Backend};
+use crate::runtime::{self, Backend, DeviceInfo};
 use crate::schedule::Scheduler;
 use crate::store::persist::{self, Loaded};
-use crate::store::{unix_now, CellKey, Store};
+use crate::store::{unix_now, CellKey, SharedStore, Store};
 use crate::topology::Topology;
 
 /// Every cell of the copy matrix for these CPUs and the backend's devices.
@@ -113,6 +113,21 @@ fn load_store(dir: &std::path::Path, topology: &Topology, backend: &dyn Backend)
     }
 }
 
+/// The `/matrix` page: the store's heatmaps, rendered under a read lock when asked for.
+fn matrix_page(
+    store: &SharedStore,
+    topology: &Arc<Topology>,
+    devices: &[DeviceInfo],
+) -> server::PageRenderer {
+    let (store, topology, devices) = (store.clone(), topology.clone(), devices.to_vec());
+    Arc::new(move || {
+        let store = store
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        crate::report::svg::matrix_page(&store, &topology, &devices)
+    })
+}
+
 /// Serve a recording (`--replay`) until a termination signal: no probing, no collectors,
 /// no state written; every tick counts as `disabled`.
 async fn run_replay(config: Config, path: std::path::PathBuf) -> anyhow::Result<()> {
@@ -130,8 +145,9 @@ async fn run_replay(config: Config, path: std::path::PathBuf) -> anyhow::Result<
     }
     let universe: Vec<CellKey> = replay.store.h2d.keys().cloned().collect();
     let cpus: Vec<u32> = topology.cpus.iter().map(|c| c.id).collect();
+    let store = Arc::new(RwLock::new(replay.store));
     registry.register_collector(Box::new(StoreView {
-        store: Arc::new(RwLock::new(replay.store)),
+        store: store.clone(),
         topology: topology.clone(),
         devices: backend.devices.clone(),
         backend: backend.name().to_string(),
@@ -153,6 +169,7 @@ async fn run_replay(config: Config, path: std::path::PathBuf) -> anyhow::Result<
     let server = tokio::spawn(server::serve(
         listener,
         Arc::new(registry),
+        Some(matrix_page(&store, &topology, &backend.devices)),
         shutdown_rx.clone(),
     ));
     let ticks = {
@@ -257,6 +274,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let server = tokio::spawn(server::serve(
         listener,
         Arc::new(registry),
+        Some(matrix_page(&store, &topology, backend.devices())),
         shutdown_rx.clone(),
     ));
     let scheduler = Scheduler {

@@ -95,5 +95,8 @@ fn an_unreadable_recording_is_a_clear_error() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("replaying") && err.contains("row 0:"), "{err}");
+    assert!(
+        err.contains("replaying") && err.contains("no matrix cells") && err.contains("metrics[0]"),
+        "{err}"
+    );
 }

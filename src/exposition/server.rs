@@ -1,4 +1,5 @@
-//! The HTTP server (hyper 1 on tokio): `/metrics`, `/healthz` and a small index page at `/`.
+//! The HTTP server (hyper 1 on tokio): `/metrics`, `/healthz`, the `/matrix` heatmap page and
+//! a small index page at `/`.
 //! Encoding runs on the blocking pool so a large scrape never stalls the reactor; it reads
 //! the store only and never waits for a probe.
 
@@ -23,7 +24,7 @@ const INDEX: &str = "<!doctype html>
 <html><head><title>chd</title></head><body>
 <h1>chd</h1>
 <p>Calibration prober and exporter for accelerator nodes.</p>
-<ul><li><a href=\"/metrics\">/metrics</a></li><li><a href=\"/healthz\">/healthz</a></li></ul>
+<ul><li><a href=\"/metrics\">/metrics</a></li><li><a href=\"/matrix\">/matrix</a> (heatmaps)</li><li><a href=\"/healthz\">/healthz</a></li></ul>
 </body></html>
 ";
 
@@ -39,8 +40,12 @@ fn response(
         .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
 }
 
+/// Renders an HTML page on demand (`/matrix`); called on the blocking pool.
+pub type PageRenderer = Arc<dyn Fn() -> String + Send + Sync>;
+
 async fn handle(
     registry: Arc<Registry>,
+    matrix: Option<PageRenderer>,
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
@@ -65,6 +70,24 @@ async fn handle(
                 }
             }
         }
+        "/matrix" => match matrix {
+            Some(render) => match tokio::task::spawn_blocking(move || render()).await {
+                Ok(page) => response(StatusCode::OK, "text/html; charset=utf-8", page),
+                Err(_) => {
+                    tracing::error!("rendering /matrix failed");
+                    response(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "text/plain; charset=utf-8",
+                        "rendering the matrix page failed\n",
+                    )
+                }
+            },
+            None => response(
+                StatusCode::NOT_FOUND,
+                "text/plain; charset=utf-8",
+                "not found\n",
+            ),
+        },
         "/healthz" => response(StatusCode::OK, "text/plain; charset=utf-8", "ok\n"),
         "/" => response(StatusCode::OK, "text/html; charset=utf-8", INDEX),
         _ => response(
@@ -76,10 +99,12 @@ async fn handle(
     Ok(reply)
 }
 
-/// Serve `registry` on `listener` until `shutdown` turns true.
+/// Serve `registry` (and the `matrix` page, when given) on `listener` until `shutdown` turns
+/// true.
 pub async fn serve(
     listener: TcpListener,
     registry: Arc<Registry>,
+    matrix: Option<PageRenderer>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
@@ -96,9 +121,10 @@ pub async fn serve(
             }
         };
         let registry = registry.clone();
+        let matrix = matrix.clone();
         let mut conn_shutdown = shutdown.clone();
         tokio::spawn(async move {
-            let service = service_fn(move |req| handle(registry.clone(), req));
+            let service = service_fn(move |req| handle(registry.clone(), matrix.clone(), req));
             let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
             tokio::pin!(conn);
             tokio::select! {

@@ -1,171 +1,172 @@
-//! One-shot measurement of a list of copy cells (`chd probe h2d`): each cell is measured
-//! `samples` times, every pass in a fresh random order (so an order artefact cannot repeat),
-//! on a dedicated thread that binds to each cell's CPU; a cell's value is the median of its
-//! samples. Progress is reported through a callback.
+//! The one-shot measurement loop behind `chd probe`: every sample slot of a run is measured
+//! once, pass by pass, each pass in a fresh random order (so an order artefact cannot repeat
+//! in the same place), on one dedicated thread that the measure function binds to each
+//! cell's CPU. Slots already measured (a resumed run) are skipped; a stop flag (Ctrl-C) is
+//! checked between cells, so the cell in flight always completes and is recorded.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use rand::seq::SliceRandom;
-use serde::Serialize;
 
-use crate::runtime::{Backend, CopyParams, HostMemory};
-use crate::stats;
-use crate::store::CellKey;
-use crate::topology::Topology;
+use super::record::{RunPlan, SampleRecord, SlotId};
+use crate::runtime::ProbeError;
+use crate::store::unix_now;
 
-/// What to measure.
-#[derive(Debug, Clone)]
-pub struct OneShotSpec {
-    pub cells: Vec<CellKey>,
-    pub host_memories: Vec<HostMemory>,
-    pub warmup: u32,
-    pub iterations: u32,
-    pub samples: usize,
+/// The slots of `load` still to measure, in measuring order: pass by pass, each pass
+/// shuffled.
+pub fn schedule(plan: &RunPlan, load: &str, done: &BTreeSet<SlotId>) -> Vec<SlotId> {
+    let mut rng = rand::rng();
+    let mut order = Vec::new();
+    for pass in 0..plan.repeats {
+        let mut slots: Vec<SlotId> = plan
+            .pass_slots(load, pass)
+            .into_iter()
+            .filter(|s| !done.contains(s))
+            .collect();
+        slots.shuffle(&mut rng);
+        order.extend(slots);
+    }
+    order
 }
 
-/// One measured cell.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Row {
-    pub cpu: u32,
-    pub numa_node: Option<u32>,
-    pub device: String,
-    pub size_bytes: u64,
-    pub direction: &'static str,
-    pub host_memory: &'static str,
-    /// Median of the successful samples, bytes per second.
-    pub bytes_per_second: Option<f64>,
-    pub samples: usize,
-    /// The last error, when a sample failed.
-    pub error: Option<String>,
+/// How a call to [`run`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// Slots measured (successfully or not) and handed to the sink.
+    pub measured: usize,
+    /// Whether the stop flag or the sink ended it before every slot was measured.
+    pub stopped: bool,
 }
 
-/// A cell's successful values and its last error.
-type Samples = (Vec<f64>, Option<String>);
-
-/// Measure every cell of `spec` on a dedicated thread; `progress(done, total)` after each
-/// measurement.
+/// Measure `slots` in order on a dedicated thread. `measure` runs on that thread and binds it
+/// as the cell requires; `sink` gets every record as soon as it is measured and returns
+/// `false` to stop (e.g. the output file cannot be written).
 pub fn run(
-    backend: &dyn Backend,
-    topology: &Topology,
-    spec: &OneShotSpec,
-    progress: &mut (dyn FnMut(usize, usize) + Send),
-) -> Vec<Row> {
-    let mut cells: Vec<(CellKey, HostMemory)> = spec
-        .cells
-        .iter()
-        .flat_map(|c| spec.host_memories.iter().map(move |m| (c.clone(), *m)))
-        .collect();
-    let total = cells.len() * spec.samples;
-    let mut results: BTreeMap<(CellKey, &'static str), Samples> = BTreeMap::new();
+    slots: &[SlotId],
+    stop: &AtomicBool,
+    measure: &(dyn Fn(&SlotId) -> Result<f64, ProbeError> + Sync),
+    sink: &mut (dyn FnMut(SampleRecord) -> bool + Send),
+) -> Outcome {
+    let mut outcome = Outcome {
+        measured: 0,
+        stopped: false,
+    };
     std::thread::scope(|scope| {
-        let handle = std::thread::Builder::new()
+        let worker = std::thread::Builder::new()
             .name("chd-oneshot".into())
             .spawn_scoped(scope, || {
-                let mut rng = rand::rng();
-                let mut done = 0;
-                for _ in 0..spec.samples {
-                    cells.shuffle(&mut rng);
-                    for (cell, memory) in &cells {
-                        let params = CopyParams {
-                            size_bytes: cell.size_bytes,
-                            direction: cell.direction,
-                            warmup: spec.warmup,
-                            iterations: spec.iterations,
-                            host_memory: *memory,
-                        };
-                        let outcome = super::h2d::measure_cell(
-                            backend,
-                            cell,
-                            params.warmup,
-                            params.iterations,
-                            params.host_memory,
-                        );
-                        let entry = results.entry((cell.clone(), memory.as_str())).or_default();
-                        match outcome {
-                            Ok(v) => entry.0.push(v),
-                            Err(e) => entry.1 = Some(e.to_string()),
-                        }
-                        done += 1;
-                        progress(done, total);
+                let mut out = Outcome {
+                    measured: 0,
+                    stopped: false,
+                };
+                for slot in slots {
+                    if stop.load(Ordering::SeqCst) {
+                        out.stopped = true;
+                        break;
+                    }
+                    let result = measure(slot);
+                    let record = SampleRecord {
+                        slot: slot.clone(),
+                        bytes_per_second: result.as_ref().ok().copied(),
+                        reason: result.as_ref().err().map(|e| e.reason().to_string()),
+                        error: result.err().map(|e| e.to_string()),
+                        at: unix_now(),
+                    };
+                    out.measured += 1;
+                    if !sink(record) {
+                        out.stopped = true;
+                        break;
                     }
                 }
+                out
             });
-        match handle {
-            Ok(h) => {
-                if h.join().is_err() {
+        match worker {
+            Ok(handle) => match handle.join() {
+                Ok(out) => outcome = out,
+                Err(_) => {
                     tracing::error!("the probe thread panicked");
+                    outcome.stopped = true;
                 }
+            },
+            Err(e) => {
+                tracing::error!("cannot start the probe thread: {e}");
+                outcome.stopped = true;
             }
-            Err(e) => tracing::error!("cannot start the probe thread: {e}"),
         }
     });
-    results
-        .into_iter()
-        .map(|((cell, memory), (values, error))| Row {
-            cpu: cell.cpu,
-            numa_node: topology.cpu(cell.cpu).and_then(|c| c.numa_node),
-            device: cell.device,
-            size_bytes: cell.size_bytes,
-            direction: cell.direction.as_str(),
-            host_memory: memory,
-            bytes_per_second: stats::median(&values),
-            samples: values.len(),
-            error,
-        })
-        .collect()
+    outcome
 }
 
-/// CSV with a header; bandwidth in bytes per second, empty when no sample succeeded.
-pub fn to_csv(rows: &[Row]) -> String {
-    let mut out = String::from(
-        "cpu,numa_node,device,size_bytes,direction,host_memory,bytes_per_second,samples,error\n",
-    );
-    for r in rows {
-        out.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{}\n",
-            r.cpu,
-            r.numa_node.map(|n| n.to_string()).unwrap_or_default(),
-            r.device,
-            r.size_bytes,
-            r.direction,
-            r.host_memory,
-            r.bytes_per_second
-                .map(|v| format!("{v:.0}"))
-                .unwrap_or_default(),
-            r.samples,
-            r.error
-                .as_deref()
-                .map(|e| format!("\"{}\"", e.replace('"', "'")))
-                .unwrap_or_default(),
-        ));
-    }
-    out
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::record::MatrixKind;
 
-/// A human table: one line per cell, decimal GB/s.
-pub fn to_table(rows: &[Row]) -> String {
-    let mut out = format!(
-        "{:>5} {:>4} {:>7} {:>9} {:>4} {:>8} {:>9}  {}\n",
-        "cpu", "numa", "device", "size_MiB", "dir", "memory", "GB/s", "note"
-    );
-    for r in rows {
-        let gbps = r
-            .bytes_per_second
-            .map(|v| format!("{:.2}", v / 1e9))
-            .unwrap_or_else(|| "-".into());
-        out.push_str(&format!(
-            "{:>5} {:>4} {:>7} {:>9} {:>4} {:>8} {:>9}  {}\n",
-            r.cpu,
-            r.numa_node
-                .map(|n| n.to_string())
-                .unwrap_or_else(|| "-".into()),
-            r.device,
-            r.size_bytes >> 20,
-            r.direction,
-            r.host_memory,
-            gbps,
-            r.error.as_deref().unwrap_or("")
-        ));
+    fn plan() -> RunPlan {
+        RunPlan {
+            probe: MatrixKind::H2d,
+            cpus: vec![0, 1, 2],
+            devices: vec!["a".into(), "b".into()],
+            pairs: vec![],
+            sizes_bytes: vec![1],
+            directions: vec!["h2d".into()],
+            host_memories: vec!["pageable".into()],
+            warmup: 0,
+            iterations: 1,
+            repeats: 2,
+            loads: vec!["idle".into()],
+        }
     }
-    out
+
+    #[test]
+    fn schedule_skips_done_slots_and_keeps_passes_in_order() {
+        let p = plan();
+        let done: BTreeSet<SlotId> = p.pass_slots("idle", 0).into_iter().take(4).collect();
+        let order = schedule(&p, "idle", &done);
+        assert_eq!(order.len(), 12 - 4);
+        assert!(order.iter().all(|s| !done.contains(s)));
+        let passes: Vec<u32> = order.iter().map(|s| s.pass).collect();
+        let mut sorted = passes.clone();
+        sorted.sort_unstable();
+        assert_eq!(passes, sorted, "pass 0 must finish before pass 1 starts");
+    }
+
+    #[test]
+    fn stop_flag_ends_between_cells_and_failures_are_recorded() {
+        let p = plan();
+        let slots = schedule(&p, "idle", &BTreeSet::new());
+        let stop = AtomicBool::new(false);
+        let mut got = Vec::new();
+        let measure = |s: &SlotId| {
+            if s.device == "b" {
+                Err(ProbeError::Copy("planted".into()))
+            } else {
+                Ok(1e9)
+            }
+        };
+        let outcome = run(&slots, &stop, &measure, &mut |r| {
+            got.push(r);
+            if got.len() == 5 {
+                stop.store(true, Ordering::SeqCst);
+            }
+            true
+        });
+        assert_eq!(
+            outcome,
+            Outcome {
+                measured: 5,
+                stopped: true
+            }
+        );
+        assert_eq!(got.len(), 5);
+        for r in &got {
+            if r.slot.device == "b" {
+                assert_eq!(r.reason.as_deref(), Some("copy"));
+                assert!(r.bytes_per_second.is_none());
+            } else {
+                assert_eq!(r.bytes_per_second, Some(1e9));
+            }
+        }
+    }
 }

@@ -1,16 +1,14 @@
 //! Replay: serve a recorded matrix instead of probing (`chd serve --replay FILE`), for
 //! post-mortems in Grafana and for tuning alerts on recorded runs. FILE is a
-//! ClusterHealthDetect `results.json` or a chd state file (`state.json`); the topology (CPUs
-//! and their NUMA nodes) comes from the file. Failed rows become failed cells and count in
+//! ClusterHealthDetect `results.json`, a `chd probe --out` run directory, or a chd state file
+//! (`state.json`); the topology (CPUs and their NUMA nodes) comes from the file. Failed rows become failed cells and count in
 //! `chd_probe_errors_total{reason="recorded"}`, never zero bandwidth.
-
-pub mod cluster_health;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use crate::runtime::{Backend, CopyParams, DeviceInfo, ProbeError};
-use crate::store::{persist, unix_now, CellKey, PairKey, Sample, Store};
+use crate::store::{persist, unix_now, Store};
 use crate::topology::{Cpu, NumaNode, Topology};
 
 /// Why a recording could not be replayed.
@@ -110,91 +108,75 @@ fn devices_from(ids: BTreeSet<String>) -> Vec<DeviceInfo> {
         .collect()
 }
 
-fn from_cluster_health(rec: cluster_health::Recording, keep: usize) -> Replay {
+/// A dataset read by the report module (a ClusterHealthDetect `results.json` or a chd probe
+/// run directory), ready to serve.
+fn from_dataset(ds: crate::report::dataset::Dataset, keep: usize) -> Replay {
     let now = unix_now();
-    let mut store = Store::default();
-    let mut errors = Vec::new();
+    let store = ds.to_store(keep, now);
     let mut cpu_numa: BTreeMap<u32, Option<u32>> = BTreeMap::new();
-    for (node, cpus) in &rec.numa_nodes {
+    for (node, cpus) in &ds.numa_nodes {
         for &cpu in cpus {
             cpu_numa.insert(cpu, Some(*node));
         }
     }
-    let mut device_ids = BTreeSet::new();
+    let mut device_ids: BTreeSet<String> = ds.devices.iter().map(|d| d.id.clone()).collect();
     let mut pairs = BTreeSet::new();
-    let (h2d_rows, pair_rows) = (rec.h2d.len(), rec.pairs.len());
-    for row in rec.h2d {
-        cpu_numa.entry(row.cpu).or_insert(None);
-        device_ids.insert(row.device.clone());
-        let key = CellKey {
-            cpu: row.cpu,
-            device: row.device.clone(),
-            size_bytes: row.size_bytes,
-            direction: row.direction,
-        };
-        match row.bytes_per_second {
-            Some(v) => store.record_sample(
-                key,
-                Sample {
-                    bytes_per_second: v,
-                    at: now,
-                },
-                keep,
-            ),
-            None => {
-                store.record_error(key, now);
-                errors.push(RecordedError {
-                    probe: "h2d",
-                    device: row.device,
-                });
-            }
-        }
+    for k in store.h2d.keys() {
+        cpu_numa.entry(k.cpu).or_insert(None);
+        device_ids.insert(k.device.clone());
     }
-    for row in rec.pairs {
-        for cpu in [row.cpu0, row.cpu1] {
-            cpu_numa.entry(cpu).or_insert(None);
-        }
-        for d in row.pair.split(',') {
+    for k in store.pair.keys() {
+        cpu_numa.entry(k.cpu0).or_insert(None);
+        cpu_numa.entry(k.cpu1).or_insert(None);
+        pairs.insert(k.pair.clone());
+        for d in k.pair.split(',') {
             device_ids.insert(d.to_string());
         }
-        pairs.insert(row.pair.clone());
-        let key = PairKey {
-            pair: row.pair.clone(),
-            cpu0: row.cpu0,
-            cpu1: row.cpu1,
-        };
-        match row.bytes_per_second {
-            Some(v) => store.record_pair_sample(
-                key,
-                Sample {
-                    bytes_per_second: v,
-                    at: now,
-                },
-                keep,
-            ),
-            None => {
-                store.record_pair_error(key, now);
-                errors.push(RecordedError {
-                    probe: "pair",
-                    device: row.pair,
-                });
-            }
+    }
+    let mut errors = Vec::new();
+    for (k, c) in &store.h2d {
+        if c.samples.is_empty() {
+            errors.push(RecordedError {
+                probe: "h2d",
+                device: k.device.clone(),
+            });
         }
     }
-    if !store.h2d.is_empty() {
+    for (k, c) in &store.pair {
+        if c.samples.is_empty() {
+            errors.push(RecordedError {
+                probe: "pair",
+                device: k.pair.clone(),
+            });
+        }
+    }
+    let mut store = store;
+    if store.h2d.values().any(|c| !c.samples.is_empty()) {
         store.record_success("h2d", now);
     }
-    if !store.pair.is_empty() {
+    if store.pair.values().any(|c| !c.samples.is_empty()) {
         store.record_success("pair", now);
     }
     let description = format!(
-        "ClusterHealthDetect results: {h2d_rows} h2d rows, {pair_rows} pair rows, {} failed, {} rows of other tests skipped",
-        errors.len(),
-        rec.skipped_rows
+        "{}: {} h2d cells, {} pair cells, {} failed",
+        ds.source,
+        store.h2d.len(),
+        store.pair.len(),
+        errors.len()
     );
+    let mut devices = devices_from(device_ids);
+    for d in &mut devices {
+        if let Some(meta) = ds.devices.iter().find(|m| m.id == d.id) {
+            if !meta.name.is_empty() {
+                d.name = meta.name.clone();
+            }
+            d.pci_bus_id = meta.pci_bus_id.clone();
+            d.numa_node = meta.numa_node;
+        }
+    }
     Replay {
         topology: topology_from(&cpu_numa),
-        devices: devices_from(device_ids),
+        devices,
         store,
         pairs: pairs.into_iter().collect(),
         errors,
@@ -236,35 +218,44 @@ fn from_state(mut store: Store) -> Replay {
     }
 }
 
-/// Read a recording; `keep` is how many samples a cell keeps.
+/// Read a recording; `keep` is how many samples a cell keeps. A chd state file is served as
+/// saved; anything else goes through the report module's reader (a ClusterHealthDetect
+/// `results.json`, or a `chd probe --out` run directory or its `run.json`).
 pub fn load(path: &Path, keep: usize) -> Result<Replay, ReplayError> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| ReplayError::Read {
-        path: shown.clone(),
-        source,
-    })?;
     let format = |problem: String| ReplayError::Format {
         path: shown.clone(),
         problem,
     };
-    let value: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| format(format!("not JSON: {e}")))?;
-    if value.get("metrics").is_some() {
-        let rec = cluster_health::parse(&text).map_err(|e| format(e.to_string()))?;
-        return Ok(from_cluster_health(rec, keep.max(1)));
+    if path.is_file() {
+        let text = std::fs::read_to_string(path).map_err(|source| ReplayError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        if let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) {
+            if value.get("h2d").is_some() && value.get("version").is_some() {
+                let store = persist::decode(text.as_bytes()).map_err(format)?;
+                return Ok(from_state(store));
+            }
+        }
     }
-    if value.get("h2d").is_some() && value.get("version").is_some() {
-        let store = persist::decode(text.as_bytes()).map_err(format)?;
-        return Ok(from_state(store));
+    let (ds, _) = crate::report::load(path).map_err(|e| format(e.to_string()))?;
+    if ds.cells.is_empty() {
+        let skipped = ds
+            .meta
+            .iter()
+            .find(|(k, _)| k == "skipped rows")
+            .map(|(_, v)| format!(" (skipped rows: {v})"))
+            .unwrap_or_default();
+        return Err(format(format!("no matrix cells to replay{skipped}")));
     }
-    Err(format(
-        "neither a ClusterHealthDetect results.json (no \"metrics\") nor a chd state file".into(),
-    ))
+    Ok(from_dataset(ds, keep.max(1)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::{CellKey, Sample};
 
     #[test]
     fn cluster_health_file_becomes_topology_devices_and_cells() {
@@ -299,6 +290,7 @@ mod tests {
         );
         assert_eq!(r.pairs, vec!["0,1".to_string()]);
         assert!(r.description.contains("1 failed"), "{}", r.description);
+        assert_eq!(r.store.pair.len(), 1);
     }
 
     #[test]
@@ -331,7 +323,7 @@ mod tests {
         let path = dir.path().join("x.json");
         std::fs::write(&path, "{\"hello\": 1}").unwrap();
         let e = load(&path, 5).unwrap_err().to_string();
-        assert!(e.contains("neither a ClusterHealthDetect"), "{e}");
+        assert!(e.contains("x.json"), "{e}");
         assert!(load(&dir.path().join("missing.json"), 5).is_err());
     }
 }

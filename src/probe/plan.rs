@@ -1,0 +1,211 @@
+//! The plan of a `chd probe h2d` run from its flags: sizes in binary units, CPU and device
+//! selections, load profiles; anything not given comes from the run being resumed or the
+//! defaults, and a resumed run's plan must not change.
+
+use anyhow::{anyhow, bail};
+
+use super::command::H2dRequest;
+use super::record::{MatrixKind, RunPlan};
+use crate::config::CpuSelection;
+use crate::load::LoadProfile;
+use crate::runtime::{self, Direction, HostMemory};
+use crate::topology::Topology;
+
+/// Defaults of `chd probe h2d`.
+pub const DEFAULT_SIZES: &str = "64MiB";
+pub const DEFAULT_WARMUP: u32 = 2;
+pub const DEFAULT_ITERATIONS: u32 = 10;
+pub const DEFAULT_REPEATS: u32 = 3;
+
+/// A size: a bare number is MiB; `KiB`, `MiB`, `GiB` (or `K`, `M`, `G`) suffixes are binary.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size like 64, 16MiB or 1GiB"))?;
+    let shift = match unit.trim() {
+        "" | "MiB" | "M" | "m" => 20,
+        "KiB" | "K" | "k" => 10,
+        "GiB" | "G" | "g" => 30,
+        "MB" | "GB" | "KB" | "kB" => {
+            return Err(format!(
+                "{text:?}: sizes are binary here; write {n}{}",
+                unit.replace('B', "iB").to_uppercase().replace("IB", "iB")
+            ))
+        }
+        _ => return Err(format!("{text:?} is not a size like 64, 16MiB or 1GiB")),
+    };
+    let bytes = n
+        .checked_shl(shift)
+        .filter(|b| b >> shift == n)
+        .ok_or_else(|| format!("{text:?} is too large"))?;
+    if bytes == 0 {
+        return Err(format!("{text:?}: a size must be at least 1 byte"));
+    }
+    Ok(bytes)
+}
+
+fn list(values: &[String]) -> Vec<String> {
+    values
+        .iter()
+        .flat_map(|v| v.split(','))
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+        .collect()
+}
+
+/// Build the plan from the request, taking anything not given from `base` (the resumed run)
+/// or the defaults.
+pub fn plan_from(
+    req: &H2dRequest,
+    base: Option<&RunPlan>,
+    topology: &Topology,
+    backend: &dyn runtime::Backend,
+) -> anyhow::Result<RunPlan> {
+    let cpus = match (&req.cpus, base) {
+        (Some(text), _) => CpuSelection::parse(text)
+            .map_err(|e| anyhow!("--cpus: {e}"))?
+            .resolve(topology),
+        (None, Some(b)) => b.cpus.clone(),
+        (None, None) => CpuSelection::All.resolve(topology),
+    };
+    let known: Vec<String> = backend.devices().iter().map(|d| d.id.clone()).collect();
+    let devices = match (&req.devices, base) {
+        (Some(text), _) if text.trim() == "all" => known.clone(),
+        (Some(text), _) => list(std::slice::from_ref(text)),
+        (None, Some(b)) => b.devices.clone(),
+        (None, None) => known.clone(),
+    };
+    if let Some(bad) = devices.iter().find(|d| !known.contains(d)) {
+        bail!(
+            "--devices: {bad:?} is not a device of the {} backend ({})",
+            backend.name(),
+            known.join(", ")
+        );
+    }
+    let sizes_bytes = match (&req.sizes, base) {
+        (Some(s), _) => list(s)
+            .iter()
+            .map(|s| parse_size(s))
+            .collect::<Result<Vec<u64>, _>>()
+            .map_err(|e| anyhow!("--sizes: {e}"))?,
+        (None, Some(b)) => b.sizes_bytes.clone(),
+        (None, None) => vec![parse_size(DEFAULT_SIZES).map_err(|e| anyhow!(e))?],
+    };
+    let directions = match (&req.directions, base) {
+        (Some(d), _) => {
+            let d = list(d);
+            for x in &d {
+                x.parse::<Direction>()
+                    .map_err(|e| anyhow!("--directions: {e}"))?;
+            }
+            d
+        }
+        (None, Some(b)) => b.directions.clone(),
+        (None, None) => vec!["h2d".into()],
+    };
+    let host_memories = if backend.name() == "host" {
+        // The host backend copies between ordinary memory only.
+        vec![HostMemory::Pageable.as_str().to_string()]
+    } else {
+        match (&req.host_memory, base) {
+            (Some(m), _) => {
+                let m = list(std::slice::from_ref(m));
+                for x in &m {
+                    x.parse::<HostMemory>()
+                        .map_err(|e| anyhow!("--host-memory: {e}"))?;
+                }
+                m
+            }
+            (None, Some(b)) => b.host_memories.clone(),
+            (None, None) => vec![HostMemory::Pinned.as_str().to_string()],
+        }
+    };
+    let loads = match (req.loads.is_empty(), base) {
+        // Not split on commas: `cpu:4@0-3,8` keeps its list.
+        (false, _) => req.loads.iter().map(|l| l.trim().to_string()).collect(),
+        (true, Some(b)) => b.loads.clone(),
+        (true, None) => vec!["idle".into()],
+    };
+    let mut normalised = Vec::new();
+    for l in &loads {
+        let p: LoadProfile = l.parse()?;
+        p.check_supported(backend.name())?;
+        let name = p.to_string();
+        if normalised.contains(&name) {
+            bail!("--load {name} is given twice");
+        }
+        normalised.push(name);
+    }
+    let pick =
+        |given: Option<u32>, stored: Option<u32>, default: u32| given.or(stored).unwrap_or(default);
+    let plan = RunPlan {
+        probe: MatrixKind::H2d,
+        cpus,
+        devices,
+        pairs: Vec::new(),
+        sizes_bytes,
+        directions,
+        host_memories,
+        warmup: pick(req.warmup, base.map(|b| b.warmup), DEFAULT_WARMUP),
+        iterations: pick(
+            req.iterations,
+            base.map(|b| b.iterations),
+            DEFAULT_ITERATIONS,
+        ),
+        repeats: pick(req.repeats, base.map(|b| b.repeats), DEFAULT_REPEATS),
+        loads: normalised,
+    };
+    if plan.iterations == 0 || plan.repeats == 0 {
+        bail!("--iterations and --repeats must be at least 1");
+    }
+    if plan.cpus.is_empty() || plan.devices.is_empty() {
+        bail!(
+            "nothing to measure: {} CPUs x {} devices",
+            plan.cpus.len(),
+            plan.devices.len()
+        );
+    }
+    Ok(plan)
+}
+
+/// The plan fields where `a` and `b` differ, as flag names.
+pub fn differences(a: &RunPlan, b: &RunPlan) -> Vec<&'static str> {
+    let mut d = Vec::new();
+    let mut check = |same: bool, name| {
+        if !same {
+            d.push(name);
+        }
+    };
+    check(a.cpus == b.cpus, "--cpus");
+    check(a.devices == b.devices, "--devices");
+    check(a.sizes_bytes == b.sizes_bytes, "--sizes");
+    check(a.directions == b.directions, "--directions");
+    check(a.host_memories == b.host_memories, "--host-memory");
+    check(a.warmup == b.warmup, "--warmup");
+    check(a.iterations == b.iterations, "--iterations");
+    check(a.repeats == b.repeats, "--repeats");
+    check(a.loads == b.loads, "--load");
+    check(a.probe == b.probe, "probe kind");
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_accept_bare_mib_and_binary_suffixes() {
+        assert_eq!(parse_size("64"), Ok(64 << 20));
+        assert_eq!(parse_size("16MiB"), Ok(16 << 20));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("512KiB"), Ok(512 << 10));
+        assert_eq!(parse_size(" 4M "), Ok(4 << 20));
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("lots").is_err());
+        let e = parse_size("64MB").unwrap_err();
+        assert!(e.contains("64MiB"), "{e}");
+    }
+}

@@ -1,0 +1,498 @@
+//! The on-disk form of a one-shot run (`chd probe ... --out DIR`): `run.json` says what was
+//! asked (the plan) and where it ran; `cells.jsonl` gets one JSON object per measured sample,
+//! appended and flushed as it is measured. A run killed at any point can be resumed exactly
+//! where it stopped (every sample slot is identified, so none is measured twice or lost) and
+//! re-rendered by `chd report` at any time.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::RuntimeLayer;
+
+/// The plan and machine description.
+pub const RUN_FILE: &str = "run.json";
+/// One line per measured sample.
+pub const CELLS_FILE: &str = "cells.jsonl";
+/// Version of the run directory layout.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Which matrix a cell belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MatrixKind {
+    /// Core x device copy matrix: `cpu` x `device`.
+    H2d,
+    /// Core-pair matrix of one device pair: `cpu` (rank 0) x `peer_cpu` (rank 1); `device`
+    /// holds the pair, e.g. `0,5`.
+    Pair,
+}
+
+impl MatrixKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MatrixKind::H2d => "h2d",
+            MatrixKind::Pair => "pair",
+        }
+    }
+}
+
+/// One sample slot: which cell, under which load profile, in which pass.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct SlotId {
+    pub matrix: MatrixKind,
+    /// Load profile (`idle`, `cpu:8`, ...).
+    pub load: String,
+    /// Pass number, 0-based: every pass visits every cell once, in a fresh random order.
+    pub pass: u32,
+    /// The probing CPU (rank 0's CPU for a pair cell).
+    pub cpu: u32,
+    /// Rank 1's CPU for a pair cell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_cpu: Option<u32>,
+    /// Device label (h2d) or device pair (pair).
+    pub device: String,
+    pub size_bytes: u64,
+    /// `h2d`, `d2h` (h2d matrix); the collective for a pair matrix.
+    pub direction: String,
+    /// `pinned` or `pageable`.
+    pub host_memory: String,
+}
+
+/// One measured sample as stored in `cells.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SampleRecord {
+    #[serde(flatten)]
+    pub slot: SlotId,
+    /// Bytes per second; absent when the sample failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_per_second: Option<f64>,
+    /// Why the sample failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Failure class (`bind`, `copy`, ...), as in `chd_probe_errors_total`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Unix time, seconds.
+    pub at: f64,
+}
+
+/// What a run measures. Resuming must reproduce it exactly.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunPlan {
+    pub probe: MatrixKind,
+    pub cpus: Vec<u32>,
+    /// Devices (h2d).
+    #[serde(default)]
+    pub devices: Vec<String>,
+    /// Device pairs (pair), e.g. `["0,5"]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pairs: Vec<String>,
+    pub sizes_bytes: Vec<u64>,
+    pub directions: Vec<String>,
+    pub host_memories: Vec<String>,
+    pub warmup: u32,
+    pub iterations: u32,
+    /// Samples per cell per load profile.
+    pub repeats: u32,
+    /// Load profiles, in the order they run.
+    pub loads: Vec<String>,
+}
+
+impl RunPlan {
+    /// Every slot of one pass under one load profile, in a canonical order.
+    pub fn pass_slots(&self, load: &str, pass: u32) -> Vec<SlotId> {
+        let mut slots = Vec::new();
+        let slot =
+            |cpu, peer_cpu, device: &str, size_bytes, direction: &str, memory: &str| SlotId {
+                matrix: self.probe,
+                load: load.to_string(),
+                pass,
+                cpu,
+                peer_cpu,
+                device: device.to_string(),
+                size_bytes,
+                direction: direction.to_string(),
+                host_memory: memory.to_string(),
+            };
+        for &cpu in &self.cpus {
+            for &size in &self.sizes_bytes {
+                for direction in &self.directions {
+                    for memory in &self.host_memories {
+                        match self.probe {
+                            MatrixKind::H2d => {
+                                for device in &self.devices {
+                                    slots.push(slot(cpu, None, device, size, direction, memory));
+                                }
+                            }
+                            MatrixKind::Pair => {
+                                for &peer in &self.cpus {
+                                    for pair in &self.pairs {
+                                        slots.push(slot(
+                                            cpu,
+                                            Some(peer),
+                                            pair,
+                                            size,
+                                            direction,
+                                            memory,
+                                        ));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        slots
+    }
+
+    /// Slots per pass.
+    pub fn cells_per_pass(&self) -> usize {
+        let columns = match self.probe {
+            MatrixKind::H2d => self.devices.len(),
+            MatrixKind::Pair => self.pairs.len() * self.cpus.len(),
+        };
+        self.cpus.len()
+            * columns
+            * self.sizes_bytes.len()
+            * self.directions.len()
+            * self.host_memories.len()
+    }
+
+    /// Every slot of the run.
+    pub fn total_slots(&self) -> usize {
+        self.cells_per_pass() * self.repeats as usize * self.loads.len()
+    }
+}
+
+/// One device as the run saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceMeta {
+    pub id: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub pci_bus_id: String,
+    #[serde(default)]
+    pub numa_node: Option<u32>,
+}
+
+/// Where a run ran: what the report needs to label and group its cells.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Machine {
+    pub hostname: String,
+    pub chd_version: String,
+    /// Backend name: `cuda`, `acl`, `host`.
+    pub backend: String,
+    pub backend_description: String,
+    pub devices: Vec<DeviceMeta>,
+    /// NUMA node id -> its online CPUs.
+    pub numa_nodes: BTreeMap<u32, Vec<u32>>,
+    /// Unix time the run was started.
+    pub started_at: f64,
+}
+
+/// `run.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunFile {
+    pub format: u32,
+    pub plan: RunPlan,
+    pub machine: Machine,
+    /// Runtime options the run was started with, reused on `--resume`.
+    #[serde(default)]
+    pub runtime: RuntimeLayer,
+}
+
+/// Why a run directory could not be written or read.
+#[derive(Debug, thiserror::Error)]
+pub enum RunDirError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {reason}")]
+    Format { path: PathBuf, reason: String },
+    #[error(
+        "{0} already holds a run ({CELLS_FILE}); continue it with --resume or choose another --out"
+    )]
+    Exists(PathBuf),
+    #[error("{0} holds no run to resume ({RUN_FILE} missing)")]
+    NoRun(PathBuf),
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RunDirError + '_ {
+    move |source| RunDirError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Append-only writer of `cells.jsonl`.
+#[derive(Debug)]
+pub struct CellLog {
+    file: File,
+    path: PathBuf,
+}
+
+impl CellLog {
+    /// Start a new run in `dir` (created if missing): writes `run.json` and an empty
+    /// `cells.jsonl`. Refuses a directory that already holds samples.
+    pub fn create(dir: &Path, run: &RunFile) -> Result<CellLog, RunDirError> {
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        let cells = dir.join(CELLS_FILE);
+        if std::fs::metadata(&cells)
+            .map(|m| m.len() > 0)
+            .unwrap_or(false)
+        {
+            return Err(RunDirError::Exists(dir.to_path_buf()));
+        }
+        write_run_file(dir, run)?;
+        let file = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(&cells)
+            .map_err(io(&cells))?;
+        Ok(CellLog { file, path: cells })
+    }
+
+    /// Reopen the run in `dir` to continue it: returns its plan, the samples already
+    /// measured and a writer appending after them. A last line cut short by a kill is
+    /// removed (that sample counts as not measured).
+    pub fn resume(dir: &Path) -> Result<(RunFile, Vec<SampleRecord>, CellLog), RunDirError> {
+        let run = read_run_file(dir)?;
+        let path = dir.join(CELLS_FILE);
+        let mut file = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true)
+            .open(&path)
+            .map_err(io(&path))?;
+        let mut text = String::new();
+        file.read_to_string(&mut text).map_err(io(&path))?;
+        let (records, complete_len) = parse_cells(&text, &path)?;
+        if complete_len < text.len() {
+            tracing::warn!(
+                "{}: dropping an incomplete last line ({} bytes) left by an interrupted run",
+                path.display(),
+                text.len() - complete_len
+            );
+            file.set_len(complete_len as u64).map_err(io(&path))?;
+            file.seek(SeekFrom::End(0)).map_err(io(&path))?;
+        }
+        Ok((run, records, CellLog { file, path }))
+    }
+
+    /// Append one sample and hand it to the kernel at once (one `write` of a whole line).
+    pub fn append(&mut self, record: &SampleRecord) -> Result<(), RunDirError> {
+        let mut line = serde_json::to_string(record).map_err(|e| RunDirError::Format {
+            path: self.path.clone(),
+            reason: e.to_string(),
+        })?;
+        line.push('\n');
+        self.file.write_all(line.as_bytes()).map_err(io(&self.path))
+    }
+
+    /// Flush to stable storage.
+    pub fn sync(&mut self) -> Result<(), RunDirError> {
+        self.file.sync_data().map_err(io(&self.path))
+    }
+}
+
+/// Write `run.json` atomically (temp file, then rename).
+pub fn write_run_file(dir: &Path, run: &RunFile) -> Result<(), RunDirError> {
+    let path = dir.join(RUN_FILE);
+    let tmp = dir.join(format!("{RUN_FILE}.tmp"));
+    let text = serde_json::to_string_pretty(run).map_err(|e| RunDirError::Format {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
+    std::fs::write(&tmp, text + "\n").map_err(io(&tmp))?;
+    std::fs::rename(&tmp, &path).map_err(io(&path))
+}
+
+/// Read `run.json` of `dir`.
+pub fn read_run_file(dir: &Path) -> Result<RunFile, RunDirError> {
+    let path = dir.join(RUN_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(RunDirError::NoRun(dir.to_path_buf()))
+        }
+        Err(e) => return Err(io(&path)(e)),
+    };
+    let run: RunFile = serde_json::from_str(&text).map_err(|e| RunDirError::Format {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
+    if run.format != FORMAT_VERSION {
+        return Err(RunDirError::Format {
+            path,
+            reason: format!(
+                "format {} is not the {FORMAT_VERSION} this chd reads",
+                run.format
+            ),
+        });
+    }
+    Ok(run)
+}
+
+/// Read a run directory: its plan and every complete sample line.
+pub fn read_run(dir: &Path) -> Result<(RunFile, Vec<SampleRecord>), RunDirError> {
+    let run = read_run_file(dir)?;
+    let path = dir.join(CELLS_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(io(&path)(e)),
+    };
+    let (records, _) = parse_cells(&text, &path)?;
+    Ok((run, records))
+}
+
+/// Parse `cells.jsonl`: every newline-terminated line must parse; an unterminated last line
+/// is ignored. Returns the records and the length of the complete part.
+fn parse_cells(text: &str, path: &Path) -> Result<(Vec<SampleRecord>, usize), RunDirError> {
+    let complete_len = text.rfind('\n').map(|i| i + 1).unwrap_or(0);
+    let mut records = Vec::new();
+    for (i, line) in text[..complete_len].lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let record: SampleRecord = serde_json::from_str(line).map_err(|e| RunDirError::Format {
+            path: path.to_path_buf(),
+            reason: format!("line {}: {e}", i + 1),
+        })?;
+        records.push(record);
+    }
+    Ok((records, complete_len))
+}
+
+/// The slots already measured (each appears once even if a file holds it twice).
+pub fn done_slots(records: &[SampleRecord]) -> BTreeSet<SlotId> {
+    records.iter().map(|r| r.slot.clone()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan() -> RunPlan {
+        RunPlan {
+            probe: MatrixKind::H2d,
+            cpus: vec![0, 1],
+            devices: vec!["0".into(), "1".into(), "2".into()],
+            pairs: vec![],
+            sizes_bytes: vec![1 << 20, 4 << 20],
+            directions: vec!["h2d".into()],
+            host_memories: vec!["pinned".into()],
+            warmup: 1,
+            iterations: 2,
+            repeats: 3,
+            loads: vec!["idle".into(), "cpu:2".into()],
+        }
+    }
+
+    fn run_file() -> RunFile {
+        RunFile {
+            format: FORMAT_VERSION,
+            plan: plan(),
+            machine: Machine {
+                hostname: "h".into(),
+                chd_version: "0".into(),
+                backend: "host".into(),
+                backend_description: "host".into(),
+                devices: vec![],
+                numa_nodes: BTreeMap::from([(0, vec![0, 1])]),
+                started_at: 1.0,
+            },
+            runtime: RuntimeLayer::default(),
+        }
+    }
+
+    #[test]
+    fn slots_cover_the_plan_once() {
+        let p = plan();
+        let mut all = BTreeSet::new();
+        for l in &p.loads {
+            for pass in 0..p.repeats {
+                all.extend(p.pass_slots(l, pass));
+            }
+        }
+        assert_eq!(p.cells_per_pass(), 12);
+        assert_eq!(all.len(), p.total_slots());
+        assert_eq!(all.len(), 72);
+    }
+
+    #[test]
+    fn pair_slots_are_rank0_by_rank1() {
+        let mut p = plan();
+        p.probe = MatrixKind::Pair;
+        p.pairs = vec!["0,5".into()];
+        let slots = p.pass_slots("idle", 0);
+        assert_eq!(slots.len(), p.cells_per_pass());
+        assert_eq!(slots.len(), 2 * 2 * 2);
+        assert!(slots
+            .iter()
+            .all(|s| s.peer_cpu.is_some() && s.device == "0,5"));
+    }
+
+    #[test]
+    fn resume_drops_a_torn_last_line_and_appends_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = CellLog::create(dir.path(), &run_file()).unwrap();
+        let slots = plan().pass_slots("idle", 0);
+        for s in &slots[..2] {
+            log.append(&SampleRecord {
+                slot: s.clone(),
+                bytes_per_second: Some(1e9),
+                error: None,
+                reason: None,
+                at: 2.0,
+            })
+            .unwrap();
+        }
+        drop(log);
+        // A kill in the middle of a write.
+        let path = dir.path().join(CELLS_FILE);
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(b"{\"matrix\":\"h2d\",\"lo").unwrap();
+        drop(f);
+        assert!(matches!(
+            CellLog::create(dir.path(), &run_file()),
+            Err(RunDirError::Exists(_))
+        ));
+        let (run, records, mut log) = CellLog::resume(dir.path()).unwrap();
+        assert_eq!(run, run_file());
+        assert_eq!(records.len(), 2);
+        log.append(&SampleRecord {
+            slot: slots[2].clone(),
+            bytes_per_second: None,
+            error: Some("copy failed: x".into()),
+            reason: Some("copy".into()),
+            at: 3.0,
+        })
+        .unwrap();
+        let (_, records) = read_run(dir.path()).unwrap();
+        assert_eq!(records.len(), 3);
+        assert_eq!(records[2].error.as_deref(), Some("copy failed: x"));
+        assert_eq!(done_slots(&records).len(), 3);
+    }
+
+    #[test]
+    fn a_garbled_middle_line_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        CellLog::create(dir.path(), &run_file()).unwrap();
+        std::fs::write(dir.path().join(CELLS_FILE), "garbage\n").unwrap();
+        let err = read_run(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("line 1"), "{err}");
+    }
+}

@@ -1,0 +1,377 @@
+//! The neutral form every report is made from: cells with their samples and errors, grouped
+//! into matrices, plus the NUMA layout and devices to label them. Built from a chd run
+//! directory ([`Dataset::from_run`]) or a ClusterHealthDetect `results.json`
+//! (`super::cluster_health`), and convertible into a [`Store`] for serving.
+
+use std::collections::BTreeMap;
+
+use crate::probe::record::{DeviceMeta, MatrixKind, RunFile, SampleRecord};
+use crate::runtime::Direction;
+use crate::stats;
+use crate::store::{CellKey, PairKey, Sample, Store};
+
+/// Which matrix a cell belongs to. For a pair matrix `pair` names the device pair.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MatrixId {
+    pub kind: MatrixKind,
+    pub size_bytes: u64,
+    pub direction: String,
+    pub host_memory: String,
+    pub load: String,
+    pub pair: Option<String>,
+}
+
+/// One cell: every sample measured for it and every failure.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CellResult {
+    pub matrix: MatrixId,
+    /// The probing CPU (rank 0's for a pair cell).
+    pub cpu: u32,
+    /// Rank 1's CPU for a pair cell.
+    pub peer_cpu: Option<u32>,
+    /// Device label; the pair for a pair cell.
+    pub device: String,
+    /// Successful samples, bytes per second.
+    pub samples: Vec<f64>,
+    /// Failed samples' messages.
+    pub errors: Vec<String>,
+}
+
+impl CellResult {
+    /// The cell's value: median of its samples.
+    pub fn value(&self) -> Option<f64> {
+        stats::median(&self.samples)
+    }
+}
+
+/// Everything a report shows.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Dataset {
+    /// Where the data came from, for the report header.
+    pub source: String,
+    /// Ordered descriptive facts (host, backend, parameters).
+    pub meta: Vec<(String, String)>,
+    /// NUMA node -> CPUs.
+    pub numa_nodes: BTreeMap<u32, Vec<u32>>,
+    pub devices: Vec<DeviceMeta>,
+    pub cells: Vec<CellResult>,
+    /// Affinity verdicts (cpu, bindable), when an affinity probe ran.
+    pub affinity: Vec<(u32, bool)>,
+}
+
+/// Size in the report's words: `64MiB`, `1GiB`, `512KiB`, `100B`.
+pub fn size_label(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    for (unit, name) in UNITS {
+        if bytes >= unit && bytes % unit == 0 {
+            return format!("{}{name}", bytes / unit);
+        }
+    }
+    format!("{bytes}B")
+}
+
+impl Dataset {
+    /// A chd run: its plan and machine from `run.json`, its samples from `cells.jsonl`.
+    pub fn from_run(run: &RunFile, records: &[SampleRecord]) -> Dataset {
+        let plan = &run.plan;
+        let m = &run.machine;
+        let mut meta = vec![
+            ("host".to_string(), m.hostname.clone()),
+            ("backend".to_string(), m.backend_description.clone()),
+            ("chd".to_string(), m.chd_version.clone()),
+            ("probe".to_string(), plan.probe.as_str().to_string()),
+            (
+                "cpus".to_string(),
+                format!(
+                    "{} ({})",
+                    plan.cpus.len(),
+                    crate::topology::cpulist::format(&plan.cpus)
+                ),
+            ),
+        ];
+        match plan.probe {
+            MatrixKind::H2d => meta.push(("devices".into(), plan.devices.join(", "))),
+            MatrixKind::Pair => meta.push(("pairs".into(), plan.pairs.join("; "))),
+        }
+        let sizes: Vec<String> = plan.sizes_bytes.iter().map(|s| size_label(*s)).collect();
+        meta.extend([
+            ("sizes".to_string(), sizes.join(", ")),
+            ("directions".to_string(), plan.directions.join(", ")),
+            ("host memory".to_string(), plan.host_memories.join(", ")),
+            (
+                "per sample".to_string(),
+                format!("{} warm-up + {} timed copies", plan.warmup, plan.iterations),
+            ),
+            ("repeats".to_string(), plan.repeats.to_string()),
+            ("load profiles".to_string(), plan.loads.join(", ")),
+            (
+                "samples".to_string(),
+                format!("{} of {} measured", records.len(), plan.total_slots()),
+            ),
+        ]);
+        let mut ds = Dataset {
+            source: "chd probe run".into(),
+            meta,
+            numa_nodes: m.numa_nodes.clone(),
+            devices: m.devices.clone(),
+            cells: Vec::new(),
+            affinity: Vec::new(),
+        };
+        ds.add_records(records);
+        ds
+    }
+
+    /// Fold sample records into cells.
+    pub fn add_records(&mut self, records: &[SampleRecord]) {
+        let mut index: BTreeMap<(MatrixId, u32, Option<u32>, String), usize> = self
+            .cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| ((c.matrix.clone(), c.cpu, c.peer_cpu, c.device.clone()), i))
+            .collect();
+        for r in records {
+            let s = &r.slot;
+            let matrix = MatrixId {
+                kind: s.matrix,
+                size_bytes: s.size_bytes,
+                direction: s.direction.clone(),
+                host_memory: s.host_memory.clone(),
+                load: s.load.clone(),
+                pair: (s.matrix == MatrixKind::Pair).then(|| s.device.clone()),
+            };
+            let key = (matrix.clone(), s.cpu, s.peer_cpu, s.device.clone());
+            let i = *index.entry(key).or_insert_with(|| {
+                self.cells.push(CellResult {
+                    matrix,
+                    cpu: s.cpu,
+                    peer_cpu: s.peer_cpu,
+                    device: s.device.clone(),
+                    samples: Vec::new(),
+                    errors: Vec::new(),
+                });
+                self.cells.len() - 1
+            });
+            match (r.bytes_per_second, &r.error) {
+                (Some(v), _) => self.cells[i].samples.push(v),
+                (None, e) => self.cells[i]
+                    .errors
+                    .push(e.clone().unwrap_or_else(|| "no value".into())),
+            }
+        }
+    }
+
+    /// The NUMA node of `cpu`, if known.
+    pub fn numa_of(&self, cpu: u32) -> Option<u32> {
+        self.numa_nodes
+            .iter()
+            .find(|(_, cpus)| cpus.contains(&cpu))
+            .map(|(n, _)| *n)
+    }
+
+    /// CPU -> NUMA node for every CPU the layout names.
+    pub fn numa_map(&self) -> BTreeMap<u32, u32> {
+        self.numa_nodes
+            .iter()
+            .flat_map(|(n, cpus)| cpus.iter().map(move |c| (*c, *n)))
+            .collect()
+    }
+
+    /// Cells grouped by matrix.
+    pub fn matrices(&self) -> BTreeMap<&MatrixId, Vec<&CellResult>> {
+        let mut out: BTreeMap<&MatrixId, Vec<&CellResult>> = BTreeMap::new();
+        for c in &self.cells {
+            out.entry(&c.matrix).or_default().push(c);
+        }
+        out
+    }
+
+    /// The matrices' distinguishing parts that vary within this dataset, for names: a run of
+    /// one direction, memory kind and load gets `h2d_64MiB`, others get suffixes.
+    pub fn matrix_name(&self, id: &MatrixId) -> String {
+        let vary = |f: &dyn Fn(&MatrixId) -> &str| {
+            let mut values: Vec<&str> = self
+                .cells
+                .iter()
+                .filter(|c| c.matrix.kind == id.kind)
+                .map(|c| f(&c.matrix))
+                .collect();
+            values.sort_unstable();
+            values.dedup();
+            values.len() > 1
+        };
+        let mut name = id.kind.as_str().to_string();
+        if let Some(pair) = &id.pair {
+            name.push('_');
+            name.push_str(&pair.replace(',', "-"));
+        }
+        name.push('_');
+        name.push_str(&size_label(id.size_bytes));
+        if vary(&|m| m.direction.as_str()) {
+            name.push('_');
+            name.push_str(&id.direction);
+        }
+        if vary(&|m| m.host_memory.as_str()) {
+            name.push('_');
+            name.push_str(&id.host_memory);
+        }
+        if vary(&|m| m.load.as_str()) {
+            name.push('_');
+            name.push_str(&id.load);
+        }
+        name.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.' {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect()
+    }
+
+    /// A human title: `H2D 64MiB, h2d, pinned memory, load idle`.
+    pub fn matrix_title(id: &MatrixId) -> String {
+        match id.kind {
+            MatrixKind::H2d => format!(
+                "H2D {} {}, {} memory, load {}",
+                size_label(id.size_bytes),
+                id.direction,
+                id.host_memory,
+                id.load
+            ),
+            MatrixKind::Pair => format!(
+                "Pair {} {} {}, load {}",
+                id.pair.as_deref().unwrap_or("?"),
+                id.direction,
+                size_label(id.size_bytes),
+                id.load
+            ),
+        }
+    }
+
+    /// The `idle` (else first) load's cells as a [`Store`] (core x device and core-pair
+    /// matrices), each cell keeping at most `keep` samples stamped `at`: what
+    /// `chd serve --replay` can serve.
+    pub fn to_store(&self, keep: usize, at: f64) -> Store {
+        let loads: Vec<&str> = self.cells.iter().map(|c| c.matrix.load.as_str()).collect();
+        let load = if loads.contains(&"idle") {
+            Some("idle")
+        } else {
+            loads.first().copied()
+        };
+        let mut store = Store::default();
+        for c in &self.cells {
+            if Some(c.matrix.load.as_str()) != load {
+                continue;
+            }
+            let sample = |v: f64| Sample {
+                bytes_per_second: v,
+                at,
+            };
+            match (c.matrix.kind, c.peer_cpu) {
+                (MatrixKind::H2d, _) => {
+                    let Ok(direction) = c.matrix.direction.parse::<Direction>() else {
+                        continue;
+                    };
+                    let key = CellKey {
+                        cpu: c.cpu,
+                        device: c.device.clone(),
+                        size_bytes: c.matrix.size_bytes,
+                        direction,
+                    };
+                    if c.samples.is_empty() {
+                        store.record_error(key.clone(), at);
+                    }
+                    for &v in &c.samples {
+                        store.record_sample(key.clone(), sample(v), keep);
+                    }
+                }
+                (MatrixKind::Pair, Some(peer)) => {
+                    let key = PairKey {
+                        pair: c.device.clone(),
+                        cpu0: c.cpu,
+                        cpu1: peer,
+                    };
+                    if c.samples.is_empty() {
+                        store.record_pair_error(key.clone(), at);
+                    }
+                    for &v in &c.samples {
+                        store.record_pair_sample(key.clone(), sample(v), keep);
+                    }
+                }
+                (MatrixKind::Pair, None) => {}
+            }
+        }
+        if store.measured_cells().next().is_some() {
+            store.record_success("h2d", at);
+        }
+        if store.pair.values().any(|c| !c.samples.is_empty()) {
+            store.record_success("pair", at);
+        }
+        store
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::record::SlotId;
+
+    fn record(cpu: u32, device: &str, v: Option<f64>, load: &str) -> SampleRecord {
+        SampleRecord {
+            slot: SlotId {
+                matrix: MatrixKind::H2d,
+                load: load.into(),
+                pass: 0,
+                cpu,
+                peer_cpu: None,
+                device: device.into(),
+                size_bytes: 64 << 20,
+                direction: "h2d".into(),
+                host_memory: "pinned".into(),
+            },
+            bytes_per_second: v,
+            error: v.is_none().then(|| "copy failed".to_string()),
+            reason: None,
+            at: 0.0,
+        }
+    }
+
+    #[test]
+    fn records_fold_into_cells_and_names_show_what_varies() {
+        let mut ds = Dataset::default();
+        ds.add_records(&[
+            record(0, "0", Some(1.0), "idle"),
+            record(0, "0", Some(3.0), "idle"),
+            record(0, "0", None, "idle"),
+            record(0, "0", Some(2.0), "cpu:4"),
+        ]);
+        assert_eq!(ds.cells.len(), 2);
+        assert_eq!(ds.cells[0].value(), Some(2.0));
+        assert_eq!(ds.cells[0].errors, vec!["copy failed"]);
+        assert_eq!(ds.matrix_name(&ds.cells[0].matrix), "h2d_64MiB_idle");
+        assert_eq!(ds.matrix_name(&ds.cells[1].matrix), "h2d_64MiB_cpu-4");
+    }
+
+    #[test]
+    fn sizes_read_in_binary_units() {
+        assert_eq!(size_label(64 << 20), "64MiB");
+        assert_eq!(size_label(1 << 30), "1GiB");
+        assert_eq!(size_label(512 << 10), "512KiB");
+        assert_eq!(size_label(1000), "1000B");
+    }
+
+    #[test]
+    fn to_store_keeps_the_idle_h2d_cells() {
+        let mut ds = Dataset::default();
+        ds.add_records(&[
+            record(0, "0", Some(1.0), "idle"),
+            record(1, "0", None, "idle"),
+            record(0, "0", Some(9.0), "cpu:4"),
+        ]);
+        let store = ds.to_store(5, 10.0);
+        assert_eq!(store.h2d.len(), 2);
+        assert_eq!(store.measured_cells().count(), 1);
+        assert_eq!(store.last_success.get("h2d"), Some(&10.0));
+    }
+}

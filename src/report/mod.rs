@@ -1,0 +1,197 @@
+//! Reports of measured matrices (`chd report`, and the end of `chd probe --out`): from a run
+//! directory or a ClusterHealthDetect `results.json` to `summary.md`, `cells.csv`, one heatmap
+//! picture per matrix (`h2d_<size>.png`, `pair_<a>-<b>_<size>.png`) and `report.xlsx`; plus
+//! the SVG heatmaps `chd serve` shows at `/matrix`.
+//!
+//! Everything is made from the neutral [`dataset::Dataset`]; [`analysis`] computes, the
+//! other modules only render.
+
+pub mod analysis;
+pub mod cluster_health;
+pub mod command;
+pub mod csv;
+pub mod dataset;
+pub mod heatmap;
+pub mod png;
+pub mod summary;
+pub mod svg;
+pub mod xlsx;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::probe::record::{self, MatrixKind, RunDirError};
+use cluster_health::ClusterHealthError;
+use dataset::Dataset;
+use heatmap::Heatmap;
+
+/// Affinity verdicts written by `chd probe affinity --out DIR`.
+pub const AFFINITY_FILE: &str = "affinity.json";
+/// ClusterHealthDetect's results file name.
+pub const RESULTS_FILE: &str = "results.json";
+/// The report's files.
+pub const SUMMARY_FILE: &str = "summary.md";
+pub const CSV_FILE: &str = "cells.csv";
+pub const XLSX_FILE: &str = "report.xlsx";
+
+/// One CPU's affinity verdict as stored in `affinity.json`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AffinityRow {
+    pub cpu: u32,
+    pub numa_node: Option<u32>,
+    pub bindable: bool,
+}
+
+/// Why a report could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error(transparent)]
+    Run(#[from] RunDirError),
+    #[error("{path}: {source}")]
+    ClusterHealth {
+        path: PathBuf,
+        #[source]
+        source: ClusterHealthError,
+    },
+    #[error("{0}: nothing to report (no {run}, {RESULTS_FILE} or {AFFINITY_FILE})", run = record::RUN_FILE)]
+    Nothing(PathBuf),
+    #[error("{path}: {detail}")]
+    Read { path: PathBuf, detail: String },
+    #[error("writing {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Draw(#[from] png::DrawError),
+    #[error("writing {path}: {detail}")]
+    Xlsx { path: PathBuf, detail: String },
+}
+
+fn read_affinity(path: &Path) -> Result<Vec<(u32, bool)>, ReportError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ReportError::Read {
+        path: path.into(),
+        detail: e.to_string(),
+    })?;
+    let rows: Vec<AffinityRow> = serde_json::from_str(&text).map_err(|e| ReportError::Read {
+        path: path.into(),
+        detail: e.to_string(),
+    })?;
+    Ok(rows.into_iter().map(|r| (r.cpu, r.bindable)).collect())
+}
+
+/// Load what `input` holds: a run directory (`run.json` + `cells.jsonl`, and `affinity.json`
+/// if present), a directory with a `results.json`, or a `results.json` / `run.json` file.
+/// Returns the dataset and the directory reports go to by default.
+pub fn load(input: &Path) -> Result<(Dataset, PathBuf), ReportError> {
+    let cluster = |path: &Path| {
+        cluster_health::read(path).map_err(|source| ReportError::ClusterHealth {
+            path: path.to_path_buf(),
+            source,
+        })
+    };
+    if input.is_file() {
+        let dir = input.parent().unwrap_or(Path::new(".")).to_path_buf();
+        let dir = if dir.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            dir
+        };
+        if input.file_name().is_some_and(|n| n == record::RUN_FILE) {
+            return load(&dir);
+        }
+        return Ok((cluster(input)?, dir));
+    }
+    if !input.is_dir() {
+        return Err(ReportError::Read {
+            path: input.into(),
+            detail: "no such file or directory".into(),
+        });
+    }
+    let affinity_path = input.join(AFFINITY_FILE);
+    let affinity = if affinity_path.is_file() {
+        read_affinity(&affinity_path)?
+    } else {
+        Vec::new()
+    };
+    let mut ds = if input.join(record::RUN_FILE).is_file() {
+        let (run, records) = record::read_run(input)?;
+        Dataset::from_run(&run, &records)
+    } else if input.join(RESULTS_FILE).is_file() {
+        cluster(&input.join(RESULTS_FILE))?
+    } else if !affinity.is_empty() {
+        Dataset {
+            source: format!("chd probe affinity ({})", affinity_path.display()),
+            ..Dataset::default()
+        }
+    } else {
+        return Err(ReportError::Nothing(input.into()));
+    };
+    ds.affinity = affinity;
+    Ok((ds, input.to_path_buf()))
+}
+
+/// The heatmaps of `ds`, each with its file-name stem.
+pub fn heatmaps(ds: &Dataset) -> Vec<(String, Heatmap, dataset::MatrixId)> {
+    let numa = ds.numa_map();
+    ds.matrices()
+        .into_iter()
+        .map(|(id, cells)| {
+            let title = Dataset::matrix_title(id);
+            let map = match id.kind {
+                MatrixKind::H2d => Heatmap::h2d(title, &cells, &numa),
+                MatrixKind::Pair => Heatmap::pair(title, &cells, &numa),
+            };
+            (ds.matrix_name(id), map, id.clone())
+        })
+        .collect()
+}
+
+/// What [`write`] produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Written {
+    pub files: Vec<PathBuf>,
+    pub findings: Vec<String>,
+}
+
+fn save(path: PathBuf, text: &str) -> Result<PathBuf, ReportError> {
+    std::fs::write(&path, text).map_err(|source| ReportError::Write {
+        path: path.clone(),
+        source,
+    })?;
+    Ok(path)
+}
+
+/// Write every report file for `ds` into `out` (created if missing).
+pub fn write(ds: &Dataset, out: &Path) -> Result<Written, ReportError> {
+    std::fs::create_dir_all(out).map_err(|source| ReportError::Write {
+        path: out.into(),
+        source,
+    })?;
+    let mut files = Vec::new();
+    let maps = heatmaps(ds);
+    let mut pictures = BTreeMap::new();
+    for (name, map, id) in &maps {
+        let path = out.join(format!("{name}.png"));
+        png::write(map, &path)?;
+        pictures.insert(id.clone(), format!("{name}.png"));
+        files.push(path);
+    }
+    files.push(save(out.join(CSV_FILE), &csv::render(ds))?);
+    files.push(save(
+        out.join(SUMMARY_FILE),
+        &summary::render(ds, &pictures),
+    )?);
+    let findings = summary::findings(ds);
+    let xlsx_path = out.join(XLSX_FILE);
+    let sheets: Vec<(String, Heatmap)> = maps.into_iter().map(|(n, m, _)| (n, m)).collect();
+    xlsx::write(ds, &sheets, &findings, &xlsx_path).map_err(|e| ReportError::Xlsx {
+        path: xlsx_path.clone(),
+        detail: e.to_string(),
+    })?;
+    files.push(xlsx_path);
+    Ok(Written { files, findings })
+}

@@ -1,0 +1,462 @@
+//! `summary.md`: the findings first (slow device columns, slow NUMA segments, slow cores, pair
+//! CPUs, failures), then per matrix the five-number summary, device medians and ratios, the
+//! NUMA segment x device medians, the slowest cores and the failed cells with their errors,
+//! and each load profile's change against idle.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use super::analysis::{
+    natural_key, H2dAnalysis, PairAnalysis, EXTREME_CELL_RATIO, SLOW_CPU_RATIO, SLOW_DEVICE_RATIO,
+    SLOW_SEGMENT_RATIO,
+};
+use super::dataset::{Dataset, MatrixId};
+use crate::probe::record::MatrixKind;
+use crate::stats::{self, Summary};
+
+/// Rows shown in "slowest" lists.
+const TOP: usize = 10;
+/// Failed cells listed per matrix.
+const MAX_FAILURES: usize = 50;
+
+fn gbps(v: f64) -> String {
+    format!("{:.2}", v / 1e9)
+}
+
+fn node(n: Option<u32>) -> String {
+    n.map(|n| n.to_string()).unwrap_or_else(|| "?".into())
+}
+
+fn summary_table(s: &mut String, summary: Option<Summary>) {
+    match summary {
+        Some(x) => {
+            let _ = writeln!(
+                s,
+                "| GB/s | min | p10 | median | p90 | max |\n|---|---|---|---|---|---|\n| cells | {} | {} | {} | {} | {} |\n",
+                gbps(x.min),
+                gbps(x.p10),
+                gbps(x.median),
+                gbps(x.p90),
+                gbps(x.max)
+            );
+        }
+        None => s.push_str("No cell was measured.\n\n"),
+    }
+}
+
+/// One slow thing seen in one or more matrices: (ratio, median bytes/s, matrix title).
+type Seen = Vec<(f64, f64, String)>;
+
+fn merged(what: &str, of_what: &str, seen: &Seen, matrices: usize) -> String {
+    let worst = seen
+        .iter()
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .expect("seen at least once");
+    let mut titles: Vec<&str> = seen.iter().map(|s| s.2.as_str()).collect();
+    titles.dedup();
+    format!(
+        "{what} in {} of {matrices} matrices: {:.2} x {of_what} at worst, median {} GB/s ({})",
+        titles.len(),
+        worst.0,
+        gbps(worst.1),
+        worst.2
+    )
+}
+
+/// `104 (0.60), 105 (0.61), ...` for the first [`TOP`].
+fn ranked(items: &[(u32, f64)]) -> String {
+    let mut list: Vec<String> = items
+        .iter()
+        .take(TOP)
+        .map(|(cpu, r)| format!("{cpu} ({r:.2})"))
+        .collect();
+    if items.len() > TOP {
+        list.push("...".into());
+    }
+    list.join(", ")
+}
+
+/// The findings: one line each, most important first. A device slow in several matrices
+/// (sizes, directions, loads) is one line naming its worst matrix; so are a device's slow
+/// NUMA segments.
+pub fn findings(ds: &Dataset) -> Vec<String> {
+    let numa = ds.numa_map();
+    type DeviceKey = ((String, u64, String), String);
+    let mut devices: BTreeMap<DeviceKey, Seen> = BTreeMap::new();
+    let mut segments: BTreeMap<DeviceKey, (Seen, std::collections::BTreeSet<Option<u32>>)> =
+        BTreeMap::new();
+    let mut rest = Vec::new();
+    let mut h2d_matrices = 0;
+    for (id, cells) in ds.matrices() {
+        let title = Dataset::matrix_title(id);
+        match id.kind {
+            MatrixKind::H2d => {
+                h2d_matrices += 1;
+                let a = H2dAnalysis::of(&cells, &numa);
+                for d in a.slow_devices() {
+                    devices
+                        .entry((natural_key(&d.device), d.device.clone()))
+                        .or_default()
+                        .push((d.ratio.unwrap_or(f64::NAN), d.summary.median, title.clone()));
+                }
+                for seg in a.slow_segments() {
+                    let e = segments
+                        .entry((natural_key(&seg.device), seg.device.clone()))
+                        .or_default();
+                    e.0.push((seg.ratio.unwrap_or(f64::NAN), seg.median, title.clone()));
+                    e.1.insert(seg.numa_node);
+                }
+                let slow: Vec<(u32, f64)> =
+                    a.slow_cores().iter().map(|c| (c.cpu, c.ratio)).collect();
+                if !slow.is_empty() {
+                    rest.push(format!(
+                        "{} slow CPU{} (cells below {SLOW_CPU_RATIO} x their device medians): {} ({title})",
+                        slow.len(),
+                        if slow.len() == 1 { "" } else { "s" },
+                        ranked(&slow)
+                    ));
+                }
+                let extreme = a.extreme_cells();
+                if !extreme.is_empty() {
+                    let list: Vec<String> = extreme
+                        .iter()
+                        .take(TOP)
+                        .map(|(cpu, d, v, _)| format!("CPU {cpu} -> device {d} {} GB/s", gbps(*v)))
+                        .collect();
+                    rest.push(format!(
+                        "{}{} extreme cell{} below {EXTREME_CELL_RATIO} x {} NUMA segment's median: {}{} ({title})",
+                        extreme.len(),
+                        if extreme.len() >= 100 { "+" } else { "" },
+                        if extreme.len() == 1 { "" } else { "s" },
+                        if extreme.len() == 1 { "its" } else { "their" },
+                        list.join(", "),
+                        if extreme.len() > TOP { ", ..." } else { "" }
+                    ));
+                }
+                if !a.failures.is_empty() {
+                    rest.push(failure_line(a.failures.len(), a.cells, &title));
+                }
+            }
+            MatrixKind::Pair => {
+                let a = PairAnalysis::of(&cells, &numa);
+                for rank in [0u8, 1] {
+                    let slow: Vec<(u32, f64)> = a
+                        .slow_cpus()
+                        .iter()
+                        .filter(|c| c.rank == rank)
+                        .map(|c| (c.cpu, c.ratio.unwrap_or(f64::NAN)))
+                        .collect();
+                    if !slow.is_empty() {
+                        rest.push(format!(
+                            "{} slow rank {rank} CPU{} (below {SLOW_CPU_RATIO} x the matrix median {} GB/s): {} ({title})",
+                            slow.len(),
+                            if slow.len() == 1 { "" } else { "s" },
+                            a.overall.map(|o| gbps(o.median)).unwrap_or_default(),
+                            ranked(&slow)
+                        ));
+                    }
+                }
+                if !a.failures.is_empty() {
+                    rest.push(failure_line(a.failures.len(), a.cells, &title));
+                }
+            }
+        }
+    }
+    let mut out: Vec<String> = devices
+        .iter()
+        .map(|((_, d), seen)| {
+            merged(
+                &format!("device {d} is slow"),
+                "the typical device",
+                seen,
+                h2d_matrices,
+            )
+        })
+        .collect();
+    out.extend(segments.iter().map(|((_, d), (seen, nodes))| {
+        let nodes: Vec<String> = nodes.iter().map(|n| node(*n)).collect();
+        merged(
+            &format!("device {d} is slow from NUMA {}", nodes.join(", ")),
+            "its best NUMA segment",
+            seen,
+            h2d_matrices,
+        )
+    }));
+    out.extend(rest);
+    let unbindable: Vec<u32> = ds.affinity.iter().filter(|a| !a.1).map(|a| a.0).collect();
+    if !unbindable.is_empty() {
+        out.push(format!(
+            "{} of {} CPUs cannot be bound: {}",
+            unbindable.len(),
+            ds.affinity.len(),
+            crate::topology::cpulist::format(&unbindable)
+        ));
+    }
+    out
+}
+
+fn failure_line(failed: usize, cells: usize, title: &str) -> String {
+    format!("{failed} of {cells} cells had failed samples ({title}); see \"Failed cells\"")
+}
+
+fn h2d_section(s: &mut String, ds: &Dataset, id: &MatrixId, a: &H2dAnalysis, picture: &str) {
+    let _ = writeln!(
+        s,
+        "## {}\n\n{} of {} cells measured. Picture: `{picture}`.\n",
+        Dataset::matrix_title(id),
+        a.measured,
+        a.cells
+    );
+    summary_table(s, a.overall);
+    s.push_str("### Devices\n\nRatio = the device's median / the median of all device medians (as `chd_h2d_device_ratio`).\n\n| device | name | NUMA | cells | median GB/s | ratio | min | p10 | p90 | max | |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for d in &a.devices {
+        let meta = ds.devices.iter().find(|m| m.id == d.device);
+        let slow = d.ratio.is_some_and(|r| r < SLOW_DEVICE_RATIO);
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            d.device,
+            meta.map(|m| m.name.as_str()).unwrap_or(""),
+            node(meta.and_then(|m| m.numa_node)),
+            d.cells,
+            gbps(d.summary.median),
+            d.ratio
+                .map(|r| format!("{r:.2}"))
+                .unwrap_or_else(|| "-".into()),
+            gbps(d.summary.min),
+            gbps(d.summary.p10),
+            gbps(d.summary.p90),
+            gbps(d.summary.max),
+            if slow { "**slow**" } else { "" }
+        );
+    }
+    s.push_str("\n### NUMA segment x device\n\nMedian GB/s of the cells of each NUMA node's CPUs; `*` marks a segment below ");
+    let _ = writeln!(s, "{SLOW_SEGMENT_RATIO} x the device's best segment.\n");
+    let devices: Vec<&str> = a.devices.iter().map(|d| d.device.as_str()).collect();
+    let mut nodes: Vec<Option<u32>> = a.segments.iter().map(|x| x.numa_node).collect();
+    nodes.dedup();
+    let _ = writeln!(
+        s,
+        "| CPUs \\ device | {} |\n|---|{}",
+        devices.join(" | "),
+        "---|".repeat(devices.len())
+    );
+    for n in nodes {
+        let cells: Vec<String> = devices
+            .iter()
+            .map(|d| {
+                a.segments
+                    .iter()
+                    .find(|x| x.numa_node == n && x.device == *d)
+                    .map(|x| {
+                        let mark = if x.ratio.is_some_and(|r| r < SLOW_SEGMENT_RATIO) {
+                            "*"
+                        } else {
+                            ""
+                        };
+                        format!("{}{mark}", gbps(x.median))
+                    })
+                    .unwrap_or_else(|| "-".into())
+            })
+            .collect();
+        let _ = writeln!(s, "| NUMA {} | {} |", node(n), cells.join(" | "));
+    }
+    let _ = writeln!(
+        s,
+        "\n### Slowest cores\n\nRatio = median over devices of (cell / device median); below {SLOW_CPU_RATIO} is slow.\n\n| CPU | NUMA | ratio | median GB/s |\n|---|---|---|---|"
+    );
+    for c in a.cores.iter().take(TOP) {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.2} | {} |",
+            c.cpu,
+            node(c.numa_node),
+            c.ratio,
+            gbps(c.median)
+        );
+    }
+    s.push_str("\n### Slowest cells\n\nRatio = the cell / the median of its NUMA segment on that device.\n\n| CPU | NUMA | device | GB/s | ratio |\n|---|---|---|---|---|\n");
+    for (cpu, d, v, r) in a.slowest_cells.iter().take(TOP) {
+        let n = ds.numa_of(*cpu);
+        let _ = writeln!(s, "| {cpu} | {} | {d} | {} | {r:.2} |", node(n), gbps(*v));
+    }
+    failures_section(s, &a.failures, false);
+}
+
+fn failures_section(s: &mut String, failures: &[super::analysis::Failure], pair: bool) {
+    if failures.is_empty() {
+        s.push_str("\n### Failed cells\n\nNone.\n\n");
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\n### Failed cells\n\n| {} | failed | ok | last error |\n|---|---|---|---|---|",
+        if pair {
+            "rank 0 CPU | rank 1 CPU"
+        } else {
+            "CPU | device"
+        }
+    );
+    for f in failures.iter().take(MAX_FAILURES) {
+        let second = if pair {
+            f.peer_cpu.map(|p| p.to_string()).unwrap_or_default()
+        } else {
+            f.device.clone()
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {second} | {} | {} | {} |",
+            f.cpu,
+            f.failed,
+            f.succeeded,
+            f.last_error.replace('|', "/").replace('\n', " ")
+        );
+    }
+    if failures.len() > MAX_FAILURES {
+        let _ = writeln!(
+            s,
+            "\n... and {} more (see `cells.csv`).",
+            failures.len() - MAX_FAILURES
+        );
+    }
+    s.push('\n');
+}
+
+fn pair_section(s: &mut String, id: &MatrixId, a: &PairAnalysis, picture: &str) {
+    let _ = writeln!(
+        s,
+        "## {}\n\n{} of {} cells measured. Picture: `{picture}`.\n",
+        Dataset::matrix_title(id),
+        a.measured,
+        a.cells
+    );
+    summary_table(s, a.overall);
+    let _ = writeln!(
+        s,
+        "### Slowest CPUs\n\nRatio = the CPU's median over the cells where it held that rank / the matrix median (as `chd_pair_cpu_ratio`); below {SLOW_CPU_RATIO} is slow.\n\n| rank | CPU | NUMA | median GB/s | ratio |\n|---|---|---|---|---|"
+    );
+    for c in a.cpus.iter().take(TOP) {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} |",
+            c.rank,
+            c.cpu,
+            node(c.numa_node),
+            gbps(c.median),
+            c.ratio
+                .map(|r| format!("{r:.2}"))
+                .unwrap_or_else(|| "-".into())
+        );
+    }
+    s.push_str("\n### NUMA x NUMA (median GB/s)\n\n| rank 0 NUMA | rank 1 NUMA | median GB/s |\n|---|---|---|\n");
+    for ((n0, n1), m) in &a.segments {
+        let _ = writeln!(s, "| {} | {} | {} |", node(*n0), node(*n1), gbps(*m));
+    }
+    failures_section(s, &a.failures, true);
+}
+
+/// The load-profile comparison: for every matrix measured under a load and idle, each
+/// device's (or the whole pair matrix's) median under load against idle.
+fn load_section(s: &mut String, ds: &Dataset) {
+    let matrices = ds.matrices();
+    let loaded: Vec<&MatrixId> = matrices
+        .keys()
+        .filter(|m| m.load != "idle")
+        .copied()
+        .collect();
+    if loaded.is_empty() {
+        return;
+    }
+    s.push_str("## Load profiles against idle\n\nMedian GB/s per device under each load profile and its change against the idle run of the same matrix.\n\n");
+    let mut rows = 0;
+    for id in loaded {
+        let idle_id = MatrixId {
+            load: "idle".into(),
+            ..id.clone()
+        };
+        let Some(idle) = matrices.get(&idle_id) else {
+            let _ = writeln!(
+                s,
+                "- {}: no idle run to compare with.",
+                Dataset::matrix_title(id)
+            );
+            continue;
+        };
+        let column = |cells: &[&super::dataset::CellResult]| {
+            let mut by: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+            for c in cells {
+                if let Some(v) = c.value() {
+                    by.entry(c.device.clone()).or_default().push(v);
+                    by.entry("all".into()).or_default().push(v);
+                }
+            }
+            by.into_iter()
+                .filter_map(|(d, v)| stats::median(&v).map(|m| (d, m)))
+                .collect::<BTreeMap<_, _>>()
+        };
+        let base = column(idle);
+        let load = column(&matrices[id]);
+        if rows == 0 {
+            s.push_str("| matrix | load | device | idle GB/s | loaded GB/s | change |\n|---|---|---|---|---|---|\n");
+        }
+        let mut devices: Vec<&String> = load.keys().filter(|d| base.contains_key(*d)).collect();
+        devices.sort_by_key(|d| (d.as_str() == "all", natural_key(d)));
+        for d in devices {
+            let (b, l) = (base[d], load[d]);
+            let change = stats::ratio(l, b)
+                .map(|r| format!("{:+.1}%", (r - 1.0) * 100.0))
+                .unwrap_or_else(|| "-".into());
+            let _ = writeln!(
+                s,
+                "| {} | {} | {d} | {} | {} | {change} |",
+                Dataset::matrix_title(&idle_id).replace(", load idle", ""),
+                id.load,
+                gbps(b),
+                gbps(l)
+            );
+            rows += 1;
+        }
+    }
+    s.push('\n');
+}
+
+/// Render `summary.md`; `pictures` maps each matrix to its picture's file name.
+pub fn render(ds: &Dataset, pictures: &BTreeMap<MatrixId, String>) -> String {
+    let mut s = String::from("# chd calibration report\n\n");
+    let _ = writeln!(s, "Source: {}\n\n| | |\n|---|---|", ds.source);
+    for (k, v) in &ds.meta {
+        let _ = writeln!(s, "| {k} | {} |", v.replace('|', "/"));
+    }
+    s.push_str("\nBandwidths are decimal GB/s (1e9 bytes/s); sizes are binary (MiB = 2^20 bytes). A cell's value is the median of its samples.\n\n## Findings\n\n");
+    let found = findings(ds);
+    if found.is_empty() {
+        let _ = writeln!(
+            s,
+            "- Nothing below the thresholds (device ratio < {SLOW_DEVICE_RATIO}, NUMA segment < {SLOW_SEGMENT_RATIO} x the device's best, CPU ratio < {SLOW_CPU_RATIO}) and no failed cells."
+        );
+    }
+    for f in &found {
+        let _ = writeln!(s, "- {f}");
+    }
+    s.push('\n');
+    let numa = ds.numa_map();
+    for (id, cells) in ds.matrices() {
+        let picture = pictures.get(id).map(String::as_str).unwrap_or("-");
+        match id.kind {
+            MatrixKind::H2d => {
+                h2d_section(&mut s, ds, id, &H2dAnalysis::of(&cells, &numa), picture)
+            }
+            MatrixKind::Pair => pair_section(&mut s, id, &PairAnalysis::of(&cells, &numa), picture),
+        }
+    }
+    load_section(&mut s, ds);
+    if !ds.affinity.is_empty() {
+        let ok = ds.affinity.iter().filter(|a| a.1).count();
+        let _ = writeln!(
+            s,
+            "## Affinity\n\n{ok} of {} CPUs can be bound to exactly themselves.\n",
+            ds.affinity.len()
+        );
+    }
+    s
+}

@@ -1,0 +1,538 @@
+//! `chd probe` end to end through the real binary: a run directory with its report on this
+//! machine (host backend), resume after SIGKILL and after Ctrl-C with no sample measured
+//! twice or lost, load profiles, a planted slow device through the fake CUDA runtime, the
+//! affinity probe, and the errors a user can make.
+
+#[path = "support/chd_process.rs"]
+mod chd_process;
+#[path = "support/fake_runtime.rs"]
+mod fake;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use chd_process::chd_bin;
+use serde_json::Value;
+
+fn chd(args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(chd_bin())
+        .args(args)
+        .envs(env.iter().copied())
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run chd")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn assert_ok(out: &Output) {
+    assert!(
+        out.status.success(),
+        "chd failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
+
+/// The sample records of a run directory, each line parsed.
+fn records(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("cells.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line {l:?}: {e}")))
+        .collect()
+}
+
+/// A record's slot identity (everything but the measurement).
+fn slot(r: &Value) -> String {
+    let mut o = r.as_object().unwrap().clone();
+    for k in ["bytes_per_second", "error", "reason", "at"] {
+        o.remove(k);
+    }
+    serde_json::to_string(&o).unwrap()
+}
+
+fn lines_in(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .map(|t| t.matches('\n').count())
+        .unwrap_or(0)
+}
+
+/// Start a long host-backend run (2 x 150 x `repeats` samples of 8 MiB) in `dir`.
+fn start_long_run(dir: &Path, repeats: &str) -> Child {
+    Command::new(chd_bin())
+        .args(["probe", "h2d", "--backend", "host", "--cpus", "auto"])
+        .args([
+            "--sizes",
+            "8MiB",
+            "--iters",
+            "4",
+            "--warmup",
+            "1",
+            "--repeats",
+            repeats,
+        ])
+        .arg("--out")
+        .arg(dir)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn chd probe")
+}
+
+/// Wait until `dir/cells.jsonl` has at least `n` lines.
+fn wait_for_lines(child: &mut Child, dir: &Path, n: usize) {
+    let start = Instant::now();
+    while lines_in(&dir.join("cells.jsonl")) < n {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the run ended ({status}) before {n} samples were written");
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "fewer than {n} samples after 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn wait_with_timeout(mut child: Child, limit: Duration) -> Output {
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!("chd did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn cpu_count() -> usize {
+    let out = chd(&["topology", "--json", "--backend", "host"], &[]);
+    assert_ok(&out);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["cpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["allowed"].as_bool().unwrap_or(true))
+        .count()
+}
+
+#[test]
+fn probe_on_this_machine_writes_summary_csv_png_and_xlsx() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("x");
+    let out = chd(
+        &[
+            "probe",
+            "h2d",
+            "--cpus",
+            "auto",
+            "--sizes",
+            "1MiB,4MiB",
+            "--iters",
+            "2",
+            "--repeats",
+            "2",
+            "--out",
+            out_dir.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_ok(&out);
+    let stderr = text(&out.stderr);
+    let cpus = cpu_count();
+    let devices = records(&out_dir)
+        .iter()
+        .map(|r| r["device"].as_str().unwrap().to_string())
+        .collect::<BTreeSet<_>>()
+        .len();
+    let total = cpus * devices * 2 * 2;
+    // Not a terminal: plain progress lines, the last one complete.
+    assert!(
+        stderr.contains(&format!("progress: {total}/{total} samples (100.0%)")),
+        "{stderr}"
+    );
+    for f in [
+        "summary.md",
+        "cells.csv",
+        "h2d_1MiB.png",
+        "h2d_4MiB.png",
+        "report.xlsx",
+        "run.json",
+    ] {
+        let len = std::fs::metadata(out_dir.join(f))
+            .unwrap_or_else(|_| panic!("{f} missing"))
+            .len();
+        assert!(len > 100, "{f} is only {len} bytes");
+    }
+    assert_eq!(records(&out_dir).len(), total);
+    let png = std::fs::read(out_dir.join("h2d_1MiB.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let xlsx = std::fs::read(out_dir.join("report.xlsx")).unwrap();
+    assert_eq!(&xlsx[..2], b"PK", "an xlsx is a zip file");
+    let summary = std::fs::read_to_string(out_dir.join("summary.md")).unwrap();
+    for want in [
+        "## Findings",
+        "## H2D 1MiB h2d, pageable memory, load idle",
+        "## H2D 4MiB h2d",
+        "| GB/s | min | p10 | median | p90 | max |",
+        "### Devices",
+        "### NUMA segment x device",
+        "### Slowest cores",
+        "### Failed cells\n\nNone.",
+    ] {
+        assert!(
+            summary.contains(want),
+            "summary.md lacks {want:?}:\n{summary}"
+        );
+    }
+    let csv = std::fs::read_to_string(out_dir.join("cells.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + cpus * devices * 2, "{csv}");
+    assert!(
+        text(&out.stdout).contains("wrote "),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn sigkill_mid_run_then_resume_measures_every_slot_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let repeats = "150";
+    let mut child = start_long_run(&run, repeats);
+    wait_for_lines(&mut child, &run, 10);
+    child.kill().unwrap(); // SIGKILL: no handler runs.
+    child.wait().unwrap();
+    let before = std::fs::read_to_string(run.join("cells.jsonl")).unwrap();
+    let total = cpu_count() * 150;
+    let complete = before.matches('\n').count();
+    assert!(
+        complete >= 10 && complete < total,
+        "{complete} of {total} before the kill"
+    );
+    // A write torn by a crash: resuming drops it and measures that slot again.
+    let mut torn = before.clone();
+    torn.push_str("{\"matrix\":\"h2d\",\"load\":\"id");
+    std::fs::write(run.join("cells.jsonl"), &torn).unwrap();
+
+    // The plan comes from run.json; a conflicting flag is refused.
+    let bad = chd(
+        &[
+            "probe",
+            "h2d",
+            "--out",
+            run.to_str().unwrap(),
+            "--resume",
+            "--sizes",
+            "4MiB",
+        ],
+        &[],
+    );
+    assert!(!bad.status.success());
+    assert!(
+        text(&bad.stderr).contains("--sizes differ"),
+        "{}",
+        text(&bad.stderr)
+    );
+
+    let out = chd(
+        &["probe", "h2d", "--out", run.to_str().unwrap(), "--resume"],
+        &[],
+    );
+    assert_ok(&out);
+    assert!(
+        text(&out.stderr).contains(&format!(
+            "{} already measured, resuming",
+            before.matches('\n').count()
+        )),
+        "{}",
+        text(&out.stderr)
+    );
+    let after = std::fs::read_to_string(run.join("cells.jsonl")).unwrap();
+    assert!(
+        after.starts_with(&before),
+        "samples measured before the kill were rewritten"
+    );
+    let all = records(&run);
+    assert_eq!(
+        all.len(),
+        total,
+        "every slot once: {} lines for {total} slots",
+        all.len()
+    );
+    let distinct: BTreeSet<String> = all.iter().map(slot).collect();
+    assert_eq!(distinct.len(), total, "a slot was measured twice");
+    let passes: BTreeSet<u64> = all.iter().map(|r| r["pass"].as_u64().unwrap()).collect();
+    assert_eq!(passes.len(), 150);
+    assert!(run.join("summary.md").is_file());
+}
+
+#[test]
+fn ctrl_c_stops_cleanly_keeps_samples_and_resume_finishes() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let mut child = start_long_run(&run, "150");
+    wait_for_lines(&mut child, &run, 5);
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let out = wait_with_timeout(child, Duration::from_secs(30));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let kept = std::fs::read_to_string(run.join("cells.jsonl")).unwrap();
+    assert!(kept.ends_with('\n'), "the cell in flight was not completed");
+    let n = kept.lines().count();
+    let total = cpu_count() * 150;
+    assert!(
+        stderr.contains(&format!("interrupted after {n} of {total} samples; continue with: chd probe h2d --out {} --resume", run.display())),
+        "{stderr}"
+    );
+    // The partial run is already reported.
+    let summary = std::fs::read_to_string(run.join("summary.md")).unwrap();
+    assert!(
+        summary.contains(&format!("{n} of {total} measured")),
+        "{summary}"
+    );
+
+    let out = chd(
+        &["probe", "h2d", "--out", run.to_str().unwrap(), "--resume"],
+        &[],
+    );
+    assert_ok(&out);
+    let all = records(&run);
+    let distinct: BTreeSet<String> = all.iter().map(slot).collect();
+    assert_eq!((all.len(), distinct.len()), (total, total));
+}
+
+fn fake_args(lib: &str) -> Vec<&str> {
+    vec!["--backend", "cuda", "--cuda-runtime", lib, "--nvml", lib]
+}
+
+const FAKE_ENV: [(&str, &str); 2] = [
+    ("CHD_FAKE_DEVICE_COUNT", "4"),
+    ("CHD_FAKE_H2D_GBPS", "58.9;0=12.3"),
+];
+
+#[test]
+fn planted_slow_device_is_the_one_the_summary_names() {
+    let lib = fake::fake_runtime().to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "probe",
+        "h2d",
+        "--cpus",
+        "auto",
+        "--sizes",
+        "1MiB,4MiB",
+        "--iters",
+        "2",
+        "--repeats",
+        "2",
+        "--out",
+    ];
+    let out_dir = dir.path().to_str().unwrap();
+    args.push(out_dir);
+    args.extend(fake_args(lib));
+    let out = chd(&args, &FAKE_ENV);
+    assert_ok(&out);
+    let stdout = text(&out.stdout);
+    let findings: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("finding: "))
+        .collect();
+    assert_eq!(findings.len(), 1, "{stdout}");
+    assert!(
+        findings[0]
+            .starts_with("finding: device 0 is slow in 2 of 2 matrices: 0.21 x the typical device"),
+        "{stdout}"
+    );
+    let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+    assert!(
+        summary.contains("- device 0 is slow in 2 of 2 matrices"),
+        "{summary}"
+    );
+    for d in ["1", "2", "3"] {
+        assert!(
+            !summary.contains(&format!("device {d} is slow")),
+            "{summary}"
+        );
+    }
+    let slow_rows: Vec<&str> = summary
+        .lines()
+        .filter(|l| l.ends_with("| **slow** |"))
+        .collect();
+    assert_eq!(slow_rows.len(), 2, "{summary}");
+    assert!(
+        slow_rows.iter().all(|l| l.starts_with("| 0 | Fake H200 |")),
+        "{slow_rows:?}"
+    );
+    // Pinned memory by default on an accelerator backend, recorded per sample.
+    assert!(records(dir.path())
+        .iter()
+        .all(|r| r["host_memory"] == "pinned" && r["bytes_per_second"].as_f64().is_some()));
+}
+
+#[test]
+fn load_profiles_run_once_each_and_the_report_compares_them_with_idle() {
+    let lib = fake::fake_runtime().to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "probe",
+        "h2d",
+        "--sizes",
+        "1MiB",
+        "--iters",
+        "1",
+        "--samples",
+        "2",
+        "--load",
+        "idle",
+        "--load",
+        "cpu:1",
+        "--memory",
+        "pinned,pageable",
+        "--out",
+    ];
+    args.push(dir.path().to_str().unwrap());
+    args.extend(fake_args(lib));
+    let out = chd(&args, &FAKE_ENV);
+    assert_ok(&out);
+    let all = records(dir.path());
+    let mut per_load: BTreeMap<String, usize> = BTreeMap::new();
+    for r in &all {
+        *per_load
+            .entry(r["load"].as_str().unwrap().to_string())
+            .or_default() += 1;
+    }
+    let per_profile = cpu_count() * 4 * 2 * 2;
+    assert_eq!(per_load.get("idle"), Some(&per_profile), "{per_load:?}");
+    assert_eq!(per_load.get("cpu:1"), Some(&per_profile), "{per_load:?}");
+    // Idle first, then the loaded profile.
+    let first_loaded = all.iter().position(|r| r["load"] == "cpu:1").unwrap();
+    assert!(all[..first_loaded].iter().all(|r| r["load"] == "idle"));
+    let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+    assert!(
+        summary.contains("## Load profiles against idle"),
+        "{summary}"
+    );
+    // The fake times copies on a virtual clock, so load changes nothing: +0.0%.
+    assert!(
+        summary.contains("| H2D 1MiB h2d, pinned memory | cpu:1 | 0 | 12.30 | 12.30 | +0.0% |"),
+        "{summary}"
+    );
+    assert!(dir.path().join("h2d_1MiB_pageable_cpu-1.png").is_file());
+}
+
+#[test]
+fn device_load_is_refused_with_the_reason() {
+    let lib = fake::fake_runtime().to_str().unwrap();
+    let mut args = vec!["probe", "h2d", "--sizes", "1MiB", "--load", "device"];
+    args.extend(fake_args(lib));
+    let out = chd(&args, &FAKE_ENV);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("load profile \"device\" is not supported by the cuda backend yet"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn without_out_the_cells_go_to_stdout() {
+    let out = chd(
+        &[
+            "probe",
+            "h2d",
+            "--backend",
+            "host",
+            "--cpus",
+            "0",
+            "--sizes",
+            "1",
+            "--iters",
+            "1",
+            "--repeats",
+            "1",
+            "--format",
+            "csv",
+        ],
+        &[],
+    );
+    assert_ok(&out);
+    let stdout = text(&out.stdout);
+    let mut lines = stdout.lines();
+    assert!(lines
+        .next()
+        .unwrap()
+        .starts_with("matrix,load,cpu,numa_node"));
+    let row = lines.next().unwrap();
+    assert!(row.starts_with("h2d,idle,0,"), "{stdout}");
+}
+
+#[test]
+fn mistakes_are_explained() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    for (args, want) in [
+        (
+            vec!["probe", "h2d", "--backend", "host", "--sizes", "64MB"],
+            "sizes are binary here; write 64MiB",
+        ),
+        (
+            vec!["probe", "h2d", "--backend", "host", "--load", "busy"],
+            "not a load profile",
+        ),
+        (
+            vec!["probe", "h2d", "--backend", "host", "--devices", "7"],
+            "is not a device of the host backend",
+        ),
+        (vec!["probe", "h2d", "--resume"], "--out"),
+        (
+            vec!["probe", "h2d", "--backend", "host", "--out", d, "--resume"],
+            "holds no run to resume",
+        ),
+    ] {
+        let out = chd(&args, &[]);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn affinity_probe_checks_every_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = chd(
+        &[
+            "probe",
+            "affinity",
+            "--format",
+            "json",
+            "--out",
+            dir.path().to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_ok(&out);
+    let stdout = text(&out.stdout);
+    let json_end = stdout.rfind(']').unwrap();
+    let rows: Vec<Value> = serde_json::from_str(&stdout[..=json_end]).unwrap();
+    assert_eq!(rows.len(), cpu_count());
+    assert!(rows.iter().all(|r| r["bindable"] == true), "{stdout}");
+    assert!(dir.path().join("affinity.json").is_file());
+    let report = chd(&["report", dir.path().to_str().unwrap()], &[]);
+    assert_ok(&report);
+    let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+    assert!(
+        summary.contains(&format!("{n} of {n} CPUs can be bound", n = rows.len())),
+        "{summary}"
+    );
+}
