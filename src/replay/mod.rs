@@ -94,6 +94,28 @@ fn topology_from(cpu_numa: &BTreeMap<u32, Option<u32>>) -> Topology {
     }
 }
 
+/// Add the CPUs and devices the store's cells name; returns the pair labels.
+fn add_cells_of(
+    store: &Store,
+    cpu_numa: &mut BTreeMap<u32, Option<u32>>,
+    device_ids: &mut BTreeSet<String>,
+) -> BTreeSet<String> {
+    let mut pairs = BTreeSet::new();
+    for k in store.h2d.keys() {
+        cpu_numa.entry(k.cpu).or_insert(None);
+        device_ids.insert(k.device.clone());
+    }
+    for k in store.pair.keys() {
+        cpu_numa.entry(k.cpu0).or_insert(None);
+        cpu_numa.entry(k.cpu1).or_insert(None);
+        pairs.insert(k.pair.clone());
+        for d in k.pair.split(',') {
+            device_ids.insert(d.to_string());
+        }
+    }
+    pairs
+}
+
 fn devices_from(ids: BTreeSet<String>) -> Vec<DeviceInfo> {
     let mut ids: Vec<String> = ids.into_iter().collect();
     ids.sort_by_key(|d| (d.parse::<u64>().unwrap_or(u64::MAX), d.clone()));
@@ -120,19 +142,7 @@ fn from_dataset(ds: crate::report::dataset::Dataset, keep: usize) -> Replay {
         }
     }
     let mut device_ids: BTreeSet<String> = ds.devices.iter().map(|d| d.id.clone()).collect();
-    let mut pairs = BTreeSet::new();
-    for k in store.h2d.keys() {
-        cpu_numa.entry(k.cpu).or_insert(None);
-        device_ids.insert(k.device.clone());
-    }
-    for k in store.pair.keys() {
-        cpu_numa.entry(k.cpu0).or_insert(None);
-        cpu_numa.entry(k.cpu1).or_insert(None);
-        pairs.insert(k.pair.clone());
-        for d in k.pair.split(',') {
-            device_ids.insert(d.to_string());
-        }
-    }
+    let pairs = add_cells_of(&store, &mut cpu_numa, &mut device_ids);
     let mut errors = Vec::new();
     for (k, c) in &store.h2d {
         if c.samples.is_empty() {
@@ -188,19 +198,7 @@ fn from_state(mut store: Store) -> Replay {
     let mut cpu_numa: BTreeMap<u32, Option<u32>> =
         store.cpu_numa.iter().map(|(&c, &n)| (c, Some(n))).collect();
     let mut device_ids = BTreeSet::new();
-    let mut pairs = BTreeSet::new();
-    for k in store.h2d.keys() {
-        cpu_numa.entry(k.cpu).or_insert(None);
-        device_ids.insert(k.device.clone());
-    }
-    for k in store.pair.keys() {
-        cpu_numa.entry(k.cpu0).or_insert(None);
-        cpu_numa.entry(k.cpu1).or_insert(None);
-        pairs.insert(k.pair.clone());
-        for d in k.pair.split(',') {
-            device_ids.insert(d.to_string());
-        }
-    }
+    let pairs = add_cells_of(&store, &mut cpu_numa, &mut device_ids);
     // Served as recorded: the samples keep their times, so staleness reads as it was.
     store.bindable.clear();
     let description = format!(
