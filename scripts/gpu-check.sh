@@ -89,24 +89,22 @@ awk -v tol="$TOLERANCE" '
     exit bad
   }' "$work/ref.out" "$work/chd.csv" && verdict=0 || verdict=$?
 
-# Core-pair probe: a short run of the exporter with device 0 and its farthest peer.
+# Core-pair probe: device 0 and its farthest peer, 2 CPUs per NUMA node for each rank, one
+# sample per cell; a failed cell (or no collective at all) fails the check.
 ngpu=$(nvidia-smi -L | grep -c '^GPU ' || true)
 if [ "$ngpu" -ge 2 ]; then
   echo
-  echo "pair: $ngpu GPUs; 20 s of chd serve --pair auto (NCCL if found, else peer copies)"
-  port=$((20000 + RANDOM % 20000))
-  "$chd" serve --backend cuda --pair auto --listen "127.0.0.1:$port" --state-dir "$work/state" \
-    --interval 4s --window-budget 3s --cpus per-node:2 --cpu-busy-threshold 1 \
-    --no-collector.rdma --no-collector.netdev 2> "$work/serve.log" &
-  serve=$!
-  sleep 20
-  fetch() { curl -fsS "$1" 2>/dev/null || wget -qO- "$1" 2>/dev/null || python3 -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen('$1').read().decode())"; }
-  fetch "http://127.0.0.1:$port/metrics" > "$work/pair.prom" || true
-  kill "$serve" 2>/dev/null; wait "$serve" 2>/dev/null || true
-  grep -E '^chd_pair_bandwidth_bytes_per_second' "$work/pair.prom" \
-    | awk '{ v = $NF; sub(/^chd_pair_bandwidth_bytes_per_second/, "", $0); sub(/ [^ ]+$/, "", $0); printf "pair %s %.2f GB/s\n", $0, v / 1e9 }' \
-    || { echo "pair: no pair cells measured; log:"; tail -20 "$work/serve.log"; verdict=1; }
-  grep -E 'core-pair probe|pair cell failed' "$work/serve.log" | head -5 || true
+  echo "pair: $ngpu GPUs; chd probe pair --pair auto (NCCL if found, else peer copies)"
+  if "$chd" probe pair --backend cuda --pair auto --cpus per-node:2 --sizes 64 --repeats 1 \
+      --format table > "$work/pair.txt" 2> "$work/pair.log"; then
+    cat "$work/pair.txt"
+    grep -E '^(note|pair probe|measuring)' "$work/pair.log" || true
+  else
+    cat "$work/pair.txt"
+    echo "pair: chd probe pair failed; log:"
+    tail -20 "$work/pair.log"
+    verdict=1
+  fi
 else
   echo
   echo "pair: this machine has $ngpu GPU; the core-pair probe needs two: skipped"

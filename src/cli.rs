@@ -54,6 +54,18 @@ pub enum ProbeCommand {
     /// --resume continues exactly where the run stopped; at the end the report (summary.md,
     /// cells.csv, h2d_<size>.png, report.xlsx) is written to DIR.
     H2d(Box<H2dArgs>),
+    /// The core-pair matrix of a device pair: its allgather (NCCL with cuda, HCCL with acl,
+    /// peer copies where neither is found) with rank 0 bound to each selected CPU x rank 1
+    /// bound to each selected CPU, per size, each cell measured --repeats times (every pass
+    /// in a fresh random order). Bus bandwidth as nccl-tests defines it.
+    ///
+    /// With --out DIR every sample is appended to DIR/cells.jsonl as it is measured (the plan
+    /// is in DIR/run.json); Ctrl-C stops after the cell in flight and keeps what was measured;
+    /// --resume continues exactly where the run stopped; at the end the report (summary.md
+    /// with the slow rank 0 / rank 1 CPUs, cells.csv, pair_<a>-<b>_<size>.png, report.xlsx)
+    /// is written to DIR. A cell whose collective fails or exceeds --timeout is recorded as
+    /// failed, and the run exits non-zero.
+    Pair(Box<PairArgs>),
     /// Which CPUs a thread can really be bound to (bind, read back, restore), e.g. inside a
     /// container whose cpuset lists cores it cannot use.
     Affinity(AffinityArgs),
@@ -98,6 +110,54 @@ pub struct H2dArgs {
     /// cpu:N@CPULIST (pinned to CPULIST) or device (not supported yet) [default: idle].
     #[arg(long = "load", value_name = "PROFILE")]
     pub loads: Vec<String>,
+    /// Run directory: stream samples to DIR/cells.jsonl and write the report there.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Continue the interrupted run in --out DIR with its plan; flags given must match it.
+    #[arg(long, requires = "out")]
+    pub resume: bool,
+    /// Do not write the report at the end (chd report DIR writes it later).
+    #[arg(long, requires = "out")]
+    pub no_report: bool,
+    /// Print plain progress lines even on a terminal.
+    #[arg(long)]
+    pub no_progress_bar: bool,
+    /// Output on stdout without --out: table (GB/s), csv or json (bytes per second)
+    /// [default: table].
+    #[arg(long, value_name = "FORMAT")]
+    pub format: Option<String>,
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct PairArgs {
+    /// A device pair, e.g. 0,5, or auto (device 0 and its farthest peer by PCI topology);
+    /// repeatable [default: auto].
+    #[arg(long = "pair", value_name = "A,B|auto")]
+    pub pairs: Vec<String>,
+    /// CPUs of both ranks (the matrix is these x these): all or auto (every CPU this process
+    /// may use), per-node:N (N spread over each NUMA node), or a list like 0-79,160
+    /// [default: all].
+    #[arg(long, value_name = "SELECTION")]
+    pub cpus: Option<String>,
+    /// Bytes per rank of one allgather, comma-separated: 16MiB,64MiB (KiB, MiB, GiB; a bare
+    /// number is MiB) [default: 64MiB].
+    #[arg(long, value_name = "SIZE,...", value_delimiter = ',')]
+    pub sizes: Option<Vec<String>>,
+    /// Untimed operations before each sample [default: 2].
+    #[arg(long, value_name = "N")]
+    pub warmup: Option<u32>,
+    /// Timed operations per sample [default: 10].
+    #[arg(long, alias = "iters", value_name = "N")]
+    pub iterations: Option<u32>,
+    /// Samples per cell; the cell's value is their median [default: 3].
+    #[arg(long, alias = "samples", value_name = "K")]
+    pub repeats: Option<u32>,
+    /// Longest one cell may take; a collective still running then is aborted and the cell
+    /// counts as failed, e.g. 30s, 500ms [default: 30s].
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
     /// Run directory: stream samples to DIR/cells.jsonl and write the report there.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -372,7 +432,7 @@ impl Cli {
 
     /// `chd probe`'s flags as the library's request.
     pub fn probe_request(&self, probe: &ProbeCommand) -> chd::probe::command::ProbeRequest {
-        use chd::probe::command::{AffinityRequest, H2dRequest, ProbeRequest};
+        use chd::probe::command::{AffinityRequest, H2dRequest, PairRequest, ProbeRequest};
         match probe {
             ProbeCommand::H2d(a) => ProbeRequest::H2d(H2dRequest {
                 layer: self.runtime_layer(&a.runtime),
@@ -385,6 +445,21 @@ impl Cli {
                 iterations: a.iterations,
                 repeats: a.repeats,
                 loads: a.loads.clone(),
+                out: a.out.clone(),
+                resume: a.resume,
+                format: a.format.clone(),
+                no_report: a.no_report,
+                no_progress_bar: a.no_progress_bar,
+            }),
+            ProbeCommand::Pair(a) => ProbeRequest::Pair(PairRequest {
+                layer: self.runtime_layer(&a.runtime),
+                pairs: a.pairs.clone(),
+                cpus: a.cpus.clone(),
+                sizes: a.sizes.clone(),
+                warmup: a.warmup,
+                iterations: a.iterations,
+                repeats: a.repeats,
+                timeout: a.timeout.clone(),
                 out: a.out.clone(),
                 resume: a.resume,
                 format: a.format.clone(),

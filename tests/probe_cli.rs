@@ -536,3 +536,464 @@ fn affinity_probe_checks_every_cpu() {
         "{summary}"
     );
 }
+
+// ---- chd probe pair (the core-pair matrix) through the fake CUDA runtime + NCCL ----
+
+/// The fake runtime as cuda backend with its NCCL.
+fn fake_pair_args(lib: &str) -> Vec<&str> {
+    vec![
+        "--backend",
+        "cuda",
+        "--cuda-runtime",
+        lib,
+        "--nvml",
+        lib,
+        "--nccl",
+        lib,
+        "--collective",
+        "nccl",
+    ]
+}
+
+/// The CPUs this process may use, ascending.
+fn allowed_cpus() -> Vec<u32> {
+    chd::topology::Topology::read(&chd::topology::Roots::default())
+        .unwrap()
+        .allowed_cpus()
+        .map(|c| c.id)
+        .collect()
+}
+
+/// File names in a zip's central directory (an xlsx is a zip).
+fn zip_names(path: &Path) -> Vec<String> {
+    let b = std::fs::read(path).unwrap();
+    let mut names = Vec::new();
+    let mut i = 0;
+    while i + 46 <= b.len() {
+        if b[i..i + 4] == [0x50, 0x4b, 0x01, 0x02] {
+            let n = u16::from_le_bytes([b[i + 28], b[i + 29]]) as usize;
+            names.push(String::from_utf8_lossy(&b[i + 46..i + 46 + n]).into_owned());
+            i += 46 + n;
+        } else {
+            i += 1;
+        }
+    }
+    names
+}
+
+/// Every record's (rank 0 CPU, rank 1 CPU).
+fn cpu_pairs(records: &[Value]) -> Vec<(u64, u64)> {
+    records
+        .iter()
+        .map(|r| {
+            (
+                r["cpu"].as_u64().unwrap(),
+                r["peer_cpu"]
+                    .as_u64()
+                    .unwrap_or_else(|| panic!("no peer_cpu in {r}")),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn pair_matrix_names_the_planted_slow_rank0_cpu_and_only_it() {
+    let lib = fake::fake_runtime().to_str().unwrap();
+    let cpus = allowed_cpus();
+    assert!(cpus.len() >= 2, "this test needs two CPUs");
+    let slow = *cpus.last().unwrap();
+    let spec = format!("13.7;rank0:{slow}=4.0");
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("pair");
+    let mut args = vec![
+        "probe",
+        "pair",
+        "--pair",
+        "0,1",
+        "--cpus",
+        "all",
+        "--sizes",
+        "16MiB",
+        "--repeats",
+        "1",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ];
+    args.extend(fake_pair_args(lib));
+    let out = chd(
+        &args,
+        &[
+            ("CHD_FAKE_DEVICE_COUNT", "2"),
+            ("CHD_FAKE_PAIR_GBPS", &spec),
+        ],
+    );
+    assert_ok(&out);
+    let n = cpus.len();
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!("progress: {t}/{t} samples (100.0%)", t = n * n)),
+        "{stderr}"
+    );
+
+    // One record per (rank 0 CPU, rank 1 CPU), every one measured.
+    let all = records(&out_dir);
+    assert_eq!(all.len(), n * n);
+    let distinct: BTreeSet<(u64, u64)> = cpu_pairs(&all).into_iter().collect();
+    let want: BTreeSet<(u64, u64)> = cpus
+        .iter()
+        .flat_map(|&a| cpus.iter().map(move |&b| (u64::from(a), u64::from(b))))
+        .collect();
+    assert_eq!(distinct, want);
+    assert!(all.iter().all(|r| r["matrix"] == "pair"
+        && r["device"] == "0,1"
+        && r["direction"] == "allgather"
+        && r["size_bytes"] == 16u64 << 20
+        && r["bytes_per_second"].as_f64().is_some()));
+
+    // The findings name rank 0's planted CPU and nothing else.
+    let stdout = text(&out.stdout);
+    let findings: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("finding: "))
+        .collect();
+    assert_eq!(findings.len(), 1, "{stdout}");
+    assert!(
+        findings[0].starts_with("finding: 1 slow rank 0 CPU (below 0.7 x the matrix median"),
+        "{stdout}"
+    );
+    assert!(findings[0].contains(&format!("): {slow} (0.")), "{stdout}");
+    assert!(
+        findings[0].ends_with("(Pair 0,1 allgather 16MiB, load idle)"),
+        "{stdout}"
+    );
+    let summary = std::fs::read_to_string(out_dir.join("summary.md")).unwrap();
+    assert!(
+        summary.contains("## Pair 0,1 allgather 16MiB, load idle"),
+        "{summary}"
+    );
+    assert!(!summary.contains("slow rank 1"), "{summary}");
+    let slow_rows: Vec<&str> = summary
+        .lines()
+        .filter(|l| l.ends_with("| **slow** |"))
+        .collect();
+    assert!(
+        slow_rows.len() == 1 && slow_rows[0].starts_with(&format!("| 0 | {slow} | ")),
+        "{summary}"
+    );
+    assert!(summary.contains("### Failed cells\n\nNone."), "{summary}");
+
+    // The picture and the workbook.
+    let png = std::fs::read(out_dir.join("pair_0-1_16MiB.png")).expect("pair_0-1_16MiB.png");
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let xlsx = std::fs::read(out_dir.join("report.xlsx")).unwrap();
+    assert_eq!(&xlsx[..2], b"PK");
+    let sheets = zip_names(&out_dir.join("report.xlsx"))
+        .into_iter()
+        .filter(|n| n.starts_with("xl/worksheets/sheet"))
+        .count();
+    assert_eq!(sheets, 3, "summary, pair_0-1_16MiB and cells sheets");
+    let csv = std::fs::read_to_string(out_dir.join("cells.csv")).unwrap();
+    assert_eq!(
+        csv.lines().filter(|l| l.starts_with("pair,")).count(),
+        n * n
+    );
+}
+
+/// Start a long pair run (2 x 2 CPUs x `repeats` samples, each collective delayed 5 ms).
+fn start_long_pair_run(dir: &Path, cpus: &str, repeats: &str) -> Child {
+    let lib = fake::fake_runtime().to_str().unwrap();
+    Command::new(chd_bin())
+        .args(["probe", "pair", "--pair", "0,1", "--cpus", cpus])
+        .args([
+            "--sizes",
+            "1MiB",
+            "--iters",
+            "1",
+            "--warmup",
+            "0",
+            "--repeats",
+            repeats,
+        ])
+        .arg("--out")
+        .arg(dir)
+        .args(fake_pair_args(lib))
+        .envs(PAIR_RUN_ENV)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn chd probe pair")
+}
+
+const PAIR_RUN_ENV: [(&str, &str); 2] = [
+    ("CHD_FAKE_DEVICE_COUNT", "2"),
+    ("CHD_FAKE_PAIR_HANG_MS", "5"),
+];
+
+/// Two CPUs for the pair runs, as a `--cpus` list.
+fn two_cpus() -> String {
+    let cpus = allowed_cpus();
+    assert!(cpus.len() >= 2, "this test needs two CPUs");
+    format!("{},{}", cpus[0], cpus[cpus.len() - 1])
+}
+
+#[test]
+fn pair_sigkill_mid_run_then_resume_measures_every_slot_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let cpus = two_cpus();
+    let repeats = 150;
+    let total = 4 * repeats;
+    let mut child = start_long_pair_run(&run, &cpus, &repeats.to_string());
+    wait_for_lines(&mut child, &run, 10);
+    child.kill().unwrap(); // SIGKILL: no handler runs.
+    child.wait().unwrap();
+    let before = std::fs::read_to_string(run.join("cells.jsonl")).unwrap();
+    let complete = before.matches('\n').count();
+    assert!(
+        complete >= 10 && complete < total,
+        "{complete} of {total} before the kill"
+    );
+    // A write torn by the kill: resuming drops it and measures that slot again.
+    let mut torn = before.clone();
+    torn.push_str("{\"matrix\":\"pair\",\"load\":\"id");
+    std::fs::write(run.join("cells.jsonl"), &torn).unwrap();
+
+    // The other subcommand, or a different plan, is refused.
+    let wrong = chd(
+        &["probe", "h2d", "--out", run.to_str().unwrap(), "--resume"],
+        &[],
+    );
+    assert!(!wrong.status.success());
+    assert!(
+        text(&wrong.stderr).contains(&format!(
+            "holds a chd probe pair run; continue it with: chd probe pair --out {} --resume",
+            run.display()
+        )),
+        "{}",
+        text(&wrong.stderr)
+    );
+    let bad = chd(
+        &[
+            "probe",
+            "pair",
+            "--out",
+            run.to_str().unwrap(),
+            "--resume",
+            "--sizes",
+            "4MiB",
+        ],
+        &PAIR_RUN_ENV,
+    );
+    assert!(!bad.status.success());
+    assert!(
+        text(&bad.stderr).contains("--sizes differ"),
+        "{}",
+        text(&bad.stderr)
+    );
+
+    // The runtime flags (fake libraries, nccl) come from run.json too.
+    let out = chd(
+        &["probe", "pair", "--out", run.to_str().unwrap(), "--resume"],
+        &PAIR_RUN_ENV,
+    );
+    assert_ok(&out);
+    assert!(
+        text(&out.stderr).contains(&format!("{complete} already measured, resuming")),
+        "{}",
+        text(&out.stderr)
+    );
+    let after = std::fs::read_to_string(run.join("cells.jsonl")).unwrap();
+    assert!(
+        after.starts_with(&before),
+        "samples measured before the kill were rewritten"
+    );
+    let all = records(&run);
+    assert_eq!(all.len(), total, "every slot once: {} lines", all.len());
+    let distinct: BTreeSet<String> = all.iter().map(slot).collect();
+    assert_eq!(distinct.len(), total, "a slot was measured twice");
+    // Every (rank 0, rank 1) cell once per pass.
+    let mut per_cell: BTreeMap<(u64, u64), usize> = BTreeMap::new();
+    for p in cpu_pairs(&all) {
+        *per_cell.entry(p).or_default() += 1;
+    }
+    assert_eq!(per_cell.len(), 4, "{per_cell:?}");
+    assert!(per_cell.values().all(|&k| k == repeats), "{per_cell:?}");
+    assert!(run.join("summary.md").is_file());
+    assert!(run.join("pair_0-1_1MiB.png").is_file());
+}
+
+#[test]
+fn pair_ctrl_c_stops_cleanly_and_says_how_to_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let mut child = start_long_pair_run(&run, &two_cpus(), "150");
+    wait_for_lines(&mut child, &run, 5);
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let out = wait_with_timeout(child, Duration::from_secs(30));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let kept = std::fs::read_to_string(run.join("cells.jsonl")).unwrap();
+    assert!(kept.ends_with('\n'), "the cell in flight was not completed");
+    let n = kept.lines().count();
+    assert!(
+        stderr.contains(&format!(
+            "interrupted after {n} of 600 samples; continue with: chd probe pair --out {} --resume",
+            run.display()
+        )),
+        "{stderr}"
+    );
+    let summary = std::fs::read_to_string(run.join("summary.md")).unwrap();
+    assert!(
+        summary.contains(&format!("{n} of 600 measured")),
+        "{summary}"
+    );
+}
+
+#[test]
+fn pair_failing_collective_lists_the_failed_cells_and_fails() {
+    let lib = fake::fake_runtime().to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cpus = two_cpus();
+    let mut args = vec![
+        "probe",
+        "pair",
+        "--pair",
+        "0,1",
+        "--cpus",
+        &cpus,
+        "--sizes",
+        "1MiB",
+        "--repeats",
+        "1",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ];
+    args.extend(fake_pair_args(lib));
+    let out = chd(
+        &args,
+        &[("CHD_FAKE_DEVICE_COUNT", "2"), ("CHD_FAKE_PAIR_FAIL", "1")],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("chd: 4 of 4 cells could not be measured (see \"Failed cells\" in summary.md); first: rank 0 on CPU"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("collective failed: "), "{stderr}");
+    // Every attempt is recorded with its error.
+    let all = records(dir.path());
+    assert_eq!(all.len(), 4);
+    assert!(all.iter().all(|r| r["reason"] == "collective"
+        && r["bytes_per_second"].is_null()
+        && r["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("collective failed: ")));
+    let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+    let failures = summary
+        .split("### Failed cells")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no failed cells section:\n{summary}"));
+    assert!(
+        failures.contains("| rank 0 CPU | rank 1 CPU | failed | ok | last error |"),
+        "{summary}"
+    );
+    let rows: Vec<&str> = failures
+        .lines()
+        .filter(|l| l.contains("| 1 | 0 | collective failed: "))
+        .collect();
+    assert_eq!(rows.len(), 4, "{summary}");
+    assert!(
+        text(&out.stdout).contains(
+            "finding: 4 of 4 cells had failed samples (Pair 0,1 allgather 1MiB, load idle)"
+        ),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn pair_table_without_out_and_pair_mistakes() {
+    let lib = fake::fake_runtime().to_str().unwrap();
+    let env = [("CHD_FAKE_DEVICE_COUNT", "2")];
+    // What scripts/gpu-check.sh runs.
+    let mut args = vec![
+        "probe",
+        "pair",
+        "--pair",
+        "auto",
+        "--cpus",
+        "per-node:2",
+        "--sizes",
+        "1",
+        "--repeats",
+        "1",
+        "--format",
+        "table",
+    ];
+    args.extend(fake_pair_args(lib));
+    let out = chd(&args, &env);
+    assert_ok(&out);
+    let stdout = text(&out.stdout);
+    let mut lines = stdout.lines();
+    let header = lines.next().unwrap();
+    assert!(
+        header.split_whitespace().collect::<Vec<_>>()
+            == [
+                "pair",
+                "cpu0",
+                "numa0",
+                "cpu1",
+                "numa1",
+                "size",
+                "operation",
+                "GB/s",
+                "samples",
+                "note"
+            ],
+        "{stdout}"
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split_whitespace().collect()).collect();
+    assert!(!rows.is_empty(), "{stdout}");
+    for r in &rows {
+        assert_eq!(r[0], "0,1", "{stdout}");
+        assert_eq!(&r[5..9], ["1MiB", "allgather", "13.70", "1"], "{stdout}");
+    }
+    let cpus: BTreeSet<&str> = rows.iter().map(|r| r[1]).collect();
+    assert_eq!(rows.len(), cpus.len() * cpus.len(), "{stdout}");
+
+    for (extra, want) in [
+        (
+            vec!["--pair", "0,7"],
+            "--pair: pair 0,7: there is no device 7 (devices: 0, 1)",
+        ),
+        (vec!["--pair", "0,0"], "--pair: "),
+        (
+            vec!["--timeout", "soon"],
+            "--timeout: \"soon\" is not a duration",
+        ),
+        (
+            vec!["--sizes", "16MB"],
+            "sizes are binary here; write 16MiB",
+        ),
+    ] {
+        let mut args = vec!["probe", "pair"];
+        args.extend(extra.iter().copied());
+        args.extend(fake_pair_args(lib));
+        let out = chd(&args, &env);
+        assert!(!out.status.success(), "{extra:?} succeeded");
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains(want), "{extra:?}: {stderr}");
+        assert!(
+            !stderr.contains("progress:"),
+            "{extra:?} measured: {stderr}"
+        );
+    }
+    // No accelerator: said plainly.
+    let out = chd(&["probe", "pair", "--backend", "host"], &[]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("the pair probe needs "), "{stderr}");
+}

@@ -1,22 +1,27 @@
-//! `chd probe`: the requests the CLI fills (nothing here knows clap), and `chd probe h2d`
-//! itself: take the plan (`super::plan`, or the plan of the run being resumed), open the
-//! backend, measure with progress and Ctrl-C handling, stream samples to `--out DIR`, and
-//! finish with the report.
+//! `chd probe`: the requests the CLI fills (nothing here knows clap), and the one driver behind
+//! `chd probe h2d` and `chd probe pair`: take the plan (`super::plan`, or the plan of the run
+//! being resumed), open the backend (and for pairs the collective), measure with progress and
+//! Ctrl-C handling, stream samples to `--out DIR`, and finish with the report. The two
+//! subcommands differ only in how they plan and what measures one slot.
 
 use std::collections::BTreeSet;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context as _};
+use anyhow::{anyhow, bail, Context as _};
 
 use super::execute::{execute, Context};
 use super::interrupt::InterruptGuard;
-use super::plan::{differences, plan_from};
+use super::plan::{differences, pair_plan_from, plan_from};
 use super::progress::Progress;
-use super::record::{self, CellLog, DeviceMeta, Machine, RunFile, SampleRecord};
-use crate::config::{Config, Layer};
+use super::record::{
+    self, CellLog, DeviceMeta, Machine, MatrixKind, RunFile, RunPlan, SampleRecord, SlotId,
+};
+use crate::config::{Config, Layer, PairSelection};
 use crate::report::{self, dataset::Dataset};
-use crate::runtime::{self, Direction, HostMemory};
+use crate::runtime::pair::{PairParams, PairProbe};
+use crate::runtime::select::Opened;
+use crate::runtime::{self, Direction, HostMemory, ProbeError};
 use crate::store::{unix_now, CellKey};
 use crate::topology::Topology;
 
@@ -24,6 +29,7 @@ use crate::topology::Topology;
 #[derive(Debug, Clone)]
 pub enum ProbeRequest {
     H2d(H2dRequest),
+    Pair(PairRequest),
     Affinity(AffinityRequest),
 }
 
@@ -51,6 +57,31 @@ pub struct H2dRequest {
     pub no_progress_bar: bool,
 }
 
+/// `chd probe pair` as asked: `None` (or empty) = not given.
+#[derive(Debug, Clone, Default)]
+pub struct PairRequest {
+    /// Global and runtime flags (paths, backend, device and collective libraries).
+    pub layer: Layer,
+    /// Device pairs, each `A,B` or `auto` [default: the resumed run's pairs, else `auto`].
+    pub pairs: Vec<String>,
+    /// CPUs of both ranks: the matrix is these x these.
+    pub cpus: Option<String>,
+    /// Bytes per rank.
+    pub sizes: Option<Vec<String>>,
+    pub warmup: Option<u32>,
+    pub iterations: Option<u32>,
+    pub repeats: Option<u32>,
+    /// Longest one cell may take, e.g. `30s`.
+    pub timeout: Option<String>,
+    pub out: Option<PathBuf>,
+    pub resume: bool,
+    /// `table`, `csv` or `json` on stdout when there is no `--out`.
+    pub format: Option<String>,
+    pub no_report: bool,
+    /// Plain progress lines even on a terminal.
+    pub no_progress_bar: bool,
+}
+
 /// `chd probe affinity`.
 #[derive(Debug, Clone, Default)]
 pub struct AffinityRequest {
@@ -64,6 +95,7 @@ pub struct AffinityRequest {
 pub fn run(request: ProbeRequest) -> anyhow::Result<()> {
     match request {
         ProbeRequest::H2d(r) => run_h2d(&r),
+        ProbeRequest::Pair(r) => run_pair(&r),
         ProbeRequest::Affinity(r) => super::bindable::run_affinity(&r),
     }
 }
@@ -79,7 +111,7 @@ fn hostname(layer: &Layer) -> String {
         .unwrap_or_default()
 }
 
-fn machine(layer: &Layer, topology: &Topology, opened: &runtime::select::Opened) -> Machine {
+fn machine(layer: &Layer, topology: &Topology, opened: &Opened) -> Machine {
     Machine {
         hostname: hostname(layer),
         chd_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -114,28 +146,194 @@ fn machine(layer: &Layer, topology: &Topology, opened: &runtime::select::Opened)
     }
 }
 
+/// The flags every one-shot matrix run shares.
+struct RunOptions<'a> {
+    probe: MatrixKind,
+    /// Global and runtime flags.
+    layer: Layer,
+    out: Option<&'a Path>,
+    resume: bool,
+    format: Option<&'a str>,
+    no_report: bool,
+    no_progress_bar: bool,
+}
+
+/// Measures one sample slot (on the one-shot thread).
+type Measure = Box<dyn Fn(&SlotId) -> Result<f64, ProbeError> + Sync>;
+
+/// What a matrix kind sets up once the backend is open.
+struct Prepared {
+    /// The plan from the flags, over the resumed run's plan when there is one.
+    plan: RunPlan,
+    measure: Measure,
+    /// The pair probe's method (`nccl`, `hccl`, `copy`), recorded so a resumed run uses it.
+    collective: Option<&'static str>,
+}
+
+/// `chd probe h2d`.
 fn run_h2d(req: &H2dRequest) -> anyhow::Result<()> {
-    let format = req.format.clone().unwrap_or_else(|| "table".into());
+    let mut layer = req.layer.clone();
+    // Host memory kinds are part of the plan (`--memory`), not a runtime setting here.
+    layer.runtime.host_memory = None;
+    let opts = RunOptions {
+        probe: MatrixKind::H2d,
+        layer,
+        out: req.out.as_deref(),
+        resume: req.resume,
+        format: req.format.as_deref(),
+        no_report: req.no_report,
+        no_progress_bar: req.no_progress_bar,
+    };
+    run_matrix(opts, |_config, topology, opened, base| {
+        let backend = opened.backend.clone();
+        let plan = plan_from(req, base, topology, &*backend)?;
+        let (warmup, iterations) = (plan.warmup, plan.iterations);
+        let measure: Measure = Box::new(move |slot: &SlotId| {
+            let direction: Direction = slot.direction.parse().map_err(ProbeError::Copy)?;
+            let memory: HostMemory = slot.host_memory.parse().map_err(ProbeError::Copy)?;
+            let cell = CellKey {
+                cpu: slot.cpu,
+                device: slot.device.clone(),
+                size_bytes: slot.size_bytes,
+                direction,
+            };
+            super::h2d::measure_cell(&*backend, &cell, warmup, iterations, memory)
+        });
+        Ok(Prepared {
+            plan,
+            measure,
+            collective: None,
+        })
+    })
+}
+
+/// What the pair matrix's cells measure with each pair probe method.
+fn pair_operation(method: &str) -> &'static str {
+    match method {
+        "copy" => "peer-copy",
+        _ => "allgather",
+    }
+}
+
+/// `chd probe pair`.
+fn run_pair(req: &PairRequest) -> anyhow::Result<()> {
+    let mut layer = req.layer.clone();
+    layer.runtime.host_memory = None;
+    let opts = RunOptions {
+        probe: MatrixKind::Pair,
+        layer,
+        out: req.out.as_deref(),
+        resume: req.resume,
+        format: req.format.as_deref(),
+        no_report: req.no_report,
+        no_progress_bar: req.no_progress_bar,
+    };
+    run_matrix(opts, |config, topology, opened, base| {
+        let (probe, notes) = runtime::select::open_pair_probe(&config.runtime, opened)
+            .map_err(|e| anyhow!("{}", e.detail))?;
+        for note in &notes {
+            eprintln!("note: {note}");
+        }
+        let method = probe.method();
+        let operation = pair_operation(method);
+        eprintln!("pair probe: {method} ({operation})");
+        let pairs = match (req.pairs.is_empty(), base) {
+            (true, Some(b)) => b.pairs.clone(),
+            (none_given, _) => {
+                let texts = if none_given {
+                    vec!["auto".to_string()]
+                } else {
+                    req.pairs.clone()
+                };
+                let selections = texts
+                    .iter()
+                    .map(|t| PairSelection::parse(t))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| anyhow!("--pair: {e}"))?;
+                super::pairs::resolve(&selections, opened.backend.devices(), &config.roots.sysfs)
+                    .map_err(|e| anyhow!("--pair: {e}"))?
+            }
+        };
+        let plan = pair_plan_from(req, base, topology, pairs, operation)?;
+        let template = PairParams {
+            bytes_per_rank: 0,
+            warmup: plan.warmup,
+            iterations: plan.iterations,
+            timeout: super::plan::pair_timeout(None, Some(&plan))?,
+        };
+        let measure: Measure = Box::new(move |slot: &SlotId| {
+            measure_pair(
+                &*probe,
+                slot,
+                &PairParams {
+                    bytes_per_rank: slot.size_bytes,
+                    ..template
+                },
+            )
+        });
+        Ok(Prepared {
+            plan,
+            measure,
+            collective: Some(method),
+        })
+    })
+}
+
+/// One pair slot: its device pair with rank 0 on `slot.cpu` and rank 1 on `slot.peer_cpu`.
+fn measure_pair(
+    probe: &dyn PairProbe,
+    slot: &SlotId,
+    params: &PairParams,
+) -> Result<f64, ProbeError> {
+    let (a, b) = slot
+        .device
+        .split_once(',')
+        .ok_or_else(|| ProbeError::UnknownDevice(slot.device.clone()))?;
+    let peer = slot
+        .peer_cpu
+        .ok_or_else(|| ProbeError::Collective("a pair cell without a rank 1 CPU".into()))?;
+    probe.measure([a, b], [slot.cpu, peer], params)
+}
+
+/// The one-shot driver: resume or start the run directory, open the backend, let `prepare`
+/// plan and set up the measurement, execute, report.
+fn run_matrix(
+    opts: RunOptions<'_>,
+    prepare: impl FnOnce(&Config, &Topology, &Opened, Option<&RunPlan>) -> anyhow::Result<Prepared>,
+) -> anyhow::Result<()> {
+    let kind = opts.probe.as_str();
+    let format = opts.format.unwrap_or("table").to_string();
     if !["table", "csv", "json"].contains(&format.as_str()) {
         bail!("--format: {format:?} is not one of table, csv, json");
     }
-    if req.resume && req.out.is_none() {
+    if opts.resume && opts.out.is_none() {
         bail!("--resume needs --out DIR: the run directory to continue");
     }
     // A resumed run: its plan, samples and runtime choice.
-    let resumed = match (&req.out, req.resume) {
+    let resumed = match (opts.out, opts.resume) {
         (Some(dir), true) => Some(CellLog::resume(dir)?),
         _ => None,
     };
-    let mut layer = req.layer.clone();
-    layer.runtime.host_memory = None;
+    let mut layer = opts.layer.clone();
     if let Some((run, _, _)) = &resumed {
+        if run.plan.probe != opts.probe {
+            bail!(
+                "{} holds a chd probe {} run; continue it with: chd probe {} --out {} --resume",
+                opts.out.unwrap_or(Path::new("?")).display(),
+                run.plan.probe.as_str(),
+                run.plan.probe.as_str(),
+                opts.out.unwrap_or(Path::new("?")).display()
+            );
+        }
         let r = &mut layer.runtime;
         let s = &run.runtime;
         r.backend = r.backend.take().or_else(|| s.backend.clone());
         r.cuda_runtime = r.cuda_runtime.take().or_else(|| s.cuda_runtime.clone());
         r.acl_runtime = r.acl_runtime.take().or_else(|| s.acl_runtime.clone());
         r.nvml = r.nvml.take().or_else(|| s.nvml.clone());
+        r.collective = r.collective.take().or_else(|| s.collective.clone());
+        r.nccl = r.nccl.take().or_else(|| s.nccl.clone());
+        r.hccl = r.hccl.take().or_else(|| s.hccl.clone());
     }
     let config = Config::resolve([layer.clone()])?;
     let topology = Topology::read(&config.roots).context("reading the host topology")?;
@@ -144,24 +342,30 @@ fn run_h2d(req: &H2dRequest) -> anyhow::Result<()> {
         eprintln!("note: {line}");
     }
     eprintln!("backend: {}", opened.description);
-    let backend = opened.backend.clone();
+    if let Some((run, _, _)) = &resumed {
+        if run.machine.backend != opened.backend.name() {
+            bail!(
+                "the run being resumed used the {} backend, this one opened {}",
+                run.machine.backend,
+                opened.backend.name()
+            );
+        }
+    }
+    let prepared = prepare(
+        &config,
+        &topology,
+        &opened,
+        resumed.as_ref().map(|(run, _, _)| &run.plan),
+    )?;
 
     let (run, previous, mut log) = match resumed {
         Some((run, previous, log)) => {
-            if run.machine.backend != backend.name() {
-                bail!(
-                    "the run being resumed used the {} backend, this one opened {}",
-                    run.machine.backend,
-                    backend.name()
-                );
-            }
-            let plan = plan_from(req, Some(&run.plan), &topology, &*backend)?;
-            let differ = differences(&plan, &run.plan);
+            let differ = differences(&prepared.plan, &run.plan);
             if !differ.is_empty() {
                 bail!(
                     "{} differ from the run being resumed in {}; drop them to resume it, or start a new run in another --out",
                     differ.join(", "),
-                    req.out.as_deref().unwrap_or(Path::new("?")).display()
+                    opts.out.unwrap_or(Path::new("?")).display()
                 );
             }
             if let Some(cpu) = run.plan.cpus.iter().find(|c| topology.cpu(**c).is_none()) {
@@ -170,16 +374,18 @@ fn run_h2d(req: &H2dRequest) -> anyhow::Result<()> {
             (run, previous, Some(log))
         }
         None => {
-            let plan = plan_from(req, None, &topology, &*backend)?;
             let mut runtime_layer = layer.runtime.clone();
-            runtime_layer.backend = Some(backend.name().to_string());
+            runtime_layer.backend = Some(opened.backend.name().to_string());
+            if let Some(method) = prepared.collective {
+                runtime_layer.collective = Some(method.to_string());
+            }
             let run = RunFile {
                 format: record::FORMAT_VERSION,
-                plan,
+                plan: prepared.plan.clone(),
                 machine: machine(&layer, &topology, &opened),
                 runtime: runtime_layer,
             };
-            let log = match &req.out {
+            let log = match opts.out {
                 Some(dir) => Some(CellLog::create(dir, &run)?),
                 None => None,
             };
@@ -190,14 +396,25 @@ fn run_h2d(req: &H2dRequest) -> anyhow::Result<()> {
     let done: BTreeSet<_> = record::done_slots(&previous);
     let total = plan.total_slots();
     let already = done.len().min(total);
+    let shape = match plan.probe {
+        MatrixKind::H2d => format!(
+            "on {} CPUs and {} devices",
+            plan.cpus.len(),
+            plan.devices.len()
+        ),
+        MatrixKind::Pair => format!(
+            "on {n} x {n} CPUs (rank 0 x rank 1) of device pair{} {}",
+            if plan.pairs.len() == 1 { "" } else { "s" },
+            plan.pairs.join(" "),
+            n = plan.cpus.len(),
+        ),
+    };
     eprintln!(
-        "measuring {} cells x {} repeats x {} load profile{} = {total} samples on {} CPUs and {} devices{}",
+        "measuring {} cells x {} repeats x {} load profile{} = {total} samples {shape}{}",
         plan.cells_per_pass(),
         plan.repeats,
         plan.loads.len(),
         if plan.loads.len() == 1 { "" } else { "s" },
-        plan.cpus.len(),
-        plan.devices.len(),
         if already > 0 {
             format!("; {already} already measured, resuming")
         } else {
@@ -206,23 +423,9 @@ fn run_h2d(req: &H2dRequest) -> anyhow::Result<()> {
     );
 
     let guard = InterruptGuard::install().context("installing the Ctrl-C handler")?;
-    let interactive = std::io::stderr().is_terminal() && !req.no_progress_bar;
+    let interactive = std::io::stderr().is_terminal() && !opts.no_progress_bar;
     let mut progress = Progress::new(total as u64, already as u64, interactive);
     let allowed: Vec<u32> = topology.allowed_cpus().map(|c| c.id).collect();
-    let measure = |slot: &record::SlotId| {
-        let direction: Direction = slot.direction.parse().map_err(runtime::ProbeError::Copy)?;
-        let memory: HostMemory = slot
-            .host_memory
-            .parse()
-            .map_err(runtime::ProbeError::Copy)?;
-        let cell = CellKey {
-            cpu: slot.cpu,
-            device: slot.device.clone(),
-            size_bytes: slot.size_bytes,
-            direction,
-        };
-        super::h2d::measure_cell(&*backend, &cell, plan.warmup, plan.iterations, memory)
-    };
     let exec = execute(
         plan,
         Context {
@@ -232,7 +435,7 @@ fn run_h2d(req: &H2dRequest) -> anyhow::Result<()> {
             progress: &mut progress,
             stop: guard.flag(),
         },
-        &measure,
+        &*prepared.measure,
     )?;
     progress.finish();
     let interrupted = guard.interrupted();
@@ -248,8 +451,8 @@ fn run_h2d(req: &H2dRequest) -> anyhow::Result<()> {
     all.extend(exec.records.iter().cloned());
     let measured = record::done_slots(&all).len();
     let ds = Dataset::from_run(&run, &all);
-    match &req.out {
-        Some(dir) if !req.no_report => {
+    match opts.out {
+        Some(dir) if !opts.no_report => {
             let written = report::write(&ds, dir)?;
             for f in &written.files {
                 println!("wrote {}", f.display());
@@ -257,31 +460,57 @@ fn run_h2d(req: &H2dRequest) -> anyhow::Result<()> {
             print_findings(&written.findings);
         }
         Some(_) => {}
-        None => print_cells(&ds, &format)?,
+        None => print_cells(&ds, plan.probe, &format)?,
     }
     if interrupted || exec.stopped {
-        let resume = req
+        let resume = opts
             .out
-            .as_ref()
             .map(|d| {
                 format!(
-                    "; continue with: chd probe h2d --out {} --resume",
+                    "; continue with: chd probe {kind} --out {} --resume",
                     d.display()
                 )
             })
             .unwrap_or_default();
         bail!("interrupted after {measured} of {total} samples{resume}");
     }
-    let failed = ds.cells.iter().filter(|c| c.value().is_none()).count();
-    if failed > 0 {
+    let mut failed: Vec<_> = ds.cells.iter().filter(|c| c.value().is_none()).collect();
+    failed.sort_by(|a, b| {
+        (
+            &a.matrix,
+            a.cpu,
+            a.peer_cpu,
+            report::analysis::natural_key(&a.device),
+        )
+            .cmp(&(
+                &b.matrix,
+                b.cpu,
+                b.peer_cpu,
+                report::analysis::natural_key(&b.device),
+            ))
+    });
+    if let Some(first) = failed.first() {
+        let at = match first.peer_cpu {
+            Some(peer) => format!(
+                "rank 0 on CPU {} x rank 1 on CPU {peer}, pair {}",
+                first.cpu, first.device
+            ),
+            None => format!("CPU {} -> device {}", first.cpu, first.device),
+        };
         bail!(
-            "{failed} of {} cells could not be measured{}",
+            "{} of {} cells could not be measured{}; first: {at}: {}",
+            failed.len(),
             ds.cells.len(),
-            if req.out.is_some() {
-                " (see summary.md)"
+            if opts.out.is_some() {
+                " (see \"Failed cells\" in summary.md)"
             } else {
                 ""
-            }
+            },
+            first
+                .errors
+                .last()
+                .map(String::as_str)
+                .unwrap_or("no value")
         );
     }
     Ok(())
@@ -296,13 +525,36 @@ fn print_findings(findings: &[String]) {
     }
 }
 
-fn print_cells(ds: &Dataset, format: &str) -> anyhow::Result<()> {
+fn print_cells(ds: &Dataset, kind: MatrixKind, format: &str) -> anyhow::Result<()> {
     let numa = ds.numa_map();
-    match format {
-        "csv" => print!("{}", report::csv::render(ds)),
-        "json" => {
-            let rows: Vec<serde_json::Value> = ds
-                .cells
+    let gbps = |v: Option<f64>| {
+        v.map(|v| format!("{:.2}", v / 1e9))
+            .unwrap_or_else(|| "-".into())
+    };
+    let node = |cpu: u32| {
+        numa.get(&cpu)
+            .map(|n| n.to_string())
+            .unwrap_or_else(|| "-".into())
+    };
+    let mut cells: Vec<_> = ds.cells.iter().collect();
+    cells.sort_by(|a, b| {
+        (
+            &a.matrix,
+            a.cpu,
+            report::analysis::natural_key(&a.device),
+            a.peer_cpu,
+        )
+            .cmp(&(
+                &b.matrix,
+                b.cpu,
+                report::analysis::natural_key(&b.device),
+                b.peer_cpu,
+            ))
+    });
+    match (format, kind) {
+        ("csv", _) => print!("{}", report::csv::render(ds)),
+        ("json", MatrixKind::H2d) => {
+            let rows: Vec<serde_json::Value> = cells
                 .iter()
                 .map(|c| {
                     serde_json::json!({
@@ -321,34 +573,65 @@ fn print_cells(ds: &Dataset, format: &str) -> anyhow::Result<()> {
                 .collect();
             println!("{}", serde_json::to_string_pretty(&rows)?);
         }
-        _ => {
+        ("json", MatrixKind::Pair) => {
+            let rows: Vec<serde_json::Value> = cells
+                .iter()
+                .map(|c| {
+                    serde_json::json!({
+                        "pair": c.device,
+                        "rank0_cpu": c.cpu,
+                        "rank0_numa_node": numa.get(&c.cpu),
+                        "rank1_cpu": c.peer_cpu,
+                        "rank1_numa_node": c.peer_cpu.and_then(|p| numa.get(&p)),
+                        "size_bytes": c.matrix.size_bytes,
+                        "operation": c.matrix.direction,
+                        "load": c.matrix.load,
+                        "bytes_per_second": c.value(),
+                        "samples": c.samples.len(),
+                        "error": c.errors.last(),
+                    })
+                })
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&rows)?);
+        }
+        (_, MatrixKind::H2d) => {
             println!(
                 "{:>5} {:>4} {:>7} {:>8} {:>4} {:>8} {:>8} {:>9} {:>7}  note",
                 "cpu", "numa", "device", "size", "dir", "memory", "load", "GB/s", "samples"
             );
-            let mut cells: Vec<_> = ds.cells.iter().collect();
-            cells.sort_by(|a, b| {
-                (&a.matrix, a.cpu, report::analysis::natural_key(&a.device)).cmp(&(
-                    &b.matrix,
-                    b.cpu,
-                    report::analysis::natural_key(&b.device),
-                ))
-            });
             for c in cells {
                 println!(
                     "{:>5} {:>4} {:>7} {:>8} {:>4} {:>8} {:>8} {:>9} {:>7}  {}",
                     c.cpu,
-                    numa.get(&c.cpu)
-                        .map(|n| n.to_string())
-                        .unwrap_or_else(|| "-".into()),
+                    node(c.cpu),
                     c.device,
                     report::dataset::size_label(c.matrix.size_bytes),
                     c.matrix.direction,
                     c.matrix.host_memory,
                     c.matrix.load,
-                    c.value()
-                        .map(|v| format!("{:.2}", v / 1e9))
-                        .unwrap_or_else(|| "-".into()),
+                    gbps(c.value()),
+                    c.samples.len(),
+                    c.errors.last().map(String::as_str).unwrap_or("")
+                );
+            }
+        }
+        (_, MatrixKind::Pair) => {
+            println!(
+                "{:>7} {:>5} {:>5} {:>5} {:>5} {:>8} {:>9} {:>9} {:>7}  note",
+                "pair", "cpu0", "numa0", "cpu1", "numa1", "size", "operation", "GB/s", "samples"
+            );
+            for c in cells {
+                let peer = c.peer_cpu;
+                println!(
+                    "{:>7} {:>5} {:>5} {:>5} {:>5} {:>8} {:>9} {:>9} {:>7}  {}",
+                    c.device,
+                    c.cpu,
+                    node(c.cpu),
+                    peer.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+                    peer.map(node).unwrap_or_else(|| "-".into()),
+                    report::dataset::size_label(c.matrix.size_bytes),
+                    c.matrix.direction,
+                    gbps(c.value()),
                     c.samples.len(),
                     c.errors.last().map(String::as_str).unwrap_or("")
                 );

@@ -116,6 +116,7 @@ mod tests {
             iterations: 1,
             repeats: 2,
             loads: vec!["idle".into()],
+            timeout_ms: None,
         }
     }
 

@@ -1,10 +1,12 @@
-//! The plan of a `chd probe h2d` run from its flags: sizes in binary units, CPU and device
-//! selections, load profiles; anything not given comes from the run being resumed or the
-//! defaults, and a resumed run's plan must not change.
+//! The plan of a `chd probe h2d` or `chd probe pair` run from its flags: sizes in binary
+//! units, CPU and device (or device pair) selections, load profiles; anything not given comes
+//! from the run being resumed or the defaults, and a resumed run's plan must not change.
+
+use std::time::Duration;
 
 use anyhow::{anyhow, bail};
 
-use super::command::H2dRequest;
+use super::command::{H2dRequest, PairRequest};
 use super::record::{MatrixKind, RunPlan};
 use crate::config::CpuSelection;
 use crate::load::LoadProfile;
@@ -16,6 +18,10 @@ pub const DEFAULT_SIZES: &str = "64MiB";
 pub const DEFAULT_WARMUP: u32 = 2;
 pub const DEFAULT_ITERATIONS: u32 = 10;
 pub const DEFAULT_REPEATS: u32 = 3;
+/// Default of `chd probe pair --timeout`: the longest one pair cell may take.
+pub const DEFAULT_PAIR_TIMEOUT: &str = "30s";
+/// `host_memory` of pair slots: both ranks' buffers are device memory.
+pub const PAIR_MEMORY: &str = "device";
 
 /// A size: a bare number is MiB; `KiB`, `MiB`, `GiB` (or `K`, `M`, `G`) suffixes are binary.
 pub fn parse_size(text: &str) -> Result<u64, String> {
@@ -56,6 +62,38 @@ fn list(values: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// `--sizes` as given, else the resumed run's, else the default.
+fn sizes_from(given: Option<&[String]>, base: Option<&RunPlan>) -> anyhow::Result<Vec<u64>> {
+    let sizes = match (given, base) {
+        (Some(s), _) => list(s)
+            .iter()
+            .map(|s| parse_size(s))
+            .collect::<Result<Vec<u64>, _>>()
+            .map_err(|e| anyhow!("--sizes: {e}"))?,
+        (None, Some(b)) => b.sizes_bytes.clone(),
+        (None, None) => vec![parse_size(DEFAULT_SIZES).map_err(|e| anyhow!(e))?],
+    };
+    if sizes.is_empty() {
+        bail!("--sizes: no size given");
+    }
+    Ok(sizes)
+}
+
+/// `--cpus` as given, else the resumed run's, else every CPU this process may use.
+fn cpus_from(
+    given: Option<&str>,
+    base: Option<&RunPlan>,
+    topology: &Topology,
+) -> anyhow::Result<Vec<u32>> {
+    Ok(match (given, base) {
+        (Some(text), _) => CpuSelection::parse(text)
+            .map_err(|e| anyhow!("--cpus: {e}"))?
+            .resolve(topology),
+        (None, Some(b)) => b.cpus.clone(),
+        (None, None) => CpuSelection::All.resolve(topology),
+    })
+}
+
 /// Build the plan from the request, taking anything not given from `base` (the resumed run)
 /// or the defaults.
 pub fn plan_from(
@@ -64,13 +102,7 @@ pub fn plan_from(
     topology: &Topology,
     backend: &dyn runtime::Backend,
 ) -> anyhow::Result<RunPlan> {
-    let cpus = match (&req.cpus, base) {
-        (Some(text), _) => CpuSelection::parse(text)
-            .map_err(|e| anyhow!("--cpus: {e}"))?
-            .resolve(topology),
-        (None, Some(b)) => b.cpus.clone(),
-        (None, None) => CpuSelection::All.resolve(topology),
-    };
+    let cpus = cpus_from(req.cpus.as_deref(), base, topology)?;
     let known: Vec<String> = backend.devices().iter().map(|d| d.id.clone()).collect();
     let devices = match (&req.devices, base) {
         (Some(text), _) if text.trim() == "all" => known.clone(),
@@ -85,15 +117,7 @@ pub fn plan_from(
             known.join(", ")
         );
     }
-    let sizes_bytes = match (&req.sizes, base) {
-        (Some(s), _) => list(s)
-            .iter()
-            .map(|s| parse_size(s))
-            .collect::<Result<Vec<u64>, _>>()
-            .map_err(|e| anyhow!("--sizes: {e}"))?,
-        (None, Some(b)) => b.sizes_bytes.clone(),
-        (None, None) => vec![parse_size(DEFAULT_SIZES).map_err(|e| anyhow!(e))?],
-    };
+    let sizes_bytes = sizes_from(req.sizes.as_deref(), base)?;
     let directions = match (&req.directions, base) {
         (Some(d), _) => {
             let d = list(d);
@@ -157,6 +181,7 @@ pub fn plan_from(
         ),
         repeats: pick(req.repeats, base.map(|b| b.repeats), DEFAULT_REPEATS),
         loads: normalised,
+        timeout_ms: None,
     };
     if plan.iterations == 0 || plan.repeats == 0 {
         bail!("--iterations and --repeats must be at least 1");
@@ -171,6 +196,64 @@ pub fn plan_from(
     Ok(plan)
 }
 
+/// `--timeout` as given, else the resumed run's, else [`DEFAULT_PAIR_TIMEOUT`].
+pub fn pair_timeout(given: Option<&str>, base: Option<&RunPlan>) -> anyhow::Result<Duration> {
+    let timeout = match (given, base.and_then(|b| b.timeout_ms)) {
+        (Some(text), _) => humantime::parse_duration(text.trim())
+            .map_err(|e| anyhow!("--timeout: {text:?} is not a duration like 30s or 500ms: {e}"))?,
+        (None, Some(ms)) => Duration::from_millis(ms),
+        (None, None) => humantime::parse_duration(DEFAULT_PAIR_TIMEOUT)?,
+    };
+    if timeout.is_zero() {
+        bail!("--timeout must be longer than 0");
+    }
+    Ok(timeout)
+}
+
+/// The plan of a `chd probe pair` run: every selected CPU (rank 0) x every selected CPU
+/// (rank 1) of each of `pairs` (resolved labels like `0,5`), per size, measured with
+/// `operation` (`allgather`, or `peer-copy` without a collective library).
+pub fn pair_plan_from(
+    req: &PairRequest,
+    base: Option<&RunPlan>,
+    topology: &Topology,
+    pairs: Vec<String>,
+    operation: &str,
+) -> anyhow::Result<RunPlan> {
+    let cpus = cpus_from(req.cpus.as_deref(), base, topology)?;
+    let timeout = pair_timeout(req.timeout.as_deref(), base)?;
+    let pick =
+        |given: Option<u32>, stored: Option<u32>, default: u32| given.or(stored).unwrap_or(default);
+    let plan = RunPlan {
+        probe: MatrixKind::Pair,
+        cpus,
+        devices: Vec::new(),
+        pairs,
+        sizes_bytes: sizes_from(req.sizes.as_deref(), base)?,
+        directions: vec![operation.to_string()],
+        host_memories: vec![PAIR_MEMORY.to_string()],
+        warmup: pick(req.warmup, base.map(|b| b.warmup), DEFAULT_WARMUP),
+        iterations: pick(
+            req.iterations,
+            base.map(|b| b.iterations),
+            DEFAULT_ITERATIONS,
+        ),
+        repeats: pick(req.repeats, base.map(|b| b.repeats), DEFAULT_REPEATS),
+        loads: vec!["idle".into()],
+        timeout_ms: Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
+    };
+    if plan.iterations == 0 || plan.repeats == 0 {
+        bail!("--iterations and --repeats must be at least 1");
+    }
+    if plan.cpus.is_empty() {
+        bail!("nothing to measure: --cpus selects no online CPU this process may use");
+    }
+    if plan.pairs.is_empty() {
+        bail!("nothing to measure: no device pair");
+    }
+    Ok(plan)
+}
+
 /// The plan fields where `a` and `b` differ, as flag names.
 pub fn differences(a: &RunPlan, b: &RunPlan) -> Vec<&'static str> {
     let mut d = Vec::new();
@@ -179,10 +262,15 @@ pub fn differences(a: &RunPlan, b: &RunPlan) -> Vec<&'static str> {
             d.push(name);
         }
     };
+    let pair = a.probe == MatrixKind::Pair;
     check(a.cpus == b.cpus, "--cpus");
     check(a.devices == b.devices, "--devices");
+    check(a.pairs == b.pairs, "--pair");
     check(a.sizes_bytes == b.sizes_bytes, "--sizes");
-    check(a.directions == b.directions, "--directions");
+    check(
+        a.directions == b.directions,
+        if pair { "--collective" } else { "--directions" },
+    );
     check(a.host_memories == b.host_memories, "--host-memory");
     check(a.warmup == b.warmup, "--warmup");
     check(a.iterations == b.iterations, "--iterations");
@@ -207,5 +295,50 @@ mod tests {
         assert!(parse_size("lots").is_err());
         let e = parse_size("64MB").unwrap_err();
         assert!(e.contains("64MiB"), "{e}");
+    }
+
+    fn pair_plan() -> RunPlan {
+        RunPlan {
+            probe: MatrixKind::Pair,
+            cpus: vec![0, 1],
+            devices: vec![],
+            pairs: vec!["0,1".into()],
+            sizes_bytes: vec![1 << 20],
+            directions: vec!["allgather".into()],
+            host_memories: vec![PAIR_MEMORY.into()],
+            warmup: 2,
+            iterations: 10,
+            repeats: 1,
+            loads: vec!["idle".into()],
+            timeout_ms: Some(30_000),
+        }
+    }
+
+    #[test]
+    fn pair_timeout_comes_from_the_flag_the_run_or_the_default() {
+        let mut base = pair_plan();
+        base.timeout_ms = Some(1500);
+        assert_eq!(
+            pair_timeout(Some("250ms"), Some(&base)).unwrap(),
+            Duration::from_millis(250)
+        );
+        assert_eq!(
+            pair_timeout(None, Some(&base)).unwrap(),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(pair_timeout(None, None).unwrap(), Duration::from_secs(30));
+        assert!(pair_timeout(Some("0s"), None).is_err());
+        let e = pair_timeout(Some("soon"), None).unwrap_err().to_string();
+        assert!(e.starts_with("--timeout: \"soon\""), "{e}");
+    }
+
+    #[test]
+    fn pair_differences_name_the_pair_flags_and_ignore_the_timeout() {
+        let a = pair_plan();
+        let mut b = pair_plan();
+        b.pairs = vec!["0,5".into()];
+        b.directions = vec!["peer-copy".into()];
+        b.timeout_ms = Some(1);
+        assert_eq!(differences(&a, &b), ["--pair", "--collective"]);
     }
 }

@@ -100,6 +100,10 @@ pub struct RunPlan {
     pub repeats: u32,
     /// Load profiles, in the order they run.
     pub loads: Vec<String>,
+    /// Longest one pair cell may take before it is aborted, milliseconds (pair). Not part
+    /// of what is measured: a resumed run may change it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
 }
 
 impl RunPlan {
@@ -398,6 +402,7 @@ mod tests {
             iterations: 2,
             repeats: 3,
             loads: vec!["idle".into(), "cpu:2".into()],
+            timeout_ms: None,
         }
     }
 

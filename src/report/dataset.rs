@@ -100,7 +100,15 @@ impl Dataset {
             ("host memory".to_string(), plan.host_memories.join(", ")),
             (
                 "per sample".to_string(),
-                format!("{} warm-up + {} timed copies", plan.warmup, plan.iterations),
+                format!(
+                    "{} warm-up + {} timed {}",
+                    plan.warmup,
+                    plan.iterations,
+                    match plan.probe {
+                        MatrixKind::H2d => "copies",
+                        MatrixKind::Pair => "operations per rank",
+                    }
+                ),
             ),
             ("repeats".to_string(), plan.repeats.to_string()),
             ("load profiles".to_string(), plan.loads.join(", ")),
@@ -109,6 +117,12 @@ impl Dataset {
                 format!("{} of {} measured", records.len(), plan.total_slots()),
             ),
         ]);
+        if let Some(ms) = plan.timeout_ms {
+            meta.push((
+                "timeout per cell".to_string(),
+                humantime::format_duration(std::time::Duration::from_millis(ms)).to_string(),
+            ));
+        }
         let mut ds = Dataset {
             source: "chd probe run".into(),
             meta,

@@ -333,19 +333,21 @@ fn pair_section(s: &mut String, id: &MatrixId, a: &PairAnalysis, picture: &str) 
     summary_table(s, a.overall);
     let _ = writeln!(
         s,
-        "### Slowest CPUs\n\nRatio = the CPU's median over the cells where it held that rank / the matrix median (as `chd_pair_cpu_ratio`); below {SLOW_CPU_RATIO} is slow.\n\n| rank | CPU | NUMA | median GB/s | ratio |\n|---|---|---|---|---|"
+        "### Slowest CPUs\n\nRatio = the CPU's median over the cells where it held that rank / the matrix median (as `chd_pair_cpu_ratio`); below {SLOW_CPU_RATIO} is slow.\n\n| rank | CPU | NUMA | median GB/s | ratio | |\n|---|---|---|---|---|---|"
     );
     for c in a.cpus.iter().take(TOP) {
+        let slow = c.ratio.is_some_and(|r| r < SLOW_CPU_RATIO);
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} |",
             c.rank,
             c.cpu,
             node(c.numa_node),
             gbps(c.median),
             c.ratio
                 .map(|r| format!("{r:.2}"))
-                .unwrap_or_else(|| "-".into())
+                .unwrap_or_else(|| "-".into()),
+            if slow { "**slow**" } else { "" }
         );
     }
     s.push_str("\n### NUMA x NUMA (median GB/s)\n\n| rank 0 NUMA | rank 1 NUMA | median GB/s |\n|---|---|---|\n");
