@@ -107,7 +107,8 @@ pub struct H2dArgs {
     pub repeats: Option<u32>,
     /// Background load while measuring, repeatable (one run per profile): idle, cpu:N (N
     /// threads streaming memory and doing multiply-adds, pinned away from the probed CPUs),
-    /// cpu:N@CPULIST (pinned to CPULIST) or device (not supported yet) [default: idle].
+    /// cpu:N@CPULIST (pinned to CPULIST) or device (a cuBLAS SGEMM loop on each probed
+    /// device on its own stream; cuda backend only) [default: idle].
     #[arg(long = "load", value_name = "PROFILE")]
     pub loads: Vec<String>,
     /// Run directory: stream samples to DIR/cells.jsonl and write the report there.

@@ -432,15 +432,102 @@ fn load_profiles_run_once_each_and_the_report_compares_them_with_idle() {
 }
 
 #[test]
-fn device_load_is_refused_with_the_reason() {
+fn device_load_runs_gemms_on_every_device_and_the_report_shows_the_copy_slowdown() {
     let lib = fake::fake_runtime().to_str().unwrap();
-    let mut args = vec!["probe", "h2d", "--sizes", "1MiB", "--load", "device"];
+    let dir = tempfile::tempdir().unwrap();
+    let cpu = allowed_cpus()[0].to_string();
+    let mut args = vec![
+        "probe",
+        "h2d",
+        "--cpus",
+        &cpu,
+        "--sizes",
+        "1MiB",
+        "--iters",
+        "2",
+        "--repeats",
+        "2",
+        "--load",
+        "idle",
+        "--load",
+        "device",
+        "--out",
+    ];
+    args.push(dir.path().to_str().unwrap());
     args.extend(fake_args(lib));
-    let out = chd(&args, &FAKE_ENV);
+    // The fake's cuBLAS halves a device's copy rate while a gemm is in flight on it.
+    let mut env = FAKE_ENV.to_vec();
+    env.push(("CHD_FAKE_LOAD_COPY_FACTOR", "0.5"));
+    let out = chd(&args, &env);
+    assert_ok(&out);
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("device load: cuBLAS from "), "{stderr}");
+    let all = records(dir.path());
+    let first_loaded = all.iter().position(|r| r["load"] == "device").unwrap();
+    assert!(all[..first_loaded].iter().all(|r| r["load"] == "idle"));
+    assert_eq!(all.len(), 2 * first_loaded);
+    let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+    for (device, idle, loaded) in [
+        ("0", "12.30", "6.15"),
+        ("1", "58.90", "29.45"),
+        ("2", "58.90", "29.45"),
+        ("3", "58.90", "29.45"),
+    ] {
+        let row = format!(
+            "| H2D 1MiB h2d, pinned memory | device | {device} | {idle} | {loaded} | -50.0% |"
+        );
+        assert!(summary.contains(&row), "{row} missing from\n{summary}");
+    }
+}
+
+#[test]
+fn device_load_is_refused_with_the_reason() {
+    // The host backend has no device to run a matrix multiply on.
+    let out = chd(
+        &[
+            "probe",
+            "h2d",
+            "--backend",
+            "host",
+            "--sizes",
+            "1MiB",
+            "--load",
+            "idle",
+            "--load",
+            "device",
+        ],
+        &[],
+    );
     assert!(!out.status.success());
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains("load profile \"device\" is not supported by the cuda backend yet"),
+        stderr.contains(
+            "load profile \"device\" is not supported by the host backend: it has no \
+             accelerator to run a matrix multiply on; use idle or cpu:N"
+        ),
+        "{stderr}"
+    );
+    // Nor does chd run one through the acl backend yet.
+    let lib = fake::fake_runtime().to_str().unwrap();
+    let out = chd(
+        &[
+            "probe",
+            "h2d",
+            "--backend",
+            "acl",
+            "--acl-runtime",
+            lib,
+            "--sizes",
+            "1MiB",
+            "--load",
+            "device",
+        ],
+        &FAKE_ENV,
+    );
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("load profile \"device\" is not supported by the acl backend: "),
         "{stderr}"
     );
 }

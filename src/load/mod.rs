@@ -6,11 +6,12 @@
 //!   CPUs that are not probed; when every allowed CPU is probed they float over all of them
 //!   except the one being probed. `cpu:N@LIST` pins them to LIST instead (which may include
 //!   probed CPUs: "asked otherwise").
-//! - `device`: a matrix-multiply loop on each probed device. It needs a kernel launch, which
-//!   chd's runtime backends do not load (they time copies with streams and events only), so it
-//!   is refused with [`LoadError::DeviceUnsupported`] for now.
+//! - `device`: a matrix-multiply loop (cuBLAS sgemm) on each probed device, on its own stream,
+//!   so it overlaps the probe's copies ([`device`], [`crate::runtime::gemm`]). Only the CUDA
+//!   backend runs it; the others refuse it with [`LoadError::DeviceUnsupported`].
 
 pub mod burner;
+pub mod device;
 
 use crate::topology::cpulist;
 
@@ -33,12 +34,8 @@ pub enum LoadError {
     Syntax(String),
     #[error("load profile {0:?}: {1}")]
     Invalid(String, String),
-    #[error(
-        "load profile \"device\" is not supported by the {backend} backend yet: it needs a \
-         matrix-multiply kernel launched on each device, and chd's runtimes load only copies, \
-         streams and events; use idle or cpu:N"
-    )]
-    DeviceUnsupported { backend: String },
+    #[error("load profile \"device\" is not supported by the {backend} backend: {reason}; use idle or cpu:N")]
+    DeviceUnsupported { backend: String, reason: String },
     #[error("cannot start a load thread: {0}")]
     Spawn(#[source] std::io::Error),
 }
@@ -98,14 +95,22 @@ impl std::fmt::Display for LoadProfile {
 }
 
 impl LoadProfile {
-    /// Refuse what this backend cannot run.
+    /// Refuse what this backend cannot run. (`device` on the cuda backend also needs cuBLAS,
+    /// which is checked when the run opens it.)
     pub fn check_supported(&self, backend: &str) -> Result<(), LoadError> {
-        match self {
-            LoadProfile::Device => Err(LoadError::DeviceUnsupported {
-                backend: backend.to_string(),
-            }),
-            _ => Ok(()),
-        }
+        let reason = match (self, backend) {
+            (LoadProfile::Device, "cuda") => return Ok(()),
+            (LoadProfile::Device, "acl") => {
+                "it runs a cuBLAS matrix multiply on each device, and chd does not load an \
+                 Ascend BLAS (aclblas) yet"
+            }
+            (LoadProfile::Device, _) => "it has no accelerator to run a matrix multiply on",
+            _ => return Ok(()),
+        };
+        Err(LoadError::DeviceUnsupported {
+            backend: backend.to_string(),
+            reason: reason.to_string(),
+        })
     }
 }
 
@@ -142,12 +147,19 @@ mod tests {
     }
 
     #[test]
-    fn device_load_is_refused_with_the_reason() {
-        let err = LoadProfile::Device
-            .check_supported("cuda")
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("not supported by the cuda backend"), "{err}");
-        assert!(LoadProfile::Idle.check_supported("cuda").is_ok());
+    fn device_load_is_refused_where_no_matrix_multiply_runs() {
+        for backend in ["host", "acl"] {
+            let err = LoadProfile::Device
+                .check_supported(backend)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(&format!("not supported by the {backend} backend: ")),
+                "{err}"
+            );
+            assert!(err.ends_with("; use idle or cpu:N"), "{err}");
+        }
+        assert!(LoadProfile::Device.check_supported("cuda").is_ok());
+        assert!(LoadProfile::Idle.check_supported("host").is_ok());
     }
 }

@@ -18,7 +18,9 @@ use super::record::{
     self, CellLog, DeviceMeta, Machine, MatrixKind, RunFile, RunPlan, SampleRecord, SlotId,
 };
 use crate::config::{Config, Layer, PairSelection};
+use crate::load::device::{self, DeviceProfile};
 use crate::report::{self, dataset::Dataset};
+use crate::runtime::gemm::DeviceLoader;
 use crate::runtime::pair::{PairParams, PairProbe};
 use crate::runtime::select::Opened;
 use crate::runtime::{self, Direction, HostMemory, ProbeError};
@@ -357,6 +359,15 @@ fn run_matrix(
         &opened,
         resumed.as_ref().map(|(run, _, _)| &run.plan),
     )?;
+    // The `device` load profile needs cuBLAS: refuse now, before anything is written.
+    let device_loader = if prepared.plan.loads.iter().any(|l| l == device::NAME) {
+        let loader =
+            DeviceLoader::open(&opened, None).map_err(|e| anyhow!("--load device: {e}"))?;
+        eprintln!("device load: cuBLAS from {}", loader.source());
+        Some(loader)
+    } else {
+        None
+    };
 
     let (run, previous, mut log) = match resumed {
         Some((run, previous, log)) => {
@@ -426,6 +437,22 @@ fn run_matrix(
     let interactive = std::io::stderr().is_terminal() && !opts.no_progress_bar;
     let mut progress = Progress::new(total as u64, already as u64, interactive);
     let allowed: Vec<u32> = topology.allowed_cpus().map(|c| c.id).collect();
+    // The device load runs while the `device` profile's slots are measured.
+    let device_load = device_loader.map(|loader| {
+        let mut devices = plan.devices.clone();
+        for d in plan.pairs.iter().flat_map(|p| p.split(',')) {
+            if !devices.iter().any(|x| x == d) {
+                devices.push(d.to_string());
+            }
+        }
+        DeviceProfile::new(loader, devices, &allowed, &plan.cpus)
+    });
+    let measure = |slot: &SlotId| {
+        if let Some(load) = &device_load {
+            load.follow(&slot.load)?;
+        }
+        (prepared.measure)(slot)
+    };
     let exec = execute(
         plan,
         Context {
@@ -435,8 +462,11 @@ fn run_matrix(
             progress: &mut progress,
             stop: guard.flag(),
         },
-        &*prepared.measure,
+        &measure,
     )?;
+    if let Some(load) = &device_load {
+        tracing::debug!("load device: {} gemms", load.finish());
+    }
     progress.finish();
     let interrupted = guard.interrupted();
     drop(guard);

@@ -7,6 +7,7 @@ pub mod collective;
 pub mod cuda;
 pub mod describe;
 pub mod device_copy;
+pub mod gemm;
 pub mod host;
 pub mod library;
 pub mod numa_memory;

@@ -23,6 +23,12 @@ pub const DEFAULT_PAIR_GBPS: f64 = 13.7;
 /// Default rendezvous timeout of collectives and rank-by-rank communicator init
 /// (`CHD_FAKE_PAIR_TIMEOUT_MS`).
 pub const DEFAULT_PAIR_TIMEOUT_MS: u64 = 30_000;
+/// Default single-precision matrix-multiply throughput per device in TFLOP/s
+/// (`CHD_FAKE_GEMM_TFLOPS`).
+pub const DEFAULT_GEMM_TFLOPS: f64 = 50.0;
+/// Default factor on a device's copy bandwidth while a cuBLAS gemm loop runs on it
+/// (`CHD_FAKE_LOAD_COPY_FACTOR`).
+pub const DEFAULT_LOAD_COPY_FACTOR: f64 = 0.5;
 
 /// A PCI address `domain:bus:device.function`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,6 +158,10 @@ pub struct Config {
     pub pair_hang_ms: u64,
     /// `CHD_FAKE_PAIR_TIMEOUT_MS`: how long a rank waits for its peers.
     pub pair_timeout_ms: u64,
+    /// `CHD_FAKE_GEMM_TFLOPS`: how fast `cublasSgemm_v2` advances its stream's clock.
+    pub gemm_tflops: f64,
+    /// `CHD_FAKE_LOAD_COPY_FACTOR`: copy bandwidth factor on a device with a gemm in flight.
+    pub load_copy_factor: f64,
 }
 
 impl Default for Config {
@@ -174,6 +184,8 @@ impl Default for Config {
             pair_fail: false,
             pair_hang_ms: 0,
             pair_timeout_ms: DEFAULT_PAIR_TIMEOUT_MS,
+            gemm_tflops: DEFAULT_GEMM_TFLOPS,
+            load_copy_factor: DEFAULT_LOAD_COPY_FACTOR,
         }
     }
 }
@@ -290,6 +302,18 @@ pub fn parse_switch(text: &str) -> Result<bool, String> {
         "0" | "false" | "no" | "off" => Ok(false),
         _ => Err(format!("{text:?} is not 1 or 0")),
     }
+}
+
+/// A positive, finite number (`what` names it in the error).
+fn parse_positive(text: &str, what: &str) -> Result<f64, String> {
+    let v: f64 = text
+        .trim()
+        .parse()
+        .map_err(|e| format!("bad {what} {text:?}: {e}"))?;
+    if !v.is_finite() || v <= 0.0 {
+        return Err(format!("{what} {text:?} must be a positive number"));
+    }
+    Ok(v)
 }
 
 fn parse_ms(text: &str) -> Result<u64, String> {
@@ -421,6 +445,14 @@ impl Config {
                 return Err("the timeout must be positive".to_owned());
             }
             cfg.pair_timeout_ms = ms;
+            Ok(())
+        });
+        field("CHD_FAKE_GEMM_TFLOPS", "50", &mut |v| {
+            cfg.gemm_tflops = parse_positive(v, "TFLOP/s")?;
+            Ok(())
+        });
+        field("CHD_FAKE_LOAD_COPY_FACTOR", "0.5", &mut |v| {
+            cfg.load_copy_factor = parse_positive(v, "copy factor")?;
             Ok(())
         });
         cfg
@@ -601,6 +633,26 @@ mod tests {
         );
         assert!(parse_pair_gbps("rank0:1=0").is_err());
         assert_eq!(parse_switch(" Off "), Ok(false));
+    }
+
+    #[test]
+    fn gemm_rate_and_load_factor() {
+        let (cfg, warnings) = from(&[]);
+        assert!(warnings.is_empty());
+        assert_eq!((cfg.gemm_tflops, cfg.load_copy_factor), (50.0, 0.5));
+        let (cfg, warnings) = from(&[
+            ("CHD_FAKE_GEMM_TFLOPS", "12.5"),
+            ("CHD_FAKE_LOAD_COPY_FACTOR", "0.25"),
+        ]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!((cfg.gemm_tflops, cfg.load_copy_factor), (12.5, 0.25));
+        let (cfg, warnings) = from(&[
+            ("CHD_FAKE_GEMM_TFLOPS", "0"),
+            ("CHD_FAKE_LOAD_COPY_FACTOR", "fast"),
+        ]);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].contains("CHD_FAKE_GEMM_TFLOPS"));
+        assert_eq!(cfg, Config::default());
     }
 
     #[test]

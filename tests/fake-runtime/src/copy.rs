@@ -6,7 +6,8 @@
 //! A device-to-device copy between two *different* devices is a peer copy over the pair link:
 //! it runs at the `CHD_FAKE_PAIR_GBPS` rate (see [`peer_rank`] for which rank's CPU override
 //! applies) and obeys `CHD_FAKE_PAIR_FAIL` and `CHD_FAKE_PAIR_HANG_MS`. Everything else runs
-//! at the `CHD_FAKE_SLOW_CPUS` / `CHD_FAKE_H2D_GBPS` rate of the device it is timed on.
+//! at the `CHD_FAKE_SLOW_CPUS` / `CHD_FAKE_H2D_GBPS` rate of the device it is timed on, times
+//! `CHD_FAKE_LOAD_COPY_FACTOR` while a cuBLAS gemm is in flight on that device.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -174,6 +175,8 @@ pub unsafe fn copy(
             Some((src_dev, dst_dev)) => {
                 cfg.pair_gbps_for(peer_rank(stream_device, src_dev, dst_dev), cpu)
             }
+            // A gemm in flight on the device (cuBLAS) slows its own copies.
+            None if crate::cublas::loaded(dev) => cfg.gbps(dev, cpu) * cfg.load_copy_factor,
             None => cfg.gbps(dev, cpu),
         };
         // bytes / (GB/s) = nanoseconds.

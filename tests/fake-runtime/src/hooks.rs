@@ -6,6 +6,7 @@ use std::ffi::c_int;
 
 use crate::collective::{self, Lib};
 use crate::copy;
+use crate::cublas;
 use crate::memory;
 
 /// Pinned host allocations (`cudaHostAlloc`, `cudaMallocHost`, `aclrtMallocHost`) not yet
@@ -45,4 +46,16 @@ pub extern "C" fn chd_fake_collectives(kind: c_int) -> u64 {
 #[no_mangle]
 pub extern "C" fn chd_fake_live_communicators() -> u64 {
     std::panic::catch_unwind(collective::live_communicators).unwrap_or(u64::MAX)
+}
+
+/// Successful `cublasSgemm_v2` calls on `device`; 0 for an unknown device.
+#[no_mangle]
+pub extern "C" fn chd_fake_gemms(device: c_int) -> u64 {
+    std::panic::catch_unwind(|| usize::try_from(device).map_or(0, cublas::gemms)).unwrap_or(0)
+}
+
+/// cuBLAS handles created and not yet destroyed.
+#[no_mangle]
+pub extern "C" fn chd_fake_live_cublas_handles() -> u64 {
+    std::panic::catch_unwind(cublas::live_handles).unwrap_or(u64::MAX)
 }

@@ -1,5 +1,5 @@
 //! `chd-fake-runtime`: a host-memory stand-in for `libcudart.so`, `libnvidia-ml.so.1` and
-//! `libascendcl.so`, plus the NCCL and HCCL collective libraries, built as
+//! `libascendcl.so`, plus the NCCL and HCCL collective libraries and a cuBLAS subset, built as
 //! `libchd_fake_runtime.so`.
 //!
 //! chd loads this library with `libloading` in place of the real runtimes, so the exported
@@ -11,7 +11,8 @@
 //!
 //! Module map: [`config`] (environment), [`device`] (per-thread current device, current CPU),
 //! [`memory`] (allocation registry), [`timing`] (streams, events, virtual clocks), [`copy`]
-//! (the copy engine), [`collective`] (communicators and the allgather engine), [`cuda`],
+//! (the copy engine), [`collective`] (communicators and the allgather engine), [`cublas`] (gemms that load a
+//! device), [`cuda`],
 //! [`nvml`], [`acl`], [`nccl`], [`hccl`] (the exported C APIs) and [`hooks`] (test-only
 //! exports such as `chd_fake_live_pinned_allocations`).
 
@@ -21,6 +22,7 @@ pub mod acl;
 pub mod collective;
 pub mod config;
 pub mod copy;
+pub mod cublas;
 pub mod cuda;
 pub mod device;
 pub mod hccl;

@@ -1,0 +1,432 @@
+//! The `device` load profile's engine: a matrix-multiply loop on each probed device, on its own
+//! stream, so it overlaps the copies being measured. cuBLAS is loaded at run time like
+//! libcudart (no toolkit needed to build chd): first next to the CUDA runtime that was loaded
+//! (`libcublas.so*` in its directory), then from the runtime library itself (a library that
+//! exports the cuBLAS entry points too, as chd's fake runtime does), then the standard
+//! sonames. Each load thread sets its device, allocates three `N x N` f32 matrices, creates a
+//! stream, binds a cuBLAS handle to it and loops `cublasSgemm_v2` + `cudaStreamSynchronize`
+//! until told to stop; everything is released on every path.
+
+use std::ffi::{c_int, c_void};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use libloading::Library;
+
+use super::cuda::{device_index, CudaRuntime};
+use super::device_copy::{guard, DeviceApi};
+use super::library;
+use super::select::{DeviceRuntime, Opened};
+
+/// cuBLAS sonames tried after the CUDA runtime's own directory and the runtime itself.
+pub const CANDIDATES: &[&str] = &["libcublas.so", "libcublas.so.12", "libcublas.so.11"];
+/// Matrix side of the load's gemms: three 4096 x 4096 f32 matrices (192 MiB) per device.
+pub const DEFAULT_N: usize = 4096;
+
+const CUBLAS_STATUS_SUCCESS: c_int = 0;
+const CUBLAS_OP_N: c_int = 0;
+
+type FnCreate = unsafe extern "C" fn(*mut *mut c_void) -> c_int;
+type FnDestroy = unsafe extern "C" fn(*mut c_void) -> c_int;
+type FnSetStream = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
+type FnSgemm = unsafe extern "C" fn(
+    *mut c_void,
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    *const f32,
+    *const f32,
+    c_int,
+    *const f32,
+    c_int,
+    *const f32,
+    *mut f32,
+    c_int,
+) -> c_int;
+
+/// cuBLAS's entry points. The library stays loaded as long as this lives.
+pub struct Cublas {
+    create: FnCreate,
+    destroy: FnDestroy,
+    set_stream: FnSetStream,
+    sgemm: FnSgemm,
+    /// Where it was loaded from.
+    pub source: String,
+    _library: Library,
+}
+
+impl std::fmt::Debug for Cublas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cublas")
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+fn resolve(lib: Library, source: String) -> Result<Cublas, library::SymbolError> {
+    // SAFETY: each type is the C declaration of the named cuBLAS function (cublas_api.h,
+    // handles and streams as opaque pointers); the pointers live no longer than `_library`.
+    unsafe {
+        Ok(Cublas {
+            create: library::symbol(&lib, &source, "cublasCreate_v2")?,
+            destroy: library::symbol(&lib, &source, "cublasDestroy_v2")?,
+            set_stream: library::symbol(&lib, &source, "cublasSetStream_v2")?,
+            sgemm: library::symbol(&lib, &source, "cublasSgemm_v2")?,
+            source,
+            _library: lib,
+        })
+    }
+}
+
+/// Where cuBLAS is looked for, in order, when no path is given.
+fn candidates(cuda_source: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let runtime = Path::new(cuda_source);
+    if let Some(dir) = runtime.parent().filter(|d| !d.as_os_str().is_empty()) {
+        for c in CANDIDATES {
+            let p = dir.join(c);
+            if p.exists() {
+                names.push(p.display().to_string());
+            }
+        }
+    }
+    names.push(cuda_source.to_string());
+    names.extend(CANDIDATES.iter().map(|c| c.to_string()));
+    names
+}
+
+impl Cublas {
+    /// Load cuBLAS from `path`, else from the first candidate (see the module documentation)
+    /// that loads and has every entry point.
+    pub fn load(path: Option<&Path>, cuda_source: &str) -> Result<Cublas, String> {
+        if let Some(p) = path {
+            let (lib, source) = library::open("cuBLAS", Some(p), &[]).map_err(|e| e.to_string())?;
+            return resolve(lib, source).map_err(|e| e.to_string());
+        }
+        let mut why = Vec::new();
+        for name in candidates(cuda_source) {
+            match library::open("cuBLAS", None, &[name.as_str()]) {
+                Ok((lib, source)) => match resolve(lib, source) {
+                    Ok(c) => return Ok(c),
+                    Err(e) => why.push(format!("{name}: lacks {}", e.symbol)),
+                },
+                Err(e) => why.extend(e.attempts.into_iter().map(|(n, d)| {
+                    let d = d
+                        .strip_prefix(n.as_str())
+                        .and_then(|r| r.strip_prefix(": "))
+                        .unwrap_or(&d)
+                        .to_string();
+                    format!("{n}: {d}")
+                })),
+            }
+        }
+        Err(format!(
+            "cannot load the cuBLAS library: {}",
+            why.join("; ")
+        ))
+    }
+
+    fn check(&self, call: &'static str, code: c_int) -> Result<(), String> {
+        if code == CUBLAS_STATUS_SUCCESS {
+            Ok(())
+        } else {
+            Err(format!("{call} failed: cuBLAS status {code}"))
+        }
+    }
+}
+
+/// Starts device loads: the CUDA runtime and cuBLAS, loaded once for the run.
+#[derive(Debug, Clone)]
+pub struct DeviceLoader {
+    runtime: Arc<CudaRuntime>,
+    cublas: Arc<Cublas>,
+    devices: Vec<super::DeviceInfo>,
+    n: usize,
+}
+
+impl DeviceLoader {
+    /// Load cuBLAS for the opened backend. Only the CUDA backend can run the device load.
+    pub fn open(opened: &Opened, cublas: Option<&Path>) -> Result<DeviceLoader, String> {
+        let runtime = match &opened.runtime {
+            Some(DeviceRuntime::Cuda(rt)) => rt.clone(),
+            Some(DeviceRuntime::Acl(_)) => {
+                return Err(
+                    "load profile \"device\" needs cuBLAS's sgemm, which the acl backend does \
+                     not load (no aclblas support yet); use idle or cpu:N"
+                        .into(),
+                )
+            }
+            None => {
+                return Err(format!(
+                    "load profile \"device\" needs an accelerator; the {} backend has none",
+                    opened.backend.name()
+                ))
+            }
+        };
+        let cublas = Cublas::load(cublas, &runtime.source)
+            .map_err(|e| format!("load profile \"device\" needs cuBLAS: {e}"))?;
+        Ok(DeviceLoader {
+            runtime,
+            cublas: Arc::new(cublas),
+            devices: opened.backend.devices().to_vec(),
+            n: DEFAULT_N,
+        })
+    }
+
+    /// Use `n x n` matrices instead of [`DEFAULT_N`].
+    pub fn with_size(mut self, n: usize) -> DeviceLoader {
+        self.n = n.max(1);
+        self
+    }
+
+    /// Where cuBLAS came from.
+    pub fn source(&self) -> &str {
+        &self.cublas.source
+    }
+
+    /// Start one gemm loop per device label in `devices`, its thread confined to `cpus` (empty:
+    /// where the caller's thread may run); returns once every loop ran its first gemm (so the
+    /// load is on when the first cell is measured), or the first error (the loops already
+    /// started are stopped).
+    pub fn start(&self, devices: &[String], cpus: &[u32]) -> Result<DeviceLoad, String> {
+        let mut load = DeviceLoad {
+            stop: Arc::new(AtomicBool::new(false)),
+            gemms: Arc::new(AtomicU64::new(0)),
+            handles: Vec::new(),
+            devices: devices.to_vec(),
+        };
+        let (tx, rx) = mpsc::channel::<Result<(), String>>();
+        for label in devices {
+            let index = device_index(&self.devices, label).map_err(|e| e.to_string())?;
+            let ctx = LoopContext {
+                runtime: self.runtime.clone(),
+                cublas: self.cublas.clone(),
+                device: index,
+                n: self.n,
+                cpus: cpus.to_vec(),
+                stop: load.stop.clone(),
+                gemms: load.gemms.clone(),
+            };
+            let tx = tx.clone();
+            let handle = std::thread::Builder::new()
+                .name(format!("chd-gemm-{label}"))
+                .spawn(move || gemm_loop(&ctx, &tx))
+                .map_err(|e| format!("cannot start a device load thread: {e}"))?;
+            load.handles.push(handle);
+        }
+        drop(tx);
+        for _ in devices {
+            match rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err("a device load thread ended before its first gemm".into()),
+            }
+        }
+        Ok(load)
+    }
+}
+
+/// Running gemm loops; dropping stops and joins them.
+#[derive(Debug)]
+pub struct DeviceLoad {
+    stop: Arc<AtomicBool>,
+    gemms: Arc<AtomicU64>,
+    handles: Vec<JoinHandle<()>>,
+    devices: Vec<String>,
+}
+
+impl DeviceLoad {
+    /// Stop and join the loops; returns how many gemms they ran.
+    pub fn stop(mut self) -> u64 {
+        self.halt();
+        self.gemms.load(Ordering::Relaxed)
+    }
+
+    fn halt(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for h in self.handles.drain(..) {
+            if h.join().is_err() {
+                tracing::warn!("a device load thread panicked");
+            }
+        }
+    }
+
+    /// One line for the log.
+    pub fn describe(&self) -> String {
+        format!(
+            "sgemm loop on device{} {}",
+            if self.devices.len() == 1 { "" } else { "s" },
+            self.devices.join(",")
+        )
+    }
+}
+
+impl Drop for DeviceLoad {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+struct LoopContext {
+    runtime: Arc<CudaRuntime>,
+    cublas: Arc<Cublas>,
+    device: i32,
+    n: usize,
+    /// CPUs the loop's thread may run on (empty: unchanged).
+    cpus: Vec<u32>,
+    stop: Arc<AtomicBool>,
+    gemms: Arc<AtomicU64>,
+}
+
+/// Confine the calling thread to `cpus` (best effort: the load runs either way).
+fn confine(cpus: &[u32]) {
+    if cpus.is_empty() {
+        return;
+    }
+    let mut set = nix::sched::CpuSet::new();
+    for &c in cpus {
+        if set.set(c as usize).is_err() {
+            tracing::debug!("device load: CPU {c} is beyond the CPU set size");
+        }
+    }
+    if let Err(e) = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set) {
+        tracing::debug!("device load thread could not change its CPU mask: {e}");
+    }
+}
+
+/// One device's loop: reports the first gemm's outcome on `ready`, then runs until stopped.
+fn gemm_loop(ctx: &LoopContext, ready: &mpsc::Sender<Result<(), String>>) {
+    confine(&ctx.cpus);
+    let result = run_loop(ctx, &mut |first: Result<(), String>| {
+        let _ = ready.send(first);
+    });
+    if let Err(e) = result {
+        tracing::warn!("device load on device {}: {e}", ctx.device);
+    }
+}
+
+/// Releases a cuBLAS handle on drop.
+struct HandleGuard<'a> {
+    cublas: &'a Cublas,
+    handle: *mut c_void,
+}
+
+impl Drop for HandleGuard<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from cublasCreate_v2 and is destroyed once.
+        let code = unsafe { (self.cublas.destroy)(self.handle) };
+        if let Err(e) = self.cublas.check("cublasDestroy_v2", code) {
+            tracing::warn!("releasing a cuBLAS handle: {e}");
+        }
+    }
+}
+
+fn run_loop(ctx: &LoopContext, ready: &mut dyn FnMut(Result<(), String>)) -> Result<(), String> {
+    let mut reported = false;
+    let result = (|| -> Result<(), String> {
+        let api = &*ctx.runtime;
+        let cublas = &*ctx.cublas;
+        let on = |e: super::device_copy::ApiError| format!("device {}: {e}", ctx.device);
+        api.set_device(ctx.device).map_err(on)?;
+        let n = c_int::try_from(ctx.n).map_err(|_| format!("matrix side {} too big", ctx.n))?;
+        let bytes = ctx.n * ctx.n * std::mem::size_of::<f32>();
+        let a = guard(api, api.device_alloc(bytes), CudaRuntime::device_free).map_err(on)?;
+        let b = guard(api, api.device_alloc(bytes), CudaRuntime::device_free).map_err(on)?;
+        let c = guard(api, api.device_alloc(bytes), CudaRuntime::device_free).map_err(on)?;
+        let stream = guard(api, api.stream_create(), CudaRuntime::stream_destroy).map_err(on)?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer.
+        cublas.check("cublasCreate_v2", unsafe { (cublas.create)(&mut raw) })?;
+        let handle = HandleGuard {
+            cublas,
+            handle: raw,
+        };
+        // SAFETY: both handles are live.
+        cublas.check("cublasSetStream_v2", unsafe {
+            (cublas.set_stream)(handle.handle, stream.handle)
+        })?;
+        // The matrices' contents do not matter (uninitialised floats are still floats).
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        loop {
+            // SAFETY: a, b, c are live n x n f32 device allocations of this device; alpha and
+            // beta are host scalars (the default pointer mode); leading dimensions are n.
+            let code = unsafe {
+                (cublas.sgemm)(
+                    handle.handle,
+                    CUBLAS_OP_N,
+                    CUBLAS_OP_N,
+                    n,
+                    n,
+                    n,
+                    &alpha,
+                    a.handle.cast(),
+                    n,
+                    b.handle.cast(),
+                    n,
+                    &beta,
+                    c.handle.cast(),
+                    n,
+                )
+            };
+            cublas.check("cublasSgemm_v2", code)?;
+            api.stream_synchronize(stream.handle).map_err(on)?;
+            ctx.gemms.fetch_add(1, Ordering::Relaxed);
+            if !reported {
+                reported = true;
+                ready(Ok(()));
+            }
+            if ctx.stop.load(Ordering::Relaxed) {
+                // Release in reverse order: handle, stream, matrices.
+                drop(handle);
+                return Ok(());
+            }
+        }
+    })();
+    if let Err(e) = &result {
+        if !reported {
+            ready(Err(e.clone()));
+        }
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cublas_is_looked_for_next_to_the_runtime_then_in_it_then_by_soname() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("libcublas.so.12"), b"").unwrap();
+        let runtime = dir.path().join("libcudart.so.12").display().to_string();
+        let names = candidates(&runtime);
+        assert_eq!(
+            names,
+            [
+                dir.path().join("libcublas.so.12").display().to_string(),
+                runtime,
+                "libcublas.so".into(),
+                "libcublas.so.12".into(),
+                "libcublas.so.11".into(),
+            ]
+        );
+        // A runtime found by soname has no directory to look in.
+        assert_eq!(candidates("libcudart.so")[0], "libcudart.so");
+    }
+
+    #[test]
+    fn a_library_without_sgemm_is_not_cublas() {
+        let err = Cublas::load(Some(Path::new("libc.so.6")), "libc.so.6").unwrap_err();
+        assert!(err.contains("lacks symbol cublasCreate_v2"), "{err}");
+        // On a machine with a real cuBLAS installed the sonames find it.
+        if let Err(err) = Cublas::load(None, "/nonexistent/libcudart.so") {
+            assert!(err.starts_with("cannot load the cuBLAS library: "), "{err}");
+            assert!(err.contains("/nonexistent/libcudart.so: "), "{err}");
+        }
+    }
+}
