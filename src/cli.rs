@@ -111,24 +111,8 @@ pub struct H2dArgs {
     /// device on its own stream; cuda backend only) [default: idle].
     #[arg(long = "load", value_name = "PROFILE")]
     pub loads: Vec<String>,
-    /// Run directory: stream samples to DIR/cells.jsonl and write the report there.
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
-    /// Continue the interrupted run in --out DIR with its plan; flags given must match it.
-    #[arg(long, requires = "out")]
-    pub resume: bool,
-    /// Do not write the report at the end (chd report DIR writes it later).
-    #[arg(long, requires = "out")]
-    pub no_report: bool,
-    /// Print plain progress lines even on a terminal.
-    #[arg(long)]
-    pub no_progress_bar: bool,
-    /// Output on stdout without --out: table (GB/s), csv or json (bytes per second)
-    /// [default: table].
-    #[arg(long, value_name = "FORMAT")]
-    pub format: Option<String>,
     #[command(flatten)]
-    pub runtime: RuntimeArgs,
+    pub run: RunArgs,
 }
 
 #[derive(Debug, Args)]
@@ -159,6 +143,13 @@ pub struct PairArgs {
     /// counts as failed, e.g. 30s, 500ms [default: 30s].
     #[arg(long, value_name = "DURATION")]
     pub timeout: Option<String>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// The flags `probe h2d` and `probe pair` share with the same help, last in both.
+#[derive(Debug, Args)]
+pub struct RunArgs {
     /// Run directory: stream samples to DIR/cells.jsonl and write the report there.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -177,6 +168,22 @@ pub struct PairArgs {
     pub format: Option<String>,
     #[command(flatten)]
     pub runtime: RuntimeArgs,
+}
+
+impl RunArgs {
+    /// These flags as the library's run options; the caller fills in `cpus`, `sizes`,
+    /// `warmup`, `iterations` and `repeats` (their help differs per subcommand).
+    fn options(&self, cli: &Cli) -> chd::probe::command::RunOptions {
+        chd::probe::command::RunOptions {
+            layer: cli.runtime_layer(&self.runtime),
+            out: self.out.clone(),
+            resume: self.resume,
+            format: self.format.clone(),
+            no_report: self.no_report,
+            no_progress_bar: self.no_progress_bar,
+            ..Default::default()
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -433,39 +440,38 @@ impl Cli {
 
     /// `chd probe`'s flags as the library's request.
     pub fn probe_request(&self, probe: &ProbeCommand) -> chd::probe::command::ProbeRequest {
-        use chd::probe::command::{AffinityRequest, H2dRequest, PairRequest, ProbeRequest};
+        use chd::probe::command::{
+            AffinityRequest, H2dRequest, PairRequest, ProbeRequest, RunOptions,
+        };
         match probe {
             ProbeCommand::H2d(a) => ProbeRequest::H2d(H2dRequest {
-                layer: self.runtime_layer(&a.runtime),
-                cpus: a.cpus.clone(),
+                run: RunOptions {
+                    cpus: a.cpus.clone(),
+                    sizes: a.sizes.clone(),
+                    warmup: a.warmup,
+                    iterations: a.iterations,
+                    repeats: a.repeats,
+                    ..a.run.options(self)
+                },
                 devices: a.devices.clone(),
-                sizes: a.sizes.clone(),
                 directions: a.directions.clone(),
-                host_memory: a.memory.clone().or_else(|| a.runtime.host_memory.clone()),
-                warmup: a.warmup,
-                iterations: a.iterations,
-                repeats: a.repeats,
+                host_memory: a
+                    .memory
+                    .clone()
+                    .or_else(|| a.run.runtime.host_memory.clone()),
                 loads: a.loads.clone(),
-                out: a.out.clone(),
-                resume: a.resume,
-                format: a.format.clone(),
-                no_report: a.no_report,
-                no_progress_bar: a.no_progress_bar,
             }),
             ProbeCommand::Pair(a) => ProbeRequest::Pair(PairRequest {
-                layer: self.runtime_layer(&a.runtime),
+                run: RunOptions {
+                    cpus: a.cpus.clone(),
+                    sizes: a.sizes.clone(),
+                    warmup: a.warmup,
+                    iterations: a.iterations,
+                    repeats: a.repeats,
+                    ..a.run.options(self)
+                },
                 pairs: a.pairs.clone(),
-                cpus: a.cpus.clone(),
-                sizes: a.sizes.clone(),
-                warmup: a.warmup,
-                iterations: a.iterations,
-                repeats: a.repeats,
                 timeout: a.timeout.clone(),
-                out: a.out.clone(),
-                resume: a.resume,
-                format: a.format.clone(),
-                no_report: a.no_report,
-                no_progress_bar: a.no_progress_bar,
             }),
             ProbeCommand::Affinity(a) => ProbeRequest::Affinity(AffinityRequest {
                 layer: self.global_layer(),

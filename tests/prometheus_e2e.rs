@@ -346,7 +346,7 @@ fn alerts_fire_and_dashboards_return_data_in_a_real_prometheus() {
     }
 
     if let Some(cpu) = numa1_cpu {
-        let pair = find("ChdPairCpuSlow", &[("rank", "0")]);
+        let pair = find("ChdPairCpuSlow", &[("rank", "0"), ("job", "chd-probing")]);
         let v: f64 = pair.value.parse().unwrap();
         assert!(v < 0.7, "pair cpu ratio {v}");
         assert!(

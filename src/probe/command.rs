@@ -35,53 +35,57 @@ pub enum ProbeRequest {
     Affinity(AffinityRequest),
 }
 
-/// `chd probe h2d` as asked: `None` = not given (the default, or the resumed run's value).
+/// The options `chd probe h2d` and `chd probe pair` share: `None` (or `false`) = not given
+/// (the default, or the resumed run's value).
 #[derive(Debug, Clone, Default)]
-pub struct H2dRequest {
-    /// Global and runtime flags (paths, backend, libraries); `runtime.host_memory` is ignored.
+pub struct RunOptions {
+    /// Global and runtime flags (paths, backend, device and collective libraries);
+    /// `runtime.host_memory` is ignored.
     pub layer: Layer,
+    /// CPUs; for pairs those of both ranks (the matrix is these x these).
     pub cpus: Option<String>,
-    pub devices: Option<String>,
+    /// Copy sizes (h2d) or bytes per rank (pair).
     pub sizes: Option<Vec<String>>,
-    pub directions: Option<Vec<String>>,
-    /// Comma-separated host memory kinds.
-    pub host_memory: Option<String>,
+    /// Untimed operations before each sample.
     pub warmup: Option<u32>,
+    /// Timed operations per sample.
     pub iterations: Option<u32>,
+    /// Samples per cell (and load profile).
     pub repeats: Option<u32>,
-    pub loads: Vec<String>,
+    /// Run directory: samples stream to `cells.jsonl` there, and the report is written there.
     pub out: Option<PathBuf>,
+    /// Continue the interrupted run in `out` with its plan.
     pub resume: bool,
     /// `table`, `csv` or `json` on stdout when there is no `--out`.
     pub format: Option<String>,
+    /// Do not write the report at the end.
     pub no_report: bool,
     /// Plain progress lines even on a terminal.
     pub no_progress_bar: bool,
 }
 
+/// `chd probe h2d` as asked: `None` = not given (the default, or the resumed run's value).
+#[derive(Debug, Clone, Default)]
+pub struct H2dRequest {
+    pub run: RunOptions,
+    /// Comma-separated device labels, or `all`.
+    pub devices: Option<String>,
+    /// `h2d`, `d2h`.
+    pub directions: Option<Vec<String>>,
+    /// Comma-separated host memory kinds.
+    pub host_memory: Option<String>,
+    /// Load profiles, one run per profile [default: the resumed run's, else `idle`].
+    pub loads: Vec<String>,
+}
+
 /// `chd probe pair` as asked: `None` (or empty) = not given.
 #[derive(Debug, Clone, Default)]
 pub struct PairRequest {
-    /// Global and runtime flags (paths, backend, device and collective libraries).
-    pub layer: Layer,
+    pub run: RunOptions,
     /// Device pairs, each `A,B` or `auto` [default: the resumed run's pairs, else `auto`].
     pub pairs: Vec<String>,
-    /// CPUs of both ranks: the matrix is these x these.
-    pub cpus: Option<String>,
-    /// Bytes per rank.
-    pub sizes: Option<Vec<String>>,
-    pub warmup: Option<u32>,
-    pub iterations: Option<u32>,
-    pub repeats: Option<u32>,
     /// Longest one cell may take, e.g. `30s`.
     pub timeout: Option<String>,
-    pub out: Option<PathBuf>,
-    pub resume: bool,
-    /// `table`, `csv` or `json` on stdout when there is no `--out`.
-    pub format: Option<String>,
-    pub no_report: bool,
-    /// Plain progress lines even on a terminal.
-    pub no_progress_bar: bool,
 }
 
 /// `chd probe affinity`.
@@ -148,18 +152,6 @@ fn machine(layer: &Layer, topology: &Topology, opened: &Opened) -> Machine {
     }
 }
 
-/// The flags every one-shot matrix run shares.
-struct RunOptions<'a> {
-    probe: MatrixKind,
-    /// Global and runtime flags.
-    layer: Layer,
-    out: Option<&'a Path>,
-    resume: bool,
-    format: Option<&'a str>,
-    no_report: bool,
-    no_progress_bar: bool,
-}
-
 /// Measures one sample slot (on the one-shot thread).
 type Measure = Box<dyn Fn(&SlotId) -> Result<f64, ProbeError> + Sync>;
 
@@ -174,39 +166,31 @@ struct Prepared {
 
 /// `chd probe h2d`.
 fn run_h2d(req: &H2dRequest) -> anyhow::Result<()> {
-    let mut layer = req.layer.clone();
-    // Host memory kinds are part of the plan (`--memory`), not a runtime setting here.
-    layer.runtime.host_memory = None;
-    let opts = RunOptions {
-        probe: MatrixKind::H2d,
-        layer,
-        out: req.out.as_deref(),
-        resume: req.resume,
-        format: req.format.as_deref(),
-        no_report: req.no_report,
-        no_progress_bar: req.no_progress_bar,
-    };
-    run_matrix(opts, |_config, topology, opened, base| {
-        let backend = opened.backend.clone();
-        let plan = plan_from(req, base, topology, &*backend)?;
-        let (warmup, iterations) = (plan.warmup, plan.iterations);
-        let measure: Measure = Box::new(move |slot: &SlotId| {
-            let direction: Direction = slot.direction.parse().map_err(ProbeError::Copy)?;
-            let memory: HostMemory = slot.host_memory.parse().map_err(ProbeError::Copy)?;
-            let cell = CellKey {
-                cpu: slot.cpu,
-                device: slot.device.clone(),
-                size_bytes: slot.size_bytes,
-                direction,
-            };
-            super::h2d::measure_cell(&*backend, &cell, warmup, iterations, memory)
-        });
-        Ok(Prepared {
-            plan,
-            measure,
-            collective: None,
-        })
-    })
+    run_matrix(
+        MatrixKind::H2d,
+        &req.run,
+        |_config, topology, opened, base| {
+            let backend = opened.backend.clone();
+            let plan = plan_from(req, base, topology, &*backend)?;
+            let (warmup, iterations) = (plan.warmup, plan.iterations);
+            let measure: Measure = Box::new(move |slot: &SlotId| {
+                let direction: Direction = slot.direction.parse().map_err(ProbeError::Copy)?;
+                let memory: HostMemory = slot.host_memory.parse().map_err(ProbeError::Copy)?;
+                let cell = CellKey {
+                    cpu: slot.cpu,
+                    device: slot.device.clone(),
+                    size_bytes: slot.size_bytes,
+                    direction,
+                };
+                super::h2d::measure_cell(&*backend, &cell, warmup, iterations, memory)
+            });
+            Ok(Prepared {
+                plan,
+                measure,
+                collective: None,
+            })
+        },
+    )
 }
 
 /// What the pair matrix's cells measure with each pair probe method.
@@ -219,66 +203,63 @@ fn pair_operation(method: &str) -> &'static str {
 
 /// `chd probe pair`.
 fn run_pair(req: &PairRequest) -> anyhow::Result<()> {
-    let mut layer = req.layer.clone();
-    layer.runtime.host_memory = None;
-    let opts = RunOptions {
-        probe: MatrixKind::Pair,
-        layer,
-        out: req.out.as_deref(),
-        resume: req.resume,
-        format: req.format.as_deref(),
-        no_report: req.no_report,
-        no_progress_bar: req.no_progress_bar,
-    };
-    run_matrix(opts, |config, topology, opened, base| {
-        let (probe, notes) = runtime::select::open_pair_probe(&config.runtime, opened)
-            .map_err(|e| anyhow!("{}", e.detail))?;
-        for note in &notes {
-            eprintln!("note: {note}");
-        }
-        let method = probe.method();
-        let operation = pair_operation(method);
-        eprintln!("pair probe: {method} ({operation})");
-        let pairs = match (req.pairs.is_empty(), base) {
-            (true, Some(b)) => b.pairs.clone(),
-            (none_given, _) => {
-                let texts = if none_given {
-                    vec!["auto".to_string()]
-                } else {
-                    req.pairs.clone()
-                };
-                let selections = texts
-                    .iter()
-                    .map(|t| PairSelection::parse(t))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| anyhow!("--pair: {e}"))?;
-                super::pairs::resolve(&selections, opened.backend.devices(), &config.roots.sysfs)
-                    .map_err(|e| anyhow!("--pair: {e}"))?
+    run_matrix(
+        MatrixKind::Pair,
+        &req.run,
+        |config, topology, opened, base| {
+            let (probe, notes) = runtime::select::open_pair_probe(&config.runtime, opened)
+                .map_err(|e| anyhow!("{}", e.detail))?;
+            for note in &notes {
+                eprintln!("note: {note}");
             }
-        };
-        let plan = pair_plan_from(req, base, topology, pairs, operation)?;
-        let template = PairParams {
-            bytes_per_rank: 0,
-            warmup: plan.warmup,
-            iterations: plan.iterations,
-            timeout: super::plan::pair_timeout(None, Some(&plan))?,
-        };
-        let measure: Measure = Box::new(move |slot: &SlotId| {
-            measure_pair(
-                &*probe,
-                slot,
-                &PairParams {
-                    bytes_per_rank: slot.size_bytes,
-                    ..template
-                },
-            )
-        });
-        Ok(Prepared {
-            plan,
-            measure,
-            collective: Some(method),
-        })
-    })
+            let method = probe.method();
+            let operation = pair_operation(method);
+            eprintln!("pair probe: {method} ({operation})");
+            let pairs = match (req.pairs.is_empty(), base) {
+                (true, Some(b)) => b.pairs.clone(),
+                (none_given, _) => {
+                    let texts = if none_given {
+                        vec!["auto".to_string()]
+                    } else {
+                        req.pairs.clone()
+                    };
+                    let selections = texts
+                        .iter()
+                        .map(|t| PairSelection::parse(t))
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|e| anyhow!("--pair: {e}"))?;
+                    super::pairs::resolve(
+                        &selections,
+                        opened.backend.devices(),
+                        &config.roots.sysfs,
+                    )
+                    .map_err(|e| anyhow!("--pair: {e}"))?
+                }
+            };
+            let plan = pair_plan_from(req, base, topology, pairs, operation)?;
+            let template = PairParams {
+                bytes_per_rank: 0,
+                warmup: plan.warmup,
+                iterations: plan.iterations,
+                timeout: super::plan::pair_timeout(None, Some(&plan))?,
+            };
+            let measure: Measure = Box::new(move |slot: &SlotId| {
+                measure_pair(
+                    &*probe,
+                    slot,
+                    &PairParams {
+                        bytes_per_rank: slot.size_bytes,
+                        ..template
+                    },
+                )
+            });
+            Ok(Prepared {
+                plan,
+                measure,
+                collective: Some(method),
+            })
+        },
+    )
 }
 
 /// One pair slot: its device pair with rank 0 on `slot.cpu` and rank 1 on `slot.peer_cpu`.
@@ -300,31 +281,35 @@ fn measure_pair(
 /// The one-shot driver: resume or start the run directory, open the backend, let `prepare`
 /// plan and set up the measurement, execute, report.
 fn run_matrix(
-    opts: RunOptions<'_>,
+    probe: MatrixKind,
+    opts: &RunOptions,
     prepare: impl FnOnce(&Config, &Topology, &Opened, Option<&RunPlan>) -> anyhow::Result<Prepared>,
 ) -> anyhow::Result<()> {
-    let kind = opts.probe.as_str();
-    let format = opts.format.unwrap_or("table").to_string();
+    let kind = probe.as_str();
+    let out = opts.out.as_deref();
+    let format = opts.format.as_deref().unwrap_or("table").to_string();
     if !["table", "csv", "json"].contains(&format.as_str()) {
         bail!("--format: {format:?} is not one of table, csv, json");
     }
-    if opts.resume && opts.out.is_none() {
+    if opts.resume && out.is_none() {
         bail!("--resume needs --out DIR: the run directory to continue");
     }
     // A resumed run: its plan, samples and runtime choice.
-    let resumed = match (opts.out, opts.resume) {
+    let resumed = match (out, opts.resume) {
         (Some(dir), true) => Some(CellLog::resume(dir)?),
         _ => None,
     };
     let mut layer = opts.layer.clone();
+    // Host memory kinds are part of the plan (`--memory`), not a runtime setting here.
+    layer.runtime.host_memory = None;
     if let Some((run, _, _)) = &resumed {
-        if run.plan.probe != opts.probe {
+        if run.plan.probe != probe {
             bail!(
                 "{} holds a chd probe {} run; continue it with: chd probe {} --out {} --resume",
-                opts.out.unwrap_or(Path::new("?")).display(),
+                out.unwrap_or(Path::new("?")).display(),
                 run.plan.probe.as_str(),
                 run.plan.probe.as_str(),
-                opts.out.unwrap_or(Path::new("?")).display()
+                out.unwrap_or(Path::new("?")).display()
             );
         }
         let r = &mut layer.runtime;
@@ -376,7 +361,7 @@ fn run_matrix(
                 bail!(
                     "{} differ from the run being resumed in {}; drop them to resume it, or start a new run in another --out",
                     differ.join(", "),
-                    opts.out.unwrap_or(Path::new("?")).display()
+                    out.unwrap_or(Path::new("?")).display()
                 );
             }
             if let Some(cpu) = run.plan.cpus.iter().find(|c| topology.cpu(**c).is_none()) {
@@ -396,7 +381,7 @@ fn run_matrix(
                 machine: machine(&layer, &topology, &opened),
                 runtime: runtime_layer,
             };
-            let log = match opts.out {
+            let log = match out {
                 Some(dir) => Some(CellLog::create(dir, &run)?),
                 None => None,
             };
@@ -481,7 +466,7 @@ fn run_matrix(
     all.extend(exec.records.iter().cloned());
     let measured = record::done_slots(&all).len();
     let ds = Dataset::from_run(&run, &all);
-    match opts.out {
+    match out {
         Some(dir) if !opts.no_report => {
             let written = report::write(&ds, dir)?;
             for f in &written.files {
@@ -493,8 +478,7 @@ fn run_matrix(
         None => print_cells(&ds, plan.probe, &format)?,
     }
     if interrupted || exec.stopped {
-        let resume = opts
-            .out
+        let resume = out
             .map(|d| {
                 format!(
                     "; continue with: chd probe {kind} --out {} --resume",
@@ -531,7 +515,7 @@ fn run_matrix(
             "{} of {} cells could not be measured{}; first: {at}: {}",
             failed.len(),
             ds.cells.len(),
-            if opts.out.is_some() {
+            if out.is_some() {
                 " (see \"Failed cells\" in summary.md)"
             } else {
                 ""

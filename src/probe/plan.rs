@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail};
 
-use super::command::{H2dRequest, PairRequest};
+use super::command::{H2dRequest, PairRequest, RunOptions};
 use super::record::{MatrixKind, RunPlan};
 use crate::config::CpuSelection;
 use crate::load::LoadProfile;
@@ -94,6 +94,24 @@ fn cpus_from(
     })
 }
 
+/// `--warmup`, `--iterations` and `--repeats` as given, else the resumed run's, else the
+/// defaults; iterations and repeats must be at least 1.
+fn counts_from(run: &RunOptions, base: Option<&RunPlan>) -> anyhow::Result<(u32, u32, u32)> {
+    let pick =
+        |given: Option<u32>, stored: Option<u32>, default: u32| given.or(stored).unwrap_or(default);
+    let warmup = pick(run.warmup, base.map(|b| b.warmup), DEFAULT_WARMUP);
+    let iterations = pick(
+        run.iterations,
+        base.map(|b| b.iterations),
+        DEFAULT_ITERATIONS,
+    );
+    let repeats = pick(run.repeats, base.map(|b| b.repeats), DEFAULT_REPEATS);
+    if iterations == 0 || repeats == 0 {
+        bail!("--iterations and --repeats must be at least 1");
+    }
+    Ok((warmup, iterations, repeats))
+}
+
 /// Build the plan from the request, taking anything not given from `base` (the resumed run)
 /// or the defaults.
 pub fn plan_from(
@@ -102,7 +120,7 @@ pub fn plan_from(
     topology: &Topology,
     backend: &dyn runtime::Backend,
 ) -> anyhow::Result<RunPlan> {
-    let cpus = cpus_from(req.cpus.as_deref(), base, topology)?;
+    let cpus = cpus_from(req.run.cpus.as_deref(), base, topology)?;
     let known: Vec<String> = backend.devices().iter().map(|d| d.id.clone()).collect();
     let devices = match (&req.devices, base) {
         (Some(text), _) if text.trim() == "all" => known.clone(),
@@ -117,7 +135,7 @@ pub fn plan_from(
             known.join(", ")
         );
     }
-    let sizes_bytes = sizes_from(req.sizes.as_deref(), base)?;
+    let sizes_bytes = sizes_from(req.run.sizes.as_deref(), base)?;
     let directions = match (&req.directions, base) {
         (Some(d), _) => {
             let d = list(d);
@@ -163,8 +181,7 @@ pub fn plan_from(
         }
         normalised.push(name);
     }
-    let pick =
-        |given: Option<u32>, stored: Option<u32>, default: u32| given.or(stored).unwrap_or(default);
+    let (warmup, iterations, repeats) = counts_from(&req.run, base)?;
     let plan = RunPlan {
         probe: MatrixKind::H2d,
         cpus,
@@ -173,19 +190,12 @@ pub fn plan_from(
         sizes_bytes,
         directions,
         host_memories,
-        warmup: pick(req.warmup, base.map(|b| b.warmup), DEFAULT_WARMUP),
-        iterations: pick(
-            req.iterations,
-            base.map(|b| b.iterations),
-            DEFAULT_ITERATIONS,
-        ),
-        repeats: pick(req.repeats, base.map(|b| b.repeats), DEFAULT_REPEATS),
+        warmup,
+        iterations,
+        repeats,
         loads: normalised,
         timeout_ms: None,
     };
-    if plan.iterations == 0 || plan.repeats == 0 {
-        bail!("--iterations and --repeats must be at least 1");
-    }
     if plan.cpus.is_empty() || plan.devices.is_empty() {
         bail!(
             "nothing to measure: {} CPUs x {} devices",
@@ -220,31 +230,24 @@ pub fn pair_plan_from(
     pairs: Vec<String>,
     operation: &str,
 ) -> anyhow::Result<RunPlan> {
-    let cpus = cpus_from(req.cpus.as_deref(), base, topology)?;
+    let cpus = cpus_from(req.run.cpus.as_deref(), base, topology)?;
     let timeout = pair_timeout(req.timeout.as_deref(), base)?;
-    let pick =
-        |given: Option<u32>, stored: Option<u32>, default: u32| given.or(stored).unwrap_or(default);
+    let sizes_bytes = sizes_from(req.run.sizes.as_deref(), base)?;
+    let (warmup, iterations, repeats) = counts_from(&req.run, base)?;
     let plan = RunPlan {
         probe: MatrixKind::Pair,
         cpus,
         devices: Vec::new(),
         pairs,
-        sizes_bytes: sizes_from(req.sizes.as_deref(), base)?,
+        sizes_bytes,
         directions: vec![operation.to_string()],
         host_memories: vec![PAIR_MEMORY.to_string()],
-        warmup: pick(req.warmup, base.map(|b| b.warmup), DEFAULT_WARMUP),
-        iterations: pick(
-            req.iterations,
-            base.map(|b| b.iterations),
-            DEFAULT_ITERATIONS,
-        ),
-        repeats: pick(req.repeats, base.map(|b| b.repeats), DEFAULT_REPEATS),
+        warmup,
+        iterations,
+        repeats,
         loads: vec!["idle".into()],
         timeout_ms: Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
     };
-    if plan.iterations == 0 || plan.repeats == 0 {
-        bail!("--iterations and --repeats must be at least 1");
-    }
     if plan.cpus.is_empty() {
         bail!("nothing to measure: --cpus selects no online CPU this process may use");
     }
