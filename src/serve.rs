@@ -140,6 +140,8 @@ async fn run_replay(config: Config, path: std::path::PathBuf) -> anyhow::Result<
     };
     let mut registry = Registry::default();
     let metrics = ProbeMetrics::register(&mut registry);
+    // The first tick is counted before any scrape can see the exporter.
+    metrics.idle_window("disabled");
     for e in &replay.errors {
         metrics.error(e.probe, &e.device, "recorded");
     }
@@ -177,9 +179,8 @@ async fn run_replay(config: Config, path: std::path::PathBuf) -> anyhow::Result<
         let interval = config.schedule.interval;
         tokio::spawn(async move {
             loop {
-                metrics.idle_window("disabled");
                 tokio::select! {
-                    _ = tokio::time::sleep(interval) => {}
+                    _ = tokio::time::sleep(interval) => metrics.idle_window("disabled"),
                     _ = shutdown.wait_for(|stop| *stop) => break,
                 }
             }
