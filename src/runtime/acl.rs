@@ -4,13 +4,13 @@
 //! query the device idle gate reads. ACL has no PCI bus id query: NPUs are matched to the
 //! Huawei processing accelerators in sysfs by bus order.
 
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_char, c_int, c_void};
 use std::path::Path;
 
 use libloading::Library;
 
-use super::cuda::device_index;
 use super::device_copy::{self, ApiError, DeviceApi, Handle};
+use super::device_index;
 use super::library::{self, LoadError, SymbolError};
 use super::{Backend, CopyParams, DeviceInfo, Direction, ProbeError};
 use crate::topology::pci;
@@ -147,7 +147,7 @@ impl AclRuntime {
         let text = self
             .recent_err_msg
             // SAFETY: returns NULL or a NUL-terminated thread-local message.
-            .map(|f| unsafe { c_text(f()) })
+            .map(|f| unsafe { library::c_text(f()) })
             .filter(|t| !t.is_empty())
             .unwrap_or_else(|| "no message from the runtime".into());
         ApiError { call, code, text }
@@ -196,18 +196,6 @@ impl Drop for AclRuntime {
             tracing::warn!("aclFinalize returned {code}");
         }
     }
-}
-
-/// Copy a C string into an owned String (empty for NULL).
-///
-/// # Safety
-/// `p` is NULL or points to a NUL-terminated string.
-unsafe fn c_text(p: *const c_char) -> String {
-    if p.is_null() {
-        return String::new();
-    }
-    // SAFETY: guaranteed by the caller.
-    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }
 
 impl DeviceApi for AclRuntime {

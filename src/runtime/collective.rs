@@ -3,7 +3,7 @@
 //! probe makes: create one communicator per device in this process, allgather, destroy, and
 //! abort (the way out of a hung collective).
 
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_char, c_int, c_void};
 use std::path::Path;
 
 use libloading::Library;
@@ -62,18 +62,6 @@ type FnInitAllHccl = unsafe extern "C" fn(u32, *mut i32, *mut *mut c_void) -> c_
 type FnHcclAllGather =
     unsafe extern "C" fn(*mut c_void, *mut c_void, u64, c_int, *mut c_void, *mut c_void) -> c_int;
 
-/// Copy a C string (empty for NULL).
-///
-/// # Safety
-/// `p` is NULL or a NUL-terminated string.
-unsafe fn c_text(p: *const c_char) -> String {
-    if p.is_null() {
-        return String::new();
-    }
-    // SAFETY: guaranteed by the caller.
-    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-}
-
 /// libnccl's entry points.
 pub struct Nccl {
     comm_init_all: FnInitAllNccl,
@@ -115,7 +103,7 @@ impl Nccl {
             return Ok(());
         }
         // SAFETY: returns a static string for any code.
-        let text = unsafe { c_text((self.error_string)(code)) };
+        let text = unsafe { library::c_text((self.error_string)(code)) };
         Err(ApiError { call, code, text })
     }
 }
@@ -203,7 +191,7 @@ impl Hccl {
         }
         let text = match self.error_string {
             // SAFETY: returns a static string for any code.
-            Some(f) => unsafe { c_text(f(code)) },
+            Some(f) => unsafe { library::c_text(f(code)) },
             None => "no message from the library".into(),
         };
         Err(ApiError { call, code, text })

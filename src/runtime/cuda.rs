@@ -3,7 +3,7 @@
 //! shared measurement routine uses, and device discovery (name, PCI bus id, NUMA node from
 //! sysfs).
 
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::path::{Path, PathBuf};
 
 use libloading::Library;
@@ -141,8 +141,8 @@ impl CudaRuntime {
         // SAFETY: both return static NUL-terminated strings for any code.
         let (name, text) = unsafe {
             (
-                c_text((self.get_error_name)(code)),
-                c_text((self.get_error_string)(code)),
+                library::c_text((self.get_error_name)(code)),
+                library::c_text((self.get_error_string)(code)),
             )
         };
         Err(ApiError {
@@ -192,20 +192,8 @@ impl CudaRuntime {
             (self.device_get_pci_bus_id)(buf.as_mut_ptr(), buf.len() as c_int, device)
         })?;
         // SAFETY: the runtime NUL-terminates within the given length.
-        Ok(unsafe { c_text(buf.as_ptr()) }.to_ascii_lowercase())
+        Ok(unsafe { library::c_text(buf.as_ptr()) }.to_ascii_lowercase())
     }
-}
-
-/// Copy a C string into an owned String (empty for NULL).
-///
-/// # Safety
-/// `p` is NULL or points to a NUL-terminated string.
-unsafe fn c_text(p: *const c_char) -> String {
-    if p.is_null() {
-        return String::new();
-    }
-    // SAFETY: guaranteed by the caller.
-    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }
 
 impl DeviceApi for CudaRuntime {
@@ -389,15 +377,6 @@ impl CudaBackend {
     }
 }
 
-/// Parse a runtime device label back to its index, if this backend listed it.
-pub(crate) fn device_index(devices: &[DeviceInfo], device: &str) -> Result<i32, ProbeError> {
-    devices
-        .iter()
-        .find(|d| d.id == device)
-        .and_then(|d| d.id.parse().ok())
-        .ok_or_else(|| ProbeError::UnknownDevice(device.to_string()))
-}
-
 impl Backend for CudaBackend {
     fn name(&self) -> &'static str {
         "cuda"
@@ -408,7 +387,7 @@ impl Backend for CudaBackend {
     }
 
     fn measure_copy(&self, device: &str, params: &CopyParams) -> Result<f64, ProbeError> {
-        let index = device_index(&self.devices, device)?;
+        let index = super::device_index(&self.devices, device)?;
         device_copy::measure(&*self.runtime, index, params)
     }
 }

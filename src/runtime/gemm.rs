@@ -16,8 +16,9 @@ use std::thread::JoinHandle;
 
 use libloading::Library;
 
-use super::cuda::{device_index, CudaRuntime};
+use super::cuda::CudaRuntime;
 use super::device_copy::{guard, DeviceApi};
+use super::device_index;
 use super::library;
 use super::select::{DeviceRuntime, Opened};
 

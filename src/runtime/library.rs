@@ -60,6 +60,20 @@ pub fn chain(e: &dyn std::error::Error) -> String {
     text
 }
 
+/// Copy a C string returned by a vendor library into an owned String (empty for NULL).
+///
+/// # Safety
+/// `p` is NULL or points to a NUL-terminated string.
+pub(crate) unsafe fn c_text(p: *const std::ffi::c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: guaranteed by the caller.
+    unsafe { std::ffi::CStr::from_ptr(p) }
+        .to_string_lossy()
+        .into_owned()
+}
+
 /// Open `explicit` if given, else the first of `candidates` that loads. Returns the library
 /// and the name or path that worked.
 pub fn open(

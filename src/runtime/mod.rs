@@ -146,6 +146,15 @@ impl ProbeError {
     }
 }
 
+/// Parse a runtime device label back to its index, if this backend listed it.
+pub(crate) fn device_index(devices: &[DeviceInfo], device: &str) -> Result<i32, ProbeError> {
+    devices
+        .iter()
+        .find(|d| d.id == device)
+        .and_then(|d| d.id.parse().ok())
+        .ok_or_else(|| ProbeError::UnknownDevice(device.to_string()))
+}
+
 /// An accelerator runtime (or the host stand-in) that can time copies.
 pub trait Backend: Send + Sync {
     /// `host`, `cuda`, `acl`: the `backend` label.

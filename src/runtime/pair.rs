@@ -64,7 +64,7 @@ impl DevicePairProbe {
     }
 
     fn index(&self, device: &str) -> Result<i32, ProbeError> {
-        super::cuda::device_index(&self.devices, device)
+        super::device_index(&self.devices, device)
     }
 
     fn comms_for(
