@@ -38,7 +38,7 @@ pub enum Command {
     /// and with --out a run directory and its report.
     #[command(subcommand)]
     Probe(ProbeCommand),
-    /// Render a run directory (or a ClusterHealthDetect results.json) as summary.md,
+    /// Render a run directory (chd's, or a ClusterHealthDetect recording) as summary.md,
     /// cells.csv, heatmap PNGs and report.xlsx.
     Report(ReportArgs),
 }
@@ -202,8 +202,11 @@ pub struct AffinityArgs {
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// A run directory of chd probe --out, a directory with a ClusterHealthDetect
-    /// results.json, or such a file.
+    /// A run directory of chd probe --out; a ClusterHealthDetect run directory (results.json,
+    /// else the per-rank rank_NNNNN.json, else the partial checkpoints, which the report
+    /// then says; affinity.json beside them adds the CPU records); or one such file. Rows
+    /// chd cannot use are counted by reason on stderr and in summary.md; a recording with
+    /// no usable row is an error (exit 1).
     #[arg(value_name = "DIR|FILE")]
     pub input: PathBuf,
     /// Where to write the report [default: the run directory, or the file's directory].
@@ -358,8 +361,9 @@ pub struct ServeArgs {
     /// Address to serve on [server.listen] (default 0.0.0.0:9863).
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<String>,
-    /// Serve a recorded matrix instead of probing: a ClusterHealthDetect results.json or a
-    /// chd state.json; topology from the file, probing and collectors off [server.replay].
+    /// Serve a recorded matrix instead of probing: a ClusterHealthDetect run directory or
+    /// results file (read as chd report reads it), a chd probe --out directory, or a chd
+    /// state.json; topology from the file, probing and collectors off [server.replay].
     #[arg(long, value_name = "FILE")]
     pub replay: Option<PathBuf>,
     /// Where the matrix is saved [paths.state_dir] (default /var/lib/chd, else ./chd-state).

@@ -9,6 +9,7 @@ pub mod affinity;
 pub mod collect;
 pub mod config;
 pub mod exposition;
+pub mod format;
 pub mod load;
 pub mod probe;
 pub mod replay;

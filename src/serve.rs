@@ -134,6 +134,9 @@ async fn run_replay(config: Config, path: std::path::PathBuf) -> anyhow::Result<
     let replay = crate::replay::load(&path, config.probe.samples_per_cell)
         .with_context(|| format!("replaying {}", path.display()))?;
     tracing::info!("replaying {}: {}", path.display(), replay.description);
+    for w in &replay.warnings {
+        tracing::warn!("replaying {}: {w}", path.display());
+    }
     let topology = Arc::new(replay.topology);
     let backend = crate::replay::ReplayBackend {
         devices: replay.devices,

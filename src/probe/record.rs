@@ -20,25 +20,7 @@ pub const CELLS_FILE: &str = "cells.jsonl";
 /// Version of the run directory layout.
 pub const FORMAT_VERSION: u32 = 1;
 
-/// Which matrix a cell belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MatrixKind {
-    /// Core x device copy matrix: `cpu` x `device`.
-    H2d,
-    /// Core-pair matrix of one device pair: `cpu` (rank 0) x `peer_cpu` (rank 1); `device`
-    /// holds the pair, e.g. `0,5`.
-    Pair,
-}
-
-impl MatrixKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MatrixKind::H2d => "h2d",
-            MatrixKind::Pair => "pair",
-        }
-    }
-}
+pub use crate::format::MatrixKind;
 
 /// One sample slot: which cell, under which load profile, in which pass.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -7,7 +7,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use crate::runtime::{Backend, CopyParams, DeviceInfo, ProbeError};
+use crate::format::cluster_health::RecordedCpu;
+use crate::probe::record::MatrixKind;
+use crate::runtime::{Backend, CopyParams, DeviceInfo, Direction, ProbeError};
 use crate::store::{persist, unix_now, Store};
 use crate::topology::{Cpu, NumaNode, Topology};
 
@@ -39,8 +41,10 @@ pub struct Replay {
     pub store: Store,
     pub pairs: Vec<String>,
     pub errors: Vec<RecordedError>,
-    /// e.g. `ClusterHealthDetect results (30720 h2d rows, 2 failed)`.
+    /// e.g. `ClusterHealthDetect results.json: 30720 h2d cells, 0 pair cells, 2 failed`.
     pub description: String,
+    /// What the recording held that is not served, and why (one line each).
+    pub warnings: Vec<String>,
 }
 
 /// The devices of a replay: listed for `chd_device_info`, never measured.
@@ -61,16 +65,22 @@ impl Backend for ReplayBackend {
     }
 }
 
-fn topology_from(cpu_numa: &BTreeMap<u32, Option<u32>>) -> Topology {
+fn topology_from(cpu_numa: &BTreeMap<u32, Option<u32>>, recorded: &[RecordedCpu]) -> Topology {
     let cpus = cpu_numa
         .iter()
-        .map(|(&id, &numa_node)| Cpu {
-            id,
-            numa_node,
-            package: None,
-            core: None,
-            siblings: vec![id],
-            allowed: true,
+        .map(|(&id, &numa_node)| {
+            let r = recorded.iter().find(|c| c.cpu == id);
+            Cpu {
+                id,
+                numa_node,
+                package: r.and_then(|c| c.socket_id),
+                core: r.and_then(|c| c.core_id),
+                siblings: r
+                    .map(|c| c.thread_siblings.clone())
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or_else(|| vec![id]),
+                allowed: true,
+            }
         })
         .collect();
     let mut nodes: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
@@ -143,20 +153,25 @@ fn from_dataset(ds: crate::report::dataset::Dataset, keep: usize) -> Replay {
     }
     let mut device_ids: BTreeSet<String> = ds.devices.iter().map(|d| d.id.clone()).collect();
     let pairs = add_cells_of(&store, &mut cpu_numa, &mut device_ids);
+    // One error per failed sample of the served cells, as a live window counts them.
+    let served = ds.served_load();
+    let pair_sizes = ds.served_pair_sizes();
     let mut errors = Vec::new();
-    for (k, c) in &store.h2d {
-        if c.samples.is_empty() {
-            errors.push(RecordedError {
-                probe: "h2d",
-                device: k.device.clone(),
-            });
+    for c in &ds.cells {
+        if Some(c.matrix.load.as_str()) != served {
+            continue;
         }
-    }
-    for (k, c) in &store.pair {
-        if c.samples.is_empty() {
+        let probe = match c.matrix.kind {
+            MatrixKind::H2d if c.matrix.direction.parse::<Direction>().is_ok() => "h2d",
+            MatrixKind::Pair if pair_sizes.get(c.device.as_str()) == Some(&c.matrix.size_bytes) => {
+                "pair"
+            }
+            _ => continue,
+        };
+        for _ in &c.errors {
             errors.push(RecordedError {
-                probe: "pair",
-                device: k.pair.clone(),
+                probe,
+                device: c.device.clone(),
             });
         }
     }
@@ -167,13 +182,34 @@ fn from_dataset(ds: crate::report::dataset::Dataset, keep: usize) -> Replay {
     if store.pair.values().any(|c| !c.samples.is_empty()) {
         store.record_success("pair", now);
     }
-    let description = format!(
-        "{}: {} h2d cells, {} pair cells, {} failed",
+    let mut description = format!(
+        "{}: {} h2d cells, {} pair cells, {} failed samples",
         ds.source,
         store.h2d.len(),
         store.pair.len(),
         errors.len()
     );
+    let partial = ds
+        .notes
+        .iter()
+        .any(|n| n.starts_with("only the partial checkpoint"));
+    if partial {
+        description.push_str(", partial recording (the run did not finish)");
+    }
+    let not_used: usize = ds.rejected.iter().map(|r| r.count).sum();
+    if not_used > 0 {
+        let reasons: Vec<String> = ds
+            .rejected
+            .iter()
+            .map(|r| format!("{} x{} (first: {})", r.reason, r.count, r.first))
+            .collect();
+        description.push_str(&format!(
+            ", {not_used} rows not used: {}",
+            reasons.join("; ")
+        ));
+    }
+    let mut warnings: Vec<String> = ds.notes.clone();
+    warnings.extend(ds.unservable());
     let mut devices = devices_from(device_ids);
     for d in &mut devices {
         if let Some(meta) = ds.devices.iter().find(|m| m.id == d.id) {
@@ -185,12 +221,13 @@ fn from_dataset(ds: crate::report::dataset::Dataset, keep: usize) -> Replay {
         }
     }
     Replay {
-        topology: topology_from(&cpu_numa),
+        topology: topology_from(&cpu_numa, &ds.cpu_records),
         devices,
         store,
         pairs: pairs.into_iter().collect(),
         errors,
         description,
+        warnings,
     }
 }
 
@@ -207,12 +244,13 @@ fn from_state(mut store: Store) -> Replay {
         store.pair.len()
     );
     Replay {
-        topology: topology_from(&cpu_numa),
+        topology: topology_from(&cpu_numa, &[]),
         devices: devices_from(device_ids),
         store,
         pairs: pairs.into_iter().collect(),
         errors: Vec::new(),
         description,
+        warnings: Vec::new(),
     }
 }
 
@@ -239,15 +277,16 @@ pub fn load(path: &Path, keep: usize) -> Result<Replay, ReplayError> {
     }
     let (ds, _) = crate::report::load(path).map_err(|e| format(e.to_string()))?;
     if ds.cells.is_empty() {
-        let skipped = ds
-            .meta
-            .iter()
-            .find(|(k, _)| k == "skipped rows")
-            .map(|(_, v)| format!(" (skipped rows: {v})"))
-            .unwrap_or_default();
-        return Err(format(format!("no matrix cells to replay{skipped}")));
+        return Err(format("no matrix cells to replay".into()));
     }
-    Ok(from_dataset(ds, keep.max(1)))
+    let replay = from_dataset(ds, keep.max(1));
+    if replay.store.h2d.is_empty() && replay.store.pair.is_empty() {
+        return Err(format(format!(
+            "no matrix cells to replay: {}",
+            replay.warnings.join("; ")
+        )));
+    }
+    Ok(replay)
 }
 
 #[cfg(test)]

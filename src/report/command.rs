@@ -15,6 +15,18 @@ pub struct ReportRequest {
 /// Run `chd report`.
 pub fn run(request: &ReportRequest) -> anyhow::Result<()> {
     let (ds, dir) = super::load(&request.input)?;
+    for note in &ds.notes {
+        eprintln!("chd report: note: {note}");
+    }
+    for r in &ds.rejected {
+        eprintln!(
+            "chd report: {} row{} not used: {} (first: {})",
+            r.count,
+            if r.count == 1 { "" } else { "s" },
+            r.reason,
+            r.first
+        );
+    }
     let out = request.out.clone().unwrap_or(dir);
     let written = super::write(&ds, &out)?;
     for f in &written.files {

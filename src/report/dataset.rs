@@ -1,11 +1,12 @@
 //! The neutral form every report is made from: cells with their samples and errors, grouped
 //! into matrices, plus the NUMA layout and devices to label them. Built from a chd run
-//! directory ([`Dataset::from_run`]) or a ClusterHealthDetect `results.json`
-//! (`super::cluster_health`), and convertible into a [`Store`] for serving.
+//! directory ([`Dataset::from_run`]) or a ClusterHealthDetect recording
+//! ([`Dataset::from_recording`]), and convertible into a [`Store`] for serving.
 
 use std::collections::BTreeMap;
 
-use crate::probe::record::{DeviceMeta, MatrixKind, RunFile, SampleRecord};
+use crate::format::cluster_health::{RecordedCpu, Recording, Rejected};
+use crate::probe::record::{DeviceMeta, MatrixKind, RunFile, SampleRecord, SlotId};
 use crate::runtime::Direction;
 use crate::stats;
 use crate::store::{CellKey, PairKey, Sample, Store};
@@ -57,6 +58,12 @@ pub struct Dataset {
     pub cells: Vec<CellResult>,
     /// Affinity verdicts (cpu, bindable), when an affinity probe ran.
     pub affinity: Vec<(u32, bool)>,
+    /// What a recording said of each CPU (package, core), when it said it.
+    pub cpu_records: Vec<RecordedCpu>,
+    /// Rows of the input that could not be used, by reason.
+    pub rejected: Vec<Rejected>,
+    /// What the reader did or found that the reader of a report should know.
+    pub notes: Vec<String>,
 }
 
 /// Size in the report's words: `64MiB`, `1GiB`, `512KiB`, `100B`.
@@ -128,10 +135,81 @@ impl Dataset {
             meta,
             numa_nodes: m.numa_nodes.clone(),
             devices: m.devices.clone(),
-            cells: Vec::new(),
-            affinity: Vec::new(),
+            ..Dataset::default()
         };
         ds.add_records(records);
+        ds
+    }
+
+    /// A ClusterHealthDetect recording.
+    pub fn from_recording(rec: &Recording) -> Dataset {
+        let files: Vec<String> = rec.files.iter().map(|f| f.display().to_string()).collect();
+        let mut meta = rec.meta.clone();
+        meta.push(("samples".into(), rec.samples.len().to_string()));
+        if let Some(summary) = rec.rejected_summary() {
+            meta.push(("rows not used".into(), summary));
+        }
+        if !rec.other_tests.is_empty() {
+            meta.push((
+                "other tests (not shown)".into(),
+                crate::format::cluster_health::other_tests_text(&rec.other_tests),
+            ));
+        }
+        let mut notes = Vec::new();
+        notes.extend(rec.partial.clone());
+        notes.extend(rec.notes.iter().cloned());
+        let records: Vec<SampleRecord> = rec
+            .samples
+            .iter()
+            .map(|s| SampleRecord {
+                slot: SlotId {
+                    matrix: s.matrix,
+                    load: s.load.clone(),
+                    pass: 0,
+                    cpu: s.cpu,
+                    peer_cpu: s.peer_cpu,
+                    device: s.device.clone(),
+                    size_bytes: s.size_bytes,
+                    direction: s.direction.clone(),
+                    host_memory: s.host_memory.clone(),
+                },
+                bytes_per_second: s.outcome.as_ref().ok().copied(),
+                error: s.outcome.as_ref().err().map(|f| f.message.clone()),
+                reason: s
+                    .outcome
+                    .as_ref()
+                    .err()
+                    .map(|f| f.kind.as_str().to_string()),
+                at: 0.0,
+            })
+            .collect();
+        let kind = rec.device_kind.clone().unwrap_or_default();
+        let mut ds = Dataset {
+            source: format!("ClusterHealthDetect {}", files.join(" + ")),
+            meta,
+            numa_nodes: rec.numa_nodes.clone(),
+            devices: rec
+                .devices
+                .iter()
+                .map(|id| DeviceMeta {
+                    id: id.clone(),
+                    name: String::new(),
+                    kind: kind.clone(),
+                    pci_bus_id: String::new(),
+                    numa_node: None,
+                })
+                .collect(),
+            affinity: rec
+                .cpus
+                .iter()
+                .filter_map(|c| c.bindable.map(|b| (c.cpu, b)))
+                .collect(),
+            cpu_records: rec.cpus.clone(),
+            rejected: rec.rejected.clone(),
+            notes,
+            cells: Vec::new(),
+        };
+        ds.add_records(&records);
         ds
     }
 
@@ -263,16 +341,87 @@ impl Dataset {
         }
     }
 
+    /// The load profile [`Dataset::to_store`] serves: `idle`, else the first.
+    pub fn served_load(&self) -> Option<&str> {
+        let mut loads = self.cells.iter().map(|c| c.matrix.load.as_str());
+        if self.cells.iter().any(|c| c.matrix.load == "idle") {
+            Some("idle")
+        } else {
+            loads.next()
+        }
+    }
+
+    /// The size [`Dataset::to_store`] serves of each device pair: a store holds one pair
+    /// matrix per pair (`chd serve` measures one size), so the largest recorded.
+    pub fn served_pair_sizes(&self) -> BTreeMap<&str, u64> {
+        let served = self.served_load();
+        let mut sizes: BTreeMap<&str, u64> = BTreeMap::new();
+        for c in &self.cells {
+            if c.matrix.kind == MatrixKind::Pair && Some(c.matrix.load.as_str()) == served {
+                let s = sizes.entry(c.device.as_str()).or_default();
+                *s = (*s).max(c.matrix.size_bytes);
+            }
+        }
+        sizes
+    }
+
+    /// What [`Dataset::to_store`] leaves out, one line each: the cells of other load
+    /// profiles, H2D cells whose direction is neither `h2d` nor `d2h`, and pair cells of
+    /// other sizes than the served one.
+    pub fn unservable(&self) -> Vec<String> {
+        let served = self.served_load();
+        let pair_sizes = self.served_pair_sizes();
+        let mut other_loads: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut directions: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut other_pair_sizes: BTreeMap<(&str, u64), usize> = BTreeMap::new();
+        for c in &self.cells {
+            if Some(c.matrix.load.as_str()) != served {
+                *other_loads.entry(c.matrix.load.as_str()).or_default() += 1;
+            } else if c.matrix.kind == MatrixKind::H2d
+                && c.matrix.direction.parse::<Direction>().is_err()
+            {
+                *directions.entry(c.matrix.direction.as_str()).or_default() += 1;
+            } else if c.matrix.kind == MatrixKind::Pair
+                && pair_sizes.get(c.device.as_str()) != Some(&c.matrix.size_bytes)
+            {
+                *other_pair_sizes
+                    .entry((c.device.as_str(), c.matrix.size_bytes))
+                    .or_default() += 1;
+            }
+        }
+        let mut out = Vec::new();
+        for (load, n) in other_loads {
+            out.push(format!(
+                "{n} cells under load profile {load:?} are not served (a store holds one \
+                 profile: {})",
+                served.unwrap_or("none")
+            ));
+        }
+        for (direction, n) in directions {
+            out.push(format!(
+                "{n} cells with direction {direction:?} are not served (not h2d or d2h)"
+            ));
+        }
+        for ((pair, size), n) in other_pair_sizes {
+            out.push(format!(
+                "{n} pair {pair} cells of {} are not served (a store holds one pair matrix \
+                 per pair: {})",
+                size_label(size),
+                pair_sizes
+                    .get(pair)
+                    .map(|s| size_label(*s))
+                    .unwrap_or_default()
+            ));
+        }
+        out
+    }
+
     /// The `idle` (else first) load's cells as a [`Store`] (core x device and core-pair
     /// matrices), each cell keeping at most `keep` samples stamped `at`: what
     /// `chd serve --replay` can serve.
     pub fn to_store(&self, keep: usize, at: f64) -> Store {
-        let loads: Vec<&str> = self.cells.iter().map(|c| c.matrix.load.as_str()).collect();
-        let load = if loads.contains(&"idle") {
-            Some("idle")
-        } else {
-            loads.first().copied()
-        };
+        let load = self.served_load();
+        let pair_sizes = self.served_pair_sizes();
         let mut store = Store::default();
         for c in &self.cells {
             if Some(c.matrix.load.as_str()) != load {
@@ -300,6 +449,8 @@ impl Dataset {
                         store.record_sample(key.clone(), sample(v), keep);
                     }
                 }
+                (MatrixKind::Pair, Some(_))
+                    if pair_sizes.get(c.device.as_str()) != Some(&c.matrix.size_bytes) => {}
                 (MatrixKind::Pair, Some(peer)) => {
                     let key = PairKey {
                         pair: c.device.clone(),

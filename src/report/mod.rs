@@ -1,5 +1,5 @@
 //! Reports of measured matrices (`chd report`, and the end of `chd probe --out`): from a run
-//! directory or a ClusterHealthDetect `results.json` to `summary.md`, `cells.csv`, one heatmap
+//! directory or a ClusterHealthDetect recording to `summary.md`, `cells.csv`, one heatmap
 //! picture per matrix (`h2d_<size>.png`, `pair_<a>-<b>_<size>.png`) and `report.xlsx`; plus
 //! the SVG heatmaps `chd serve` shows at `/matrix`.
 //!
@@ -7,7 +7,6 @@
 //! other modules only render.
 
 pub mod analysis;
-pub mod cluster_health;
 pub mod command;
 pub mod csv;
 pub mod dataset;
@@ -22,15 +21,13 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::format::cluster_health;
 use crate::probe::record::{self, MatrixKind, RunDirError};
-use cluster_health::ClusterHealthError;
 use dataset::Dataset;
 use heatmap::Heatmap;
 
 /// Affinity verdicts written by `chd probe affinity --out DIR`.
 pub const AFFINITY_FILE: &str = "affinity.json";
-/// ClusterHealthDetect's results file name.
-pub const RESULTS_FILE: &str = "results.json";
 /// The report's files.
 pub const SUMMARY_FILE: &str = "summary.md";
 pub const CSV_FILE: &str = "cells.csv";
@@ -49,13 +46,14 @@ pub struct AffinityRow {
 pub enum ReportError {
     #[error(transparent)]
     Run(#[from] RunDirError),
-    #[error("{path}: {source}")]
-    ClusterHealth {
-        path: PathBuf,
-        #[source]
-        source: ClusterHealthError,
-    },
-    #[error("{0}: nothing to report (no {run}, {RESULTS_FILE} or {AFFINITY_FILE})", run = record::RUN_FILE)]
+    #[error(transparent)]
+    ClusterHealth(#[from] cluster_health::Error),
+    #[error(
+        "{0}: nothing to report (no {run}, results.json or {AFFINITY_FILE}) and no other \
+         ClusterHealthDetect file (rank_NNNNN.json, partial_results.json, \
+         rank_NNNNN_partial.json)",
+        run = record::RUN_FILE
+    )]
     Nothing(PathBuf),
     #[error("{path}: {detail}")]
     Read { path: PathBuf, detail: String },
@@ -83,16 +81,16 @@ fn read_affinity(path: &Path) -> Result<Vec<(u32, bool)>, ReportError> {
     Ok(rows.into_iter().map(|r| (r.cpu, r.bindable)).collect())
 }
 
-/// Load what `input` holds: a run directory (`run.json` + `cells.jsonl`, and `affinity.json`
-/// if present), a directory with a `results.json`, or a `results.json` / `run.json` file.
-/// Returns the dataset and the directory reports go to by default.
+/// Whether `dir` holds a ClusterHealthDetect recording rather than a chd run.
+fn is_cluster_health_dir(dir: &Path) -> bool {
+    !dir.join(record::RUN_FILE).is_file() && cluster_health::is_recording_dir(dir)
+}
+
+/// Load what `input` holds: a chd run directory (`run.json` + `cells.jsonl`, and
+/// `affinity.json` if present), a ClusterHealthDetect run directory or one of its files
+/// (see [`cluster_health::read`]), or a `run.json` file. Returns the dataset and the
+/// directory reports go to by default.
 pub fn load(input: &Path) -> Result<(Dataset, PathBuf), ReportError> {
-    let cluster = |path: &Path| {
-        cluster_health::read(path).map_err(|source| ReportError::ClusterHealth {
-            path: path.to_path_buf(),
-            source,
-        })
-    };
     if input.is_file() {
         let dir = input.parent().unwrap_or(Path::new(".")).to_path_buf();
         let dir = if dir.as_os_str().is_empty() {
@@ -103,13 +101,18 @@ pub fn load(input: &Path) -> Result<(Dataset, PathBuf), ReportError> {
         if input.file_name().is_some_and(|n| n == record::RUN_FILE) {
             return load(&dir);
         }
-        return Ok((cluster(input)?, dir));
+        let rec = cluster_health::read(input)?;
+        return Ok((Dataset::from_recording(&rec), dir));
     }
     if !input.is_dir() {
         return Err(ReportError::Read {
             path: input.into(),
             detail: "no such file or directory".into(),
         });
+    }
+    if is_cluster_health_dir(input) {
+        let rec = cluster_health::read(input)?;
+        return Ok((Dataset::from_recording(&rec), input.to_path_buf()));
     }
     let affinity_path = input.join(AFFINITY_FILE);
     let affinity = if affinity_path.is_file() {
@@ -120,8 +123,6 @@ pub fn load(input: &Path) -> Result<(Dataset, PathBuf), ReportError> {
     let mut ds = if input.join(record::RUN_FILE).is_file() {
         let (run, records) = record::read_run(input)?;
         Dataset::from_run(&run, &records)
-    } else if input.join(RESULTS_FILE).is_file() {
-        cluster(&input.join(RESULTS_FILE))?
     } else if !affinity.is_empty() {
         Dataset {
             source: format!("chd probe affinity ({})", affinity_path.display()),

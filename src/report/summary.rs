@@ -429,6 +429,28 @@ pub fn render(ds: &Dataset, pictures: &BTreeMap<MatrixId, String>) -> String {
     for (k, v) in &ds.meta {
         let _ = writeln!(s, "| {k} | {} |", v.replace('|', "/"));
     }
+    if !ds.notes.is_empty() {
+        s.push('\n');
+        for n in &ds.notes {
+            let _ = writeln!(s, "> **Note:** {n}");
+        }
+    }
+    if !ds.rejected.is_empty() {
+        let n: usize = ds.rejected.iter().map(|r| r.count).sum();
+        let _ = writeln!(
+            s,
+            "\n## Rows not used\n\n{n} rows of the input could not be placed in a matrix:\n\n| reason | rows | first |\n|---|---|---|"
+        );
+        for r in &ds.rejected {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} |",
+                r.reason.replace('|', "/"),
+                r.count,
+                r.first
+            );
+        }
+    }
     s.push_str("\nBandwidths are decimal GB/s (1e9 bytes/s); sizes are binary (MiB = 2^20 bytes). A cell's value is the median of its samples.\n\n## Findings\n\n");
     let found = findings(ds);
     if found.is_empty() {
