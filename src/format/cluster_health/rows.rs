@@ -69,7 +69,8 @@ struct Pending {
     size_known: bool,
     repeat: Option<u64>,
     rank: Option<u64>,
-    location: String,
+    /// Index of the row in its document's `metrics`.
+    row: usize,
 }
 
 fn text(v: Option<&Value>) -> Option<String> {
@@ -254,7 +255,7 @@ fn h2d_row(row: &Value) -> Result<Pending, String> {
         },
         repeat: uint(row.get("repeat")),
         rank: None,
-        location: String::new(),
+        row: 0,
     })
 }
 
@@ -303,7 +304,7 @@ fn pair_row(row: &Value, facts: &RunFacts) -> Result<Pending, String> {
         },
         repeat: uint(row.get("repeat")),
         rank: uint(row.get("rank")),
-        location: String::new(),
+        row: 0,
     })
 }
 
@@ -312,8 +313,8 @@ fn pair_row(row: &Value, facts: &RunFacts) -> Result<Pending, String> {
 struct Rejections(BTreeMap<String, (usize, String)>);
 
 impl Rejections {
-    fn add(&mut self, reason: String, location: &str) {
-        let e = self.0.entry(reason).or_insert((0, location.to_string()));
+    fn add(&mut self, reason: String, location: impl FnOnce() -> String) {
+        let e = self.0.entry(reason).or_insert_with(|| (0, location()));
         e.0 += 1;
     }
 
@@ -344,15 +345,19 @@ pub(super) fn interpret(docs: &[Document]) -> Interpreted {
     let facts: Vec<RunFacts> = docs.iter().map(|d| RunFacts::of(&d.meta)).collect();
     let mut rejected = Rejections::default();
     let mut other_tests: BTreeMap<String, usize> = BTreeMap::new();
+    let files: Vec<String> = docs
+        .iter()
+        .map(|d| {
+            d.path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| d.path.display().to_string())
+        })
+        .collect();
+    let location = |doc: usize, row: usize| format!("{} metrics[{row}]", files[doc]);
     let mut pending = Vec::new();
     for (di, doc) in docs.iter().enumerate() {
-        let file = doc
-            .path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| doc.path.display().to_string());
         for (i, row) in doc.metrics.iter().enumerate() {
-            let location = format!("{file} metrics[{i}]");
             let parsed = match row.get("test").and_then(Value::as_str) {
                 Some("core_h2d_matrix") => h2d_row(row),
                 Some("core_pair_d2d_matrix") => pair_row(row, &facts[di]),
@@ -365,10 +370,10 @@ pub(super) fn interpret(docs: &[Document]) -> Interpreted {
             match parsed {
                 Ok(mut p) => {
                     p.facts = di;
-                    p.location = location;
+                    p.row = i;
                     pending.push(p);
                 }
-                Err(reason) => rejected.add(reason, &location),
+                Err(reason) => rejected.add(reason, || location(di, i)),
             }
         }
     }
@@ -417,14 +422,14 @@ pub(super) fn interpret(docs: &[Document]) -> Interpreted {
         if device_choices.is_empty() {
             rejected.add(
                 "a failed row without a device, and the recording names no device".into(),
-                &p.location,
+                || location(p.facts, p.row),
             );
             continue;
         }
         if size_choices.is_empty() {
             rejected.add(
                 "a failed row without size_mb, and the recording names no size".into(),
-                &p.location,
+                || location(p.facts, p.row),
             );
             continue;
         }
