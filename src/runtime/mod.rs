@@ -11,6 +11,7 @@ pub mod gemm;
 pub mod host;
 pub mod library;
 pub mod numa_memory;
+pub mod own_process;
 pub mod pair;
 mod pattern;
 pub mod select;

@@ -206,7 +206,7 @@ fn cuda(cfg: &RuntimeConfig, roots: &Roots) -> Result<Opened, String> {
     let runtime = Some(DeviceRuntime::Cuda(backend.runtime()));
     let mut skipped = Vec::new();
     let telemetry: Arc<dyn DeviceTelemetry> =
-        match NvmlTelemetry::open(cfg.nvml.as_deref(), backend.devices()) {
+        match NvmlTelemetry::open(cfg.nvml.as_deref(), backend.devices(), &roots.procfs) {
             Ok(t) => Arc::new(t),
             Err(e) => {
                 skipped.push(format!("{e}; the device idle gate only sees CPU load"));
