@@ -22,8 +22,14 @@ use super::device_index;
 use super::library;
 use super::select::{DeviceRuntime, Opened};
 
-/// cuBLAS sonames tried after the CUDA runtime's own directory and the runtime itself.
-pub const CANDIDATES: &[&str] = &["libcublas.so", "libcublas.so.12", "libcublas.so.11"];
+/// cuBLAS sonames tried after the CUDA runtime's own directory and the runtime itself; the
+/// same major versions as the CUDA runtime's candidates (`cuda::CANDIDATES`).
+pub const CANDIDATES: &[&str] = &[
+    "libcublas.so",
+    "libcublas.so.13",
+    "libcublas.so.12",
+    "libcublas.so.11",
+];
 /// Matrix side of the load's gemms: three 4096 x 4096 f32 matrices (192 MiB) per device.
 pub const DEFAULT_N: usize = 4096;
 
@@ -412,6 +418,7 @@ mod tests {
                 dir.path().join("libcublas.so.12").display().to_string(),
                 runtime,
                 "libcublas.so".into(),
+                "libcublas.so.13".into(),
                 "libcublas.so.12".into(),
                 "libcublas.so.11".into(),
             ]
