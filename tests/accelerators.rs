@@ -316,3 +316,50 @@ fn a_named_backend_that_cannot_load_is_a_clear_error_and_auto_falls_back() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("libc.so.6 lacks symbol aclInit"), "{err}");
 }
+
+#[test]
+fn pageable_host_memory_on_acl_is_a_configuration_error_naming_the_key() {
+    let state = tempfile::tempdir().unwrap();
+    let runs = [
+        vec!["serve", "--listen", "127.0.0.1:0", "--state-dir"],
+        vec![
+            "probe",
+            "h2d",
+            "--sizes",
+            "1MiB",
+            "--memory",
+            "pinned,pageable",
+        ],
+    ];
+    for mut args in runs {
+        if args[0] == "serve" {
+            args.push(state.path().to_str().unwrap());
+            args.extend(["--host-memory", "pageable"]);
+        }
+        args.extend(["--backend", "acl", "--acl-runtime", lib()]);
+        let out = Command::new(chd_bin()).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {err}");
+        assert!(err.contains("runtime.host_memory"), "{args:?}: {err}");
+        assert!(err.contains("aclrtMallocHost"), "{args:?}: {err}");
+        // Refused up front: no cell ran (a probe would have printed a row or a summary).
+        assert!(
+            String::from_utf8_lossy(&out.stdout).trim().is_empty(),
+            "{args:?}"
+        );
+    }
+    // The CUDA backend measures pageable memory (its copies are synchronous, not undefined).
+    let out = Command::new(chd_bin())
+        .args(["probe", "h2d", "--sizes", "1MiB", "--iterations", "1"])
+        .args(["--repeats", "1", "--devices", "0", "--memory", "pageable"])
+        .args(["--backend", "cuda", "--cuda-runtime", lib()])
+        .args(["--nvml", lib()])
+        .env("CHD_FAKE_DEVICE_COUNT", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -2,7 +2,8 @@
 //! function pointers filled once by `AclRuntime::load`, `aclInit` on load and `aclFinalize`
 //! on drop, the `DeviceApi` calls the shared measurement routine uses, and the utilization
 //! query the device idle gate reads. ACL has no PCI bus id query: NPUs are matched to the
-//! Huawei processing accelerators in sysfs by bus order.
+//! Huawei processing accelerators in sysfs by bus order. Pageable host memory is refused:
+//! `aclrtMemcpyAsync` needs `aclrtMallocHost` memory.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::path::Path;
@@ -12,7 +13,7 @@ use libloading::Library;
 use super::device_copy::{self, ApiError, DeviceApi, Handle};
 use super::device_index;
 use super::library::{self, LoadError, SymbolError};
-use super::{Backend, CopyParams, DeviceInfo, Direction, ProbeError};
+use super::{Backend, CopyParams, DeviceInfo, Direction, HostMemory, ProbeError};
 use crate::topology::pci;
 
 /// Sonames tried in order when no path is given.
@@ -30,6 +31,12 @@ const ACL_MEMCPY_DEVICE_TO_HOST: c_int = 2;
 const ACL_MEMCPY_DEVICE_TO_DEVICE: c_int = 3;
 /// `ACL_MEM_MALLOC_HUGE_FIRST`.
 const ACL_MEM_MALLOC_HUGE_FIRST: c_int = 0;
+
+/// Why pageable host memory is refused (see `DeviceApi::pageable_refusal`).
+const PAGEABLE_REFUSAL: &str = "aclrtMemcpyAsync needs page-locked host memory from \
+    aclrtMallocHost: with pageable memory it is undefined on CANN 7.0.0 - 8.0.0 (no error, an \
+    unpredictable failure when the copy runs) and a blocking copy on CANN 8.5, so pageable \
+    copies cannot be measured on the acl backend; use pinned";
 
 /// `aclrtUtilizationInfo` (CANN 7+).
 #[repr(C)]
@@ -319,6 +326,10 @@ impl DeviceApi for AclRuntime {
         })?;
         Ok(ms)
     }
+
+    fn pageable_refusal(&self) -> Option<&'static str> {
+        Some(PAGEABLE_REFUSAL)
+    }
 }
 
 /// The Ascend backend: one device per visible NPU, labelled by runtime index.
@@ -382,6 +393,13 @@ impl AclBackend {
 impl Backend for AclBackend {
     fn name(&self) -> &'static str {
         "acl"
+    }
+
+    fn check_host_memory(&self, memory: HostMemory) -> Result<(), String> {
+        match memory {
+            HostMemory::Pinned => Ok(()),
+            HostMemory::Pageable => Err(PAGEABLE_REFUSAL.into()),
+        }
     }
 
     fn devices(&self) -> &[DeviceInfo] {

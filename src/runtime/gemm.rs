@@ -17,7 +17,7 @@ use std::thread::JoinHandle;
 use libloading::Library;
 
 use super::cuda::CudaRuntime;
-use super::device_copy::{guard, DeviceApi};
+use super::device_copy::{guard, stream_guard, DeviceApi};
 use super::device_index;
 use super::library;
 use super::select::{DeviceRuntime, Opened};
@@ -345,7 +345,8 @@ fn run_loop(ctx: &LoopContext, ready: &mut dyn FnMut(Result<(), String>)) -> Res
         let a = guard(api, api.device_alloc(bytes), CudaRuntime::device_free).map_err(on)?;
         let b = guard(api, api.device_alloc(bytes), CudaRuntime::device_free).map_err(on)?;
         let c = guard(api, api.device_alloc(bytes), CudaRuntime::device_free).map_err(on)?;
-        let stream = guard(api, api.stream_create(), CudaRuntime::stream_destroy).map_err(on)?;
+        // Synchronized before it is destroyed and before the matrices go, on error paths too.
+        let stream = stream_guard(api).map_err(on)?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer.
         cublas.check("cublasCreate_v2", unsafe { (cublas.create)(&mut raw) })?;
