@@ -2,8 +2,9 @@
 //! cell releases its pinned host memory, device memory, streams and events, on success and
 //! on failure (a device that fails in the middle of the timed copies, with copies still
 //! queued, included: nothing is released before its stream is synchronized); bytes really
-//! travel; timing follows the device events; ACL refuses pageable memory; NVML sees chd's
-//! own context as chd's.
+//! travel; timing follows the device events; ACL refuses pageable memory, finalizes only an
+//! ACL it initialized and takes PCI bus ids from the runtime; NVML sees chd's own context as
+//! chd's.
 
 #[path = "support/fake_runtime.rs"]
 mod fake;
@@ -17,7 +18,7 @@ fn exclusive() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_char, c_int, c_void};
 use std::time::Duration;
 
 use chd::runtime::acl::AclBackend;
@@ -135,6 +136,46 @@ fn fake_fn<T: Copy>(name: &str) -> T {
         std::mem::forget(l);
         f
     }
+}
+
+#[test]
+fn acl_that_chd_did_not_initialize_is_not_finalized() {
+    let _one_at_a_time = exclusive();
+    let lib = setup();
+    let init: unsafe extern "C" fn(*const c_char) -> c_int = fake_fn("aclInit");
+    let finalize: unsafe extern "C" fn() -> c_int = fake_fn("aclFinalize");
+    // SAFETY: NULL config path is allowed.
+    assert_eq!(unsafe { init(std::ptr::null()) }, 0, "the test owns ACL");
+    {
+        let backend = AclBackend::open(Some(lib), Path::new("/sys")).unwrap();
+        backend
+            .measure_copy("0", &params(Direction::H2d, HostMemory::Pinned))
+            .unwrap();
+    }
+    // chd saw ACL_ERROR_REPEAT_INITIALIZE and left ACL alone: the owner's ACL still stands
+    // (a second finalization would be ACL_ERROR_REPEAT_FINALIZE, 100037).
+    // SAFETY: no arguments.
+    assert_eq!(unsafe { finalize() }, 0);
+    // An ACL chd initialized itself is released when the backend goes.
+    drop(AclBackend::open(Some(lib), Path::new("/sys")).unwrap());
+    // SAFETY: as above.
+    unsafe {
+        assert_eq!(init(std::ptr::null()), 0, "chd's ACL was not finalized");
+        assert_eq!(finalize(), 0);
+    }
+}
+
+#[test]
+fn acl_devices_take_their_pci_bus_id_from_the_runtime() {
+    let _one_at_a_time = exclusive();
+    let lib = setup();
+    let backend = AclBackend::open(Some(lib), Path::new("/sys")).unwrap();
+    let ids: Vec<&str> = backend
+        .devices()
+        .iter()
+        .map(|d| d.pci_bus_id.as_str())
+        .collect();
+    assert_eq!(ids, ["0000:10:00.0", "0000:11:00.0", "0000:12:00.0"]);
 }
 
 #[test]
