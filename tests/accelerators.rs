@@ -230,7 +230,7 @@ fn a_device_turning_busy_stops_the_window_in_progress() {
 fn topology_lists_fake_devices_with_bus_ids_and_numa_nodes() {
     let fixture =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/accelerators/gpu-node");
-    let run = |backend: &str, flag: &str, ids: &str| {
+    let run = |backend: &str, flag: &str, ids: &str, acl_bus_ids: &str| {
         let out = Command::new(chd_bin())
             .arg("--sysfs-root")
             .arg(fixture.join("sys"))
@@ -239,6 +239,7 @@ fn topology_lists_fake_devices_with_bus_ids_and_numa_nodes() {
             .args(["topology", "--json", "--backend", backend, flag, lib()])
             .env("CHD_FAKE_DEVICE_COUNT", "2")
             .env("CHD_FAKE_PCI_BUS_IDS", ids)
+            .env("CHD_FAKE_ACL_PCI_BUS_ID", acl_bus_ids)
             .output()
             .unwrap();
         assert!(
@@ -262,15 +263,23 @@ fn topology_lists_fake_devices_with_bus_ids_and_numa_nodes() {
             .collect::<Vec<_>>()
     };
     assert_eq!(
-        run("cuda", "--cuda-runtime", "0000:1A:00.0,0000:9C:00.0"),
+        run("cuda", "--cuda-runtime", "0000:1A:00.0,0000:9C:00.0", "1"),
         vec![
             ("0".to_string(), "0000:1a:00.0".to_string(), Some(0)),
             ("1".to_string(), "0000:9c:00.0".to_string(), Some(1)),
         ]
     );
-    // ACL has no bus id query: NPUs are the Huawei accelerators in bus order.
+    // ACL answers aclrtDeviceGetPCIBusId (CANN 9.2+): its numbering wins over bus order.
     assert_eq!(
-        run("acl", "--acl-runtime", ""),
+        run("acl", "--acl-runtime", "0000:c2:00.0,0000:c1:00.0", "1"),
+        vec![
+            ("0".to_string(), "0000:c2:00.0".to_string(), Some(1)),
+            ("1".to_string(), "0000:c1:00.0".to_string(), Some(0)),
+        ]
+    );
+    // Without the query: NPUs are the Huawei accelerators in bus order.
+    assert_eq!(
+        run("acl", "--acl-runtime", "0000:c2:00.0,0000:c1:00.0", "0"),
         vec![
             ("0".to_string(), "0000:c1:00.0".to_string(), Some(0)),
             ("1".to_string(), "0000:c2:00.0".to_string(), Some(1)),

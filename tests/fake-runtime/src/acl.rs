@@ -41,6 +41,7 @@ pub const ACL_ERROR_REPEAT_FINALIZE: AclError = 100_037;
 pub const ACL_ERROR_RT_INVALID_DEVICEID: AclError = 107_001;
 pub const ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID: AclError = 107_006;
 pub const ACL_ERROR_RT_INVALID_HANDLE: AclError = 107_017;
+pub const ACL_ERROR_RT_FEATURE_NOT_SUPPORT: AclError = 207_000;
 pub const ACL_ERROR_RT_MEMORY_ALLOCATION: AclError = 207_001;
 pub const ACL_ERROR_RT_INTERNAL_ERROR: AclError = 507_000;
 pub const ACL_ERROR_RT_STREAM_NOT_COMPLETE: AclError = 507_004;
@@ -620,7 +621,8 @@ pub unsafe extern "C" fn aclrtDestroyEvent(event: *mut c_void) -> AclError {
 
 /// `aclrtDeviceGetPCIBusId(int32_t deviceId, char *pciBusId, int32_t len)` (CANN 9.2): the
 /// device's `CHD_FAKE_PCI_BUS_IDS` address as `dddd:bb:dd.f`, lower case like the header's
-/// example; `len` must be at least 13.
+/// example; `len` must be at least 13. `CHD_FAKE_ACL_PCI_BUS_ID=0` makes it answer
+/// `ACL_ERROR_RT_FEATURE_NOT_SUPPORT`, as CANN does where the interconnect is not PCIe.
 #[no_mangle]
 pub unsafe extern "C" fn aclrtDeviceGetPCIBusId(
     device: i32,
@@ -629,6 +631,12 @@ pub unsafe extern "C" fn aclrtDeviceGetPCIBusId(
 ) -> AclError {
     api("aclrtDeviceGetPCIBusId", || {
         let dev = device_id(device)?;
+        if !config::get().acl_pci_bus_id {
+            return Err((
+                ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                "PCI bus ids are not supported here (CHD_FAKE_ACL_PCI_BUS_ID=0)".to_owned(),
+            ));
+        }
         if pci_bus_id.is_null() {
             return Err(invalid("pciBusId is NULL"));
         }

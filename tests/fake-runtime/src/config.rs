@@ -168,6 +168,9 @@ pub struct Config {
     /// `CHD_FAKE_NVML_OWN_PID`: the pid NVML lists this process's own allocations under (a
     /// host PID namespace's view), instead of `getpid()`.
     pub nvml_own_pid: Option<u32>,
+    /// `CHD_FAKE_ACL_PCI_BUS_ID`: whether `aclrtDeviceGetPCIBusId` answers (`0`: it returns
+    /// `ACL_ERROR_RT_FEATURE_NOT_SUPPORT`, as on a non-PCIe interconnect).
+    pub acl_pci_bus_id: bool,
 }
 
 impl Default for Config {
@@ -194,6 +197,7 @@ impl Default for Config {
             load_copy_factor: DEFAULT_LOAD_COPY_FACTOR,
             fail_after: 0,
             nvml_own_pid: None,
+            acl_pci_bus_id: true,
         }
     }
 }
@@ -412,6 +416,10 @@ impl Config {
                 return Err("a pid must be positive".to_owned());
             }
             cfg.nvml_own_pid = Some(pid);
+            Ok(())
+        });
+        field("CHD_FAKE_ACL_PCI_BUS_ID", "1", &mut |v| {
+            cfg.acl_pci_bus_id = parse_switch(v)?;
             Ok(())
         });
         field("CHD_FAKE_BUSY_DEVICES", "none", &mut |v| {
@@ -693,9 +701,11 @@ mod tests {
             ("CHD_FAKE_BUSY_DEVICES", "2"),
             ("CHD_FAKE_DEVICE_NAME", "Fake 910B"),
             ("CHD_FAKE_NVML_OWN_PID", "123456"),
+            ("CHD_FAKE_ACL_PCI_BUS_ID", "0"),
         ]);
         assert!(warnings.is_empty(), "{warnings:?}");
         assert_eq!((cfg.fail_after, cfg.nvml_own_pid), (3, Some(123456)));
+        assert!(!cfg.acl_pci_bus_id);
         assert_eq!(cfg.pci_addresses.len(), 3);
         assert_eq!(cfg.pci_addresses[0].legacy_upper(), "0000:1A:00.0");
         assert_eq!(cfg.pci_addresses[1].nvml_upper(), "00000001:9B:1F.7");
