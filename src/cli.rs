@@ -93,7 +93,7 @@ pub struct H2dArgs {
     )]
     pub directions: Option<Vec<String>>,
     /// Host memory kinds, comma-separated: pinned, pageable (the host backend always uses
-    /// pageable) [default: pinned]. Same as --host-memory.
+    /// pageable; the acl backend refuses it) [default: pinned]. Same as --host-memory.
     #[arg(long, value_name = "KIND,...")]
     pub memory: Option<String>,
     /// Untimed copies before each sample [default: 2].
@@ -249,8 +249,8 @@ pub struct RuntimeArgs {
     /// libnvidia-ml to load instead of libnvidia-ml.so.1 [runtime.nvml].
     #[arg(long, value_name = "PATH")]
     pub nvml: Option<PathBuf>,
-    /// Host side of accelerator copies: pinned or pageable [runtime.host_memory]
-    /// (default pinned).
+    /// Host side of accelerator copies: pinned or pageable (not with acl: aclrtMemcpyAsync
+    /// needs aclrtMallocHost memory) [runtime.host_memory] (default pinned).
     #[arg(long, value_name = "KIND")]
     pub host_memory: Option<String>,
     /// What the core-pair probe moves bytes with: auto (NCCL with cuda, HCCL with acl, else

@@ -230,7 +230,7 @@ fn a_device_turning_busy_stops_the_window_in_progress() {
 fn topology_lists_fake_devices_with_bus_ids_and_numa_nodes() {
     let fixture =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/accelerators/gpu-node");
-    let run = |backend: &str, flag: &str, ids: &str| {
+    let run = |backend: &str, flag: &str, ids: &str, acl_bus_ids: &str| {
         let out = Command::new(chd_bin())
             .arg("--sysfs-root")
             .arg(fixture.join("sys"))
@@ -239,6 +239,7 @@ fn topology_lists_fake_devices_with_bus_ids_and_numa_nodes() {
             .args(["topology", "--json", "--backend", backend, flag, lib()])
             .env("CHD_FAKE_DEVICE_COUNT", "2")
             .env("CHD_FAKE_PCI_BUS_IDS", ids)
+            .env("CHD_FAKE_ACL_PCI_BUS_ID", acl_bus_ids)
             .output()
             .unwrap();
         assert!(
@@ -262,15 +263,23 @@ fn topology_lists_fake_devices_with_bus_ids_and_numa_nodes() {
             .collect::<Vec<_>>()
     };
     assert_eq!(
-        run("cuda", "--cuda-runtime", "0000:1A:00.0,0000:9C:00.0"),
+        run("cuda", "--cuda-runtime", "0000:1A:00.0,0000:9C:00.0", "1"),
         vec![
             ("0".to_string(), "0000:1a:00.0".to_string(), Some(0)),
             ("1".to_string(), "0000:9c:00.0".to_string(), Some(1)),
         ]
     );
-    // ACL has no bus id query: NPUs are the Huawei accelerators in bus order.
+    // ACL answers aclrtDeviceGetPCIBusId (CANN 9.2+): its numbering wins over bus order.
     assert_eq!(
-        run("acl", "--acl-runtime", ""),
+        run("acl", "--acl-runtime", "0000:c2:00.0,0000:c1:00.0", "1"),
+        vec![
+            ("0".to_string(), "0000:c2:00.0".to_string(), Some(1)),
+            ("1".to_string(), "0000:c1:00.0".to_string(), Some(0)),
+        ]
+    );
+    // Without the query: NPUs are the Huawei accelerators in bus order.
+    assert_eq!(
+        run("acl", "--acl-runtime", "0000:c2:00.0,0000:c1:00.0", "0"),
         vec![
             ("0".to_string(), "0000:c1:00.0".to_string(), Some(0)),
             ("1".to_string(), "0000:c2:00.0".to_string(), Some(1)),
@@ -315,4 +324,51 @@ fn a_named_backend_that_cannot_load_is_a_clear_error_and_auto_falls_back() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("libc.so.6 lacks symbol aclInit"), "{err}");
+}
+
+#[test]
+fn pageable_host_memory_on_acl_is_a_configuration_error_naming_the_key() {
+    let state = tempfile::tempdir().unwrap();
+    let runs = [
+        vec!["serve", "--listen", "127.0.0.1:0", "--state-dir"],
+        vec![
+            "probe",
+            "h2d",
+            "--sizes",
+            "1MiB",
+            "--memory",
+            "pinned,pageable",
+        ],
+    ];
+    for mut args in runs {
+        if args[0] == "serve" {
+            args.push(state.path().to_str().unwrap());
+            args.extend(["--host-memory", "pageable"]);
+        }
+        args.extend(["--backend", "acl", "--acl-runtime", lib()]);
+        let out = Command::new(chd_bin()).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {err}");
+        assert!(err.contains("runtime.host_memory"), "{args:?}: {err}");
+        assert!(err.contains("aclrtMallocHost"), "{args:?}: {err}");
+        // Refused up front: no cell ran (a probe would have printed a row or a summary).
+        assert!(
+            String::from_utf8_lossy(&out.stdout).trim().is_empty(),
+            "{args:?}"
+        );
+    }
+    // The CUDA backend measures pageable memory (its copies are synchronous, not undefined).
+    let out = Command::new(chd_bin())
+        .args(["probe", "h2d", "--sizes", "1MiB", "--iterations", "1"])
+        .args(["--repeats", "1", "--devices", "0", "--memory", "pageable"])
+        .args(["--backend", "cuda", "--cuda-runtime", lib()])
+        .args(["--nvml", lib()])
+        .env("CHD_FAKE_DEVICE_COUNT", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

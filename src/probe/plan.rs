@@ -165,6 +165,17 @@ pub fn plan_from(
             (None, None) => vec![HostMemory::Pinned.as_str().to_string()],
         }
     };
+    for x in &host_memories {
+        let memory = x
+            .parse::<HostMemory>()
+            .map_err(|e| anyhow!("--host-memory: {e}"))?;
+        backend.check_host_memory(memory).map_err(|why| {
+            anyhow!(
+                "--host-memory {x} (runtime.host_memory): the {} backend refuses it: {why}",
+                backend.name()
+            )
+        })?;
+    }
     let loads = match (req.loads.is_empty(), base) {
         // Not split on commas: `cpu:4@0-3,8` keeps its list.
         (false, _) => req.loads.iter().map(|l| l.trim().to_string()).collect(),

@@ -1,8 +1,16 @@
 //! The Ascend backend: libascendcl loaded at run time (no CANN needed to build chd). Typed
-//! function pointers filled once by `AclRuntime::load`, `aclInit` on load and `aclFinalize`
-//! on drop, the `DeviceApi` calls the shared measurement routine uses, and the utilization
-//! query the device idle gate reads. ACL has no PCI bus id query: NPUs are matched to the
-//! Huawei processing accelerators in sysfs by bus order.
+//! function pointers filled once by `AclRuntime::load`, `aclInit` on load and, only when that
+//! `aclInit` was ours, `aclFinalizeReference` (or `aclFinalize`) on drop; the `DeviceApi`
+//! calls the shared measurement routine uses, and the utilization query the device idle gate
+//! reads. PCI bus ids come from `aclrtDeviceGetPCIBusId` where the runtime has it (CANN 9.2),
+//! else NPUs are matched to the Huawei processing accelerators in sysfs by bus order.
+//! Pageable host memory is refused: `aclrtMemcpyAsync` needs `aclrtMallocHost` memory.
+//!
+//! Header versions the declarations below were checked against: "(acl.h)", "(acl_rt.h)" and
+//! "(acl_base.h)" name the Ascend PyTorch repo's copies in `third_party/acl/inc/acl/` (acl.h at
+//! commit 24fccbe2, acl_rt.h at 00df2c1d, acl_base.h at 0c9d3005); "(acl_rt.h 1.17.0)" names
+//! CANN's open runtime header `include/external/acl/acl_rt.h` (hicann/runtime at 0bbc1964,
+//! `ACL_MINOR_VERSION` 17), which declares `aclrtUtilizationInfo` the same way.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::path::Path;
@@ -12,7 +20,7 @@ use libloading::Library;
 use super::device_copy::{self, ApiError, DeviceApi, Handle};
 use super::device_index;
 use super::library::{self, LoadError, SymbolError};
-use super::{Backend, CopyParams, DeviceInfo, Direction, ProbeError};
+use super::{Backend, CopyParams, DeviceInfo, Direction, HostMemory, ProbeError};
 use crate::topology::pci;
 
 /// Sonames tried in order when no path is given.
@@ -21,17 +29,30 @@ pub const CANDIDATES: &[&str] = &["libascendcl.so"];
 const HUAWEI_VENDOR: &str = "0x19e5";
 const ACCELERATOR_CLASS: &str = "0x1200";
 
+/// `aclError` (`typedef int aclError`, acl_base.h).
 type AclError = c_int;
 const ACL_SUCCESS: AclError = 0;
-/// `ACL_ERROR_REPEAT_INITIALIZE`: aclInit already ran in this process.
+/// `ACL_ERROR_REPEAT_INITIALIZE` (acl_base.h): aclInit already ran in this process, so
+/// someone else owns the initialization.
 const ACL_ERROR_REPEAT_INITIALIZE: AclError = 100002;
+/// `aclrtMemcpyKind` (acl_rt.h): `ACL_MEMCPY_HOST_TO_DEVICE`, `_DEVICE_TO_HOST`,
+/// `_DEVICE_TO_DEVICE`.
 const ACL_MEMCPY_HOST_TO_DEVICE: c_int = 1;
 const ACL_MEMCPY_DEVICE_TO_HOST: c_int = 2;
 const ACL_MEMCPY_DEVICE_TO_DEVICE: c_int = 3;
-/// `ACL_MEM_MALLOC_HUGE_FIRST`.
+/// `aclrtMemMallocPolicy` `ACL_MEM_MALLOC_HUGE_FIRST` (acl_rt.h).
 const ACL_MEM_MALLOC_HUGE_FIRST: c_int = 0;
+/// Buffer for `aclrtDeviceGetPCIBusId`: the header asks for at least 13 bytes
+/// (`dddd:bb:dd.f` and the NUL); room to spare for a longer domain.
+const PCI_BUS_ID_LEN: usize = 64;
+/// Why pageable host memory is refused (see `DeviceApi::pageable_refusal`).
+const PAGEABLE_REFUSAL: &str = "aclrtMemcpyAsync needs page-locked host memory from \
+    aclrtMallocHost: with pageable memory it is undefined on CANN 7.0.0 - 8.0.0 (no error, an \
+    unpredictable failure when the copy runs) and a blocking copy on CANN 8.5, so pageable \
+    copies cannot be measured on the acl backend; use pinned";
 
-/// `aclrtUtilizationInfo` (CANN 7+).
+/// `aclrtUtilizationInfo` (acl_rt.h; the same in acl_rt.h 1.17.0): four `int32_t`
+/// percentages and a reserved `aclrtUtilizationExtendInfo *` that must be NULL.
 #[repr(C)]
 #[derive(Debug, Default)]
 struct AclUtilizationInfo {
@@ -42,20 +63,47 @@ struct AclUtilizationInfo {
     utilization_extend: usize,
 }
 
+// The C declarations, with the header each was checked against (handles such as
+// `aclrtStream` and `aclrtEvent` are `void *`; enums are `int`).
+/// `aclError aclInit(const char *configPath)` (acl.h).
 type FnInit = unsafe extern "C" fn(*const c_char) -> AclError;
+/// `aclError aclFinalize()` (acl.h).
 type FnVoid = unsafe extern "C" fn() -> AclError;
+/// `aclError aclFinalizeReference(uint64_t *refCount)` (acl.h; absent from older acl.h):
+/// drops one `aclInit` reference where `aclInit` counts them.
+type FnFinalizeReference = unsafe extern "C" fn(*mut u64) -> AclError;
+/// `aclError aclrtGetDeviceCount(uint32_t *count)` (acl_rt.h).
 type FnCount = unsafe extern "C" fn(*mut u32) -> AclError;
+/// `aclError aclrtSetDevice(int32_t deviceId)` (acl_rt.h).
 type FnDevice = unsafe extern "C" fn(i32) -> AclError;
+/// `aclError aclrtMallocHost(void **hostPtr, size_t size)` (acl_rt.h).
 type FnMallocHost = unsafe extern "C" fn(*mut *mut c_void, usize) -> AclError;
+/// `aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy)` (acl_rt.h).
 type FnMalloc = unsafe extern "C" fn(*mut *mut c_void, usize, c_int) -> AclError;
+/// `aclrtFreeHost(void *hostPtr)`, `aclrtFree(void *devPtr)`, `aclrtDestroyStream(aclrtStream)`,
+/// `aclrtSynchronizeStream(aclrtStream)`, `aclrtDestroyEvent(aclrtEvent)`,
+/// `aclrtSynchronizeEvent(aclrtEvent)`, all returning `aclError` (acl_rt.h).
 type FnHandle = unsafe extern "C" fn(*mut c_void) -> AclError;
+/// `aclrtCreateStream(aclrtStream *stream)`, `aclrtCreateEvent(aclrtEvent *event)` (acl_rt.h).
 type FnCreate = unsafe extern "C" fn(*mut *mut c_void) -> AclError;
+/// `aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count,
+/// aclrtMemcpyKind kind, aclrtStream stream)` (acl_rt.h).
 type FnMemcpyAsync =
     unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize, c_int, *mut c_void) -> AclError;
+/// `aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream)` (acl_rt.h).
 type FnRecord = unsafe extern "C" fn(*mut c_void, *mut c_void) -> AclError;
+/// `aclError aclrtEventElapsedTime(float *ms, aclrtEvent startEvent, aclrtEvent endEvent)`
+/// (acl_rt.h).
 type FnElapsed = unsafe extern "C" fn(*mut f32, *mut c_void, *mut c_void) -> AclError;
+/// `const char *aclGetRecentErrMsg()` (acl.h).
 type FnErrMsg = unsafe extern "C" fn() -> *const c_char;
+/// `aclError aclrtGetDeviceUtilizationRate(int32_t deviceId, aclrtUtilizationInfo
+/// *utilizationInfo)` (acl_rt.h).
 type FnUtilization = unsafe extern "C" fn(i32, *mut AclUtilizationInfo) -> AclError;
+/// `aclError aclrtDeviceGetPCIBusId(int32_t deviceId, char *pciBusId, int32_t len)` (acl_rt.h
+/// 1.17.0 only; CANN 9.2.0-beta.2 with Ascend HDK 25.5.5 and later, per CANN's
+/// device_identity_mapping sample; `len` >= 13, `dddd:bb:dd.f`).
+type FnPciBusId = unsafe extern "C" fn(i32, *mut c_char, i32) -> AclError;
 
 /// Why the ACL backend is unavailable.
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +121,9 @@ pub enum AclLoadError {
 /// libascendcl's entry points. The library stays loaded (and initialised) while this lives.
 pub struct AclRuntime {
     finalize: FnVoid,
+    finalize_reference: Option<FnFinalizeReference>,
+    /// Whether our `aclInit` initialized ACL (false: it was already, someone else owns it).
+    owns_init: bool,
     get_device_count: FnCount,
     set_device: FnDevice,
     malloc_host: FnMallocHost,
@@ -90,6 +141,7 @@ pub struct AclRuntime {
     event_elapsed_time: FnElapsed,
     recent_err_msg: Option<FnErrMsg>,
     utilization_rate: Option<FnUtilization>,
+    pci_bus_id: Option<FnPciBusId>,
     /// Where it was loaded from.
     pub source: String,
     _library: Library,
@@ -111,8 +163,10 @@ impl AclRuntime {
         // (acl/acl_rt.h, acl/acl_base.h); the pointers live no longer than `_library`.
         let runtime = unsafe {
             let init: FnInit = library::symbol(&lib, &source, "aclInit")?;
-            let runtime = AclRuntime {
+            let mut runtime = AclRuntime {
                 finalize: library::symbol(&lib, &source, "aclFinalize")?,
+                finalize_reference: library::symbol(&lib, &source, "aclFinalizeReference").ok(),
+                owns_init: false,
                 get_device_count: library::symbol(&lib, &source, "aclrtGetDeviceCount")?,
                 set_device: library::symbol(&lib, &source, "aclrtSetDevice")?,
                 malloc_host: library::symbol(&lib, &source, "aclrtMallocHost")?,
@@ -131,12 +185,18 @@ impl AclRuntime {
                 recent_err_msg: library::symbol(&lib, &source, "aclGetRecentErrMsg").ok(),
                 utilization_rate: library::symbol(&lib, &source, "aclrtGetDeviceUtilizationRate")
                     .ok(),
+                pci_bus_id: library::symbol(&lib, &source, "aclrtDeviceGetPCIBusId").ok(),
                 source,
                 _library: lib,
             };
             let code = init(std::ptr::null());
-            if code != ACL_SUCCESS && code != ACL_ERROR_REPEAT_INITIALIZE {
-                return Err(AclLoadError::Call(runtime.error("aclInit", code)));
+            match code {
+                ACL_SUCCESS => runtime.owns_init = true,
+                ACL_ERROR_REPEAT_INITIALIZE => tracing::info!(
+                    "ACL was already initialized in this process; chd leaves its finalization \
+                     to whoever initialized it"
+                ),
+                _ => return Err(AclLoadError::Call(runtime.error("aclInit", code))),
             }
             runtime
         };
@@ -171,6 +231,19 @@ impl AclRuntime {
         Ok(n)
     }
 
+    /// PCI bus id of `device` (`0000:3d:00.0`, lower-cased to sysfs's spelling); `None` where
+    /// the runtime lacks the query (before CANN 9.2).
+    pub fn pci_bus_id(&self, device: i32) -> Option<Result<String, ApiError>> {
+        let query = self.pci_bus_id?;
+        let mut buf = [0 as c_char; PCI_BUS_ID_LEN];
+        // SAFETY: `buf` holds PCI_BUS_ID_LEN bytes and we pass that length.
+        let code = unsafe { query(device, buf.as_mut_ptr(), PCI_BUS_ID_LEN as i32) };
+        Some(self.check("aclrtDeviceGetPCIBusId", code).map(|()| {
+            // SAFETY: the runtime NUL-terminates within the given length (zeroed beyond).
+            unsafe { library::c_text(buf.as_ptr()) }.to_ascii_lowercase()
+        }))
+    }
+
     /// Busiest engine's utilization (0..1) of `device`; `None` where the runtime lacks the
     /// query (CANN before 7).
     pub fn utilization(&self, device: i32) -> Option<Result<f64, ApiError>> {
@@ -178,22 +251,52 @@ impl AclRuntime {
         let mut info = AclUtilizationInfo::default();
         // SAFETY: `info` is a valid out-pointer of the declared layout.
         let code = unsafe { query(device, &mut info) };
-        Some(self.check("aclrtGetDeviceUtilizationRate", code).map(|()| {
-            let busiest = info
-                .cube_utilization
-                .max(info.vector_utilization)
-                .max(info.aicpu_utilization);
-            f64::from(busiest.clamp(0, 100)) / 100.0
-        }))
+        Some(
+            self.check("aclrtGetDeviceUtilizationRate", code)
+                .and_then(|()| {
+                    busiest_engine(&info).ok_or_else(|| ApiError {
+                        call: "aclrtGetDeviceUtilizationRate",
+                        code,
+                        text:
+                            "no engine reports a utilization (all DEVICE_UTILIZATION_NOT_SUPPORT)"
+                                .into(),
+                    })
+                }),
+        )
     }
+}
+
+/// The busiest of the cube, vector and AI CPU engines, 0..1. An engine the product lacks
+/// reports `DEVICE_UTILIZATION_NOT_SUPPORT` (-1, acl_rt.h) and is skipped; `None` if all do.
+fn busiest_engine(info: &AclUtilizationInfo) -> Option<f64> {
+    [
+        info.cube_utilization,
+        info.vector_utilization,
+        info.aicpu_utilization,
+    ]
+    .into_iter()
+    .filter(|&u| u >= 0)
+    .max()
+    .map(|u| f64::from(u.min(100)) / 100.0)
 }
 
 impl Drop for AclRuntime {
     fn drop(&mut self) {
-        // SAFETY: aclInit succeeded in `load`; nothing of ours is live after the backend.
-        let code = unsafe { (self.finalize)() };
-        if code != ACL_SUCCESS {
-            tracing::warn!("aclFinalize returned {code}");
+        if !self.owns_init {
+            // Another user of ACL in this process initialized it; finalizing would pull it
+            // from under them.
+            return;
+        }
+        // Where aclInit counts references, drop only ours; aclFinalize releases everything
+        // regardless of the count (acl.h).
+        let (call, code) = match self.finalize_reference {
+            // SAFETY: our aclInit succeeded in `load`; NULL: the count is not wanted.
+            Some(f) => ("aclFinalizeReference", unsafe { f(std::ptr::null_mut()) }),
+            // SAFETY: as above; nothing of ours is live after the backend.
+            None => ("aclFinalize", unsafe { (self.finalize)() }),
+        };
+        if let Err(e) = self.check(call, code) {
+            tracing::warn!("{e}");
         }
     }
 }
@@ -319,6 +422,10 @@ impl DeviceApi for AclRuntime {
         })?;
         Ok(ms)
     }
+
+    fn pageable_refusal(&self) -> Option<&'static str> {
+        Some(PAGEABLE_REFUSAL)
+    }
 }
 
 /// The Ascend backend: one device per visible NPU, labelled by runtime index.
@@ -336,20 +443,10 @@ impl AclBackend {
         if count == 0 {
             return Err(AclLoadError::NoDevices(runtime.source.clone()));
         }
-        // Without ASCEND_RT_VISIBLE_DEVICES the runtime numbers NPUs in PCI bus order.
-        let npus = if std::env::var_os("ASCEND_RT_VISIBLE_DEVICES").is_some() {
-            Vec::new()
-        } else {
-            pci::devices_of(sysfs, HUAWEI_VENDOR, ACCELERATOR_CLASS)
-        };
-        let matched = npus.len() == count as usize;
+        let bus_ids = pci_bus_ids(&runtime, count, sysfs);
         let devices = (0..count as usize)
             .map(|index| {
-                let pci_bus_id = if matched {
-                    npus[index].clone()
-                } else {
-                    String::new()
-                };
+                let pci_bus_id = bus_ids.get(index).cloned().unwrap_or_default();
                 DeviceInfo {
                     id: index.to_string(),
                     kind: "acl".into(),
@@ -379,9 +476,40 @@ impl AclBackend {
     }
 }
 
+/// Each device's PCI bus id: the runtime's answer where it has `aclrtDeviceGetPCIBusId` and
+/// answers for every device, else the Huawei accelerators in sysfs in bus order (the order the
+/// runtime numbers NPUs in without ASCEND_RT_VISIBLE_DEVICES), else none.
+fn pci_bus_ids(runtime: &AclRuntime, count: u32, sysfs: &Path) -> Vec<String> {
+    let queried: Option<Result<Vec<String>, ApiError>> = (0..count as i32)
+        .map(|d| runtime.pci_bus_id(d))
+        .collect::<Option<Vec<_>>>()
+        .map(|ids| ids.into_iter().collect());
+    match queried {
+        Some(Ok(ids)) => return ids,
+        Some(Err(e)) => tracing::info!("{e}; matching NPUs to sysfs by bus order"),
+        None => {}
+    }
+    if std::env::var_os("ASCEND_RT_VISIBLE_DEVICES").is_some() {
+        return Vec::new();
+    }
+    let npus = pci::devices_of(sysfs, HUAWEI_VENDOR, ACCELERATOR_CLASS);
+    if npus.len() == count as usize {
+        npus
+    } else {
+        Vec::new()
+    }
+}
+
 impl Backend for AclBackend {
     fn name(&self) -> &'static str {
         "acl"
+    }
+
+    fn check_host_memory(&self, memory: HostMemory) -> Result<(), String> {
+        match memory {
+            HostMemory::Pinned => Ok(()),
+            HostMemory::Pageable => Err(PAGEABLE_REFUSAL.into()),
+        }
     }
 
     fn devices(&self) -> &[DeviceInfo] {
@@ -391,5 +519,25 @@ impl Backend for AclBackend {
     fn measure_copy(&self, device: &str, params: &CopyParams) -> Result<f64, ProbeError> {
         let index = device_index(&self.devices, device)?;
         device_copy::measure(&*self.runtime, index, params)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unsupported_engines_do_not_count_as_idle() {
+        let info = |cube, vector, aicpu| AclUtilizationInfo {
+            cube_utilization: cube,
+            vector_utilization: vector,
+            aicpu_utilization: aicpu,
+            ..AclUtilizationInfo::default()
+        };
+        assert_eq!(busiest_engine(&info(30, 70, 5)), Some(0.7));
+        assert_eq!(busiest_engine(&info(-1, 40, -1)), Some(0.4));
+        assert_eq!(busiest_engine(&info(-1, -1, -1)), None);
+        assert_eq!(busiest_engine(&info(0, 0, 0)), Some(0.0));
+        assert_eq!(busiest_engine(&info(250, 0, 0)), Some(1.0));
     }
 }

@@ -15,6 +15,9 @@ use super::library::{self, LoadError, SymbolError};
 pub const NCCL_CANDIDATES: &[&str] = &["libnccl.so", "libnccl.so.2"];
 pub const HCCL_CANDIDATES: &[&str] = &["libhccl.so"];
 
+// HCCL declarations checked against the Ascend PyTorch repo's `third_party/hccl/inc/hccl/`
+// (hccl.h at commit 00ac88a9, hccl_types.h at 00361082): `HcclResult` and `HcclDataType`
+// are C enums (int-sized), `HcclComm` and `aclrtStream` are `void *`.
 /// `ncclInt8` / `HCCL_DATA_TYPE_INT8`: counts are bytes.
 const DATA_TYPE_INT8: c_int = 0;
 
@@ -58,7 +61,13 @@ type FnAllGather = unsafe extern "C" fn(
 ) -> c_int;
 type FnComm = unsafe extern "C" fn(*mut c_void) -> c_int;
 type FnErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
+// `HcclResult HcclCommInitAll(uint32_t ndev, int32_t *devices, HcclComm *comms)` (hccl.h);
+// `HcclResult HcclCommDestroy(HcclComm comm)` (hccl.h) is `FnComm`;
+// `const char *HcclGetErrorString(HcclResult code)` (hccl.h) is `FnErrorString`.
 type FnInitAllHccl = unsafe extern "C" fn(u32, *mut i32, *mut *mut c_void) -> c_int;
+// `HcclResult HcclAllGather(void *sendBuf, void *recvBuf, uint64_t sendCount, HcclDataType
+// dataType, HcclComm comm, aclrtStream stream)` (hccl.h); `HCCL_DATA_TYPE_INT8 = 0`
+// (hccl_types.h).
 type FnHcclAllGather =
     unsafe extern "C" fn(*mut c_void, *mut c_void, u64, c_int, *mut c_void, *mut c_void) -> c_int;
 

@@ -2,7 +2,11 @@
 //! measurement routine both accelerator backends share. The calling thread is already bound
 //! to the cell's CPU; the host buffer is allocated and first-touched here, the copies are
 //! timed with device events around `iterations` async copies after `warmup` untimed ones, and
-//! every allocation, stream and event is released on every path (RAII guards).
+//! every allocation, stream and event is released on every path (RAII guards). The stream is
+//! synchronized before it is destroyed and before anything its copies use is freed, on error
+//! paths too (a copy enqueued before a failure may still be running), and every scratch
+//! buffer a copy touches is runtime-allocated pinned memory (ACL's `aclrtMemcpyAsync` is
+//! undefined on pageable memory).
 
 use std::ffi::c_void;
 
@@ -54,6 +58,11 @@ pub(crate) trait DeviceApi: Send + Sync {
     fn event_synchronize(&self, event: Handle) -> Result<(), ApiError>;
     /// Milliseconds between two recorded events.
     fn event_elapsed_ms(&self, start: Handle, end: Handle) -> Result<f32, ApiError>;
+    /// Why this runtime's async copies cannot take pageable host memory, where they cannot
+    /// (then every host buffer they touch must come from `host_alloc_pinned`).
+    fn pageable_refusal(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 fn warn_release(result: Result<(), ApiError>) {
@@ -63,14 +72,14 @@ fn warn_release(result: Result<(), ApiError>) {
 }
 
 /// Host memory owned for one measurement.
-enum HostBuffer<'a, A: DeviceApi + ?Sized> {
+pub(crate) enum HostBuffer<'a, A: DeviceApi + ?Sized> {
     Pinned { api: &'a A, ptr: Handle, len: usize },
     Pageable(Vec<u8>),
 }
 
 impl<'a, A: DeviceApi + ?Sized> HostBuffer<'a, A> {
     /// Allocate on the calling thread and first-touch every page here.
-    fn new(api: &'a A, len: usize, kind: HostMemory) -> Result<Self, ApiError> {
+    pub(crate) fn new(api: &'a A, len: usize, kind: HostMemory) -> Result<Self, ApiError> {
         let mut buf = match kind {
             HostMemory::Pinned => HostBuffer::Pinned {
                 api,
@@ -84,7 +93,7 @@ impl<'a, A: DeviceApi + ?Sized> HostBuffer<'a, A> {
         Ok(buf)
     }
 
-    fn as_mut_slice(&mut self) -> &mut [u8] {
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
         match self {
             // SAFETY: `ptr` is a live allocation of `len` bytes owned by this guard.
             HostBuffer::Pinned { ptr, len, .. } => unsafe {
@@ -94,7 +103,7 @@ impl<'a, A: DeviceApi + ?Sized> HostBuffer<'a, A> {
         }
     }
 
-    fn as_handle(&mut self) -> Handle {
+    pub(crate) fn as_handle(&mut self) -> Handle {
         self.as_mut_slice().as_mut_ptr().cast()
     }
 }
@@ -132,6 +141,20 @@ pub(crate) fn guard<'a, A: DeviceApi + ?Sized>(
     })
 }
 
+/// Wait for everything enqueued on `stream`, then destroy it. CANN wants
+/// `aclrtSynchronizeStream` before `aclrtDestroyStream`; after a failed enqueue the copies
+/// enqueued before it may still run, and the buffers they use are freed right after.
+fn synchronize_and_destroy<A: DeviceApi + ?Sized>(api: &A, stream: Handle) -> Result<(), ApiError> {
+    warn_release(api.stream_synchronize(stream));
+    api.stream_destroy(stream)
+}
+
+/// A new stream, synchronized and destroyed on drop. Declare it after everything its work
+/// uses (buffers, events), so that it is released first.
+pub(crate) fn stream_guard<A: DeviceApi + ?Sized>(api: &A) -> Result<Guard<'_, A>, ApiError> {
+    guard(api, api.stream_create(), synchronize_and_destroy::<A>)
+}
+
 fn alloc_error(bytes: usize) -> impl Fn(ApiError) -> ProbeError {
     move |e| ProbeError::Alloc {
         bytes: bytes as u64,
@@ -160,18 +183,35 @@ pub(crate) fn measure<A: DeviceApi + ?Sized>(
             "a cell needs a size and at least one iteration".into(),
         ));
     }
+    if params.host_memory == HostMemory::Pageable {
+        if let Some(why) = api.pageable_refusal() {
+            return Err(ProbeError::Alloc {
+                bytes: params.size_bytes,
+                detail: format!("pageable host memory: {why}"),
+            });
+        }
+    }
     api.set_device(device)
         .map_err(|e| ProbeError::Device(e.to_string()))?;
 
     let mut host = HostBuffer::new(api, bytes, params.host_memory).map_err(alloc_error(bytes))?;
     let dev = guard(api, api.device_alloc(bytes), A::device_free).map_err(alloc_error(bytes))?;
-    let stream = guard(api, api.stream_create(), A::stream_destroy).map_err(timing_error)?;
+    let head = bytes.min(1 << 20);
+    // An h2d cell's check reads the device buffer back into runtime-allocated memory.
+    let mut scratch = match params.direction {
+        Direction::H2d => {
+            Some(HostBuffer::new(api, head, HostMemory::Pinned).map_err(alloc_error(head))?)
+        }
+        Direction::D2h => None,
+    };
     let start = guard(api, api.event_create(), A::event_destroy).map_err(timing_error)?;
     let end = guard(api, api.event_create(), A::event_destroy).map_err(timing_error)?;
+    // Last, so it is synchronized and destroyed before the events and buffers go.
+    let stream = stream_guard(api).map_err(timing_error)?;
 
     // The source holds the pattern: the host buffer for h2d; for d2h the device buffer,
     // filled from a pattern staged through the (then cleared) host buffer.
-    let mut expected = vec![0u8; bytes.min(1 << 20)];
+    let mut expected = vec![0u8; head];
     fill_pattern(&mut expected);
     fill_pattern(host.as_mut_slice());
     let (dst, src) = match params.direction {
@@ -215,36 +255,31 @@ pub(crate) fn measure<A: DeviceApi + ?Sized>(
         )));
     }
 
-    verify(api, &mut host, &dev, &stream, params.direction, &expected)?;
+    let got = match scratch.as_mut() {
+        Some(scratch) => read_back(api, scratch, &dev, &stream)?,
+        // d2h: the host buffer already holds what the device sent.
+        None => &host.as_mut_slice()[..head],
+    };
+    check_copy(&expected, got)?;
     Ok(bytes as f64 * f64::from(params.iterations) / (f64::from(ms) / 1e3))
 }
 
-/// Check the data path: for h2d copy the head of the device buffer back; for d2h the host
-/// buffer already holds what the device sent.
-fn verify<A: DeviceApi + ?Sized>(
+/// Copy the head of the device buffer back into `scratch` (pinned) and return it.
+fn read_back<'s, A: DeviceApi + ?Sized>(
     api: &A,
-    host: &mut HostBuffer<'_, A>,
+    scratch: &'s mut HostBuffer<'_, A>,
     dev: &Guard<'_, A>,
     stream: &Guard<'_, A>,
-    direction: Direction,
-    expected: &[u8],
-) -> Result<(), ProbeError> {
-    let head = expected.len();
-    let got: Vec<u8> = match direction {
-        Direction::H2d => {
-            let mut back = vec![0u8; head];
-            api.copy_async(
-                back.as_mut_ptr().cast(),
-                dev.handle,
-                head,
-                Direction::D2h,
-                stream.handle,
-            )
-            .map_err(copy_error)?;
-            api.stream_synchronize(stream.handle).map_err(copy_error)?;
-            back
-        }
-        Direction::D2h => host.as_mut_slice()[..head].to_vec(),
-    };
-    check_copy(expected, &got)
+) -> Result<&'s [u8], ProbeError> {
+    let head = scratch.as_mut_slice().len();
+    api.copy_async(
+        scratch.as_handle(),
+        dev.handle,
+        head,
+        Direction::D2h,
+        stream.handle,
+    )
+    .map_err(copy_error)?;
+    api.stream_synchronize(stream.handle).map_err(copy_error)?;
+    Ok(scratch.as_mut_slice())
 }

@@ -17,13 +17,19 @@ use std::thread::JoinHandle;
 use libloading::Library;
 
 use super::cuda::CudaRuntime;
-use super::device_copy::{guard, DeviceApi};
+use super::device_copy::{guard, stream_guard, DeviceApi};
 use super::device_index;
 use super::library;
 use super::select::{DeviceRuntime, Opened};
 
-/// cuBLAS sonames tried after the CUDA runtime's own directory and the runtime itself.
-pub const CANDIDATES: &[&str] = &["libcublas.so", "libcublas.so.12", "libcublas.so.11"];
+/// cuBLAS sonames tried after the CUDA runtime's own directory and the runtime itself; the
+/// same major versions as the CUDA runtime's candidates (`cuda::CANDIDATES`).
+pub const CANDIDATES: &[&str] = &[
+    "libcublas.so",
+    "libcublas.so.13",
+    "libcublas.so.12",
+    "libcublas.so.11",
+];
 /// Matrix side of the load's gemms: three 4096 x 4096 f32 matrices (192 MiB) per device.
 pub const DEFAULT_N: usize = 4096;
 
@@ -339,7 +345,8 @@ fn run_loop(ctx: &LoopContext, ready: &mut dyn FnMut(Result<(), String>)) -> Res
         let a = guard(api, api.device_alloc(bytes), CudaRuntime::device_free).map_err(on)?;
         let b = guard(api, api.device_alloc(bytes), CudaRuntime::device_free).map_err(on)?;
         let c = guard(api, api.device_alloc(bytes), CudaRuntime::device_free).map_err(on)?;
-        let stream = guard(api, api.stream_create(), CudaRuntime::stream_destroy).map_err(on)?;
+        // Synchronized before it is destroyed and before the matrices go, on error paths too.
+        let stream = stream_guard(api).map_err(on)?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer.
         cublas.check("cublasCreate_v2", unsafe { (cublas.create)(&mut raw) })?;
@@ -412,6 +419,7 @@ mod tests {
                 dir.path().join("libcublas.so.12").display().to_string(),
                 runtime,
                 "libcublas.so".into(),
+                "libcublas.so.13".into(),
                 "libcublas.so.12".into(),
                 "libcublas.so.11".into(),
             ]

@@ -1,6 +1,6 @@
 //! Accelerator runtimes behind one trait. The `host` backend (no accelerator: copies between
 //! a buffer local to the bound CPU and a buffer placed on a chosen NUMA node) runs anywhere;
-//! CUDA and ACL come later behind the same trait.
+//! CUDA and ACL implement the same trait.
 
 pub mod acl;
 pub mod collective;
@@ -11,6 +11,7 @@ pub mod gemm;
 pub mod host;
 pub mod library;
 pub mod numa_memory;
+pub mod own_process;
 pub mod pair;
 mod pattern;
 pub mod select;
@@ -165,4 +166,9 @@ pub trait Backend: Send + Sync {
     /// cell's CPU. Allocates (and first-touches) its host buffer on this thread, warms up,
     /// times `iterations` copies and returns bytes per second. Frees everything it allocated.
     fn measure_copy(&self, device: &str, params: &CopyParams) -> Result<f64, ProbeError>;
+    /// Why this backend cannot measure copies with `memory` on the host side, if it cannot: a
+    /// configuration error, reported before any cell runs.
+    fn check_host_memory(&self, _memory: HostMemory) -> Result<(), String> {
+        Ok(())
+    }
 }

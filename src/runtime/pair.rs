@@ -10,8 +10,8 @@ use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::collective::CollectiveApi;
-use super::device_copy::{guard, ApiError, DeviceApi, Handle};
-use super::{DeviceInfo, Direction, ProbeError};
+use super::device_copy::{guard, stream_guard, ApiError, DeviceApi, Handle, HostBuffer};
+use super::{DeviceInfo, Direction, HostMemory, ProbeError};
 use crate::affinity;
 
 /// How one pair cell is measured.
@@ -179,6 +179,65 @@ struct Cell {
     /// Each rank's receive buffer (ranks x bytes), published for peer copies.
     recv: Mutex<[usize; 2]>,
     meet: Rendezvous,
+    /// Which ranks' streams are synchronized for good (or were never used).
+    quiet: Quiet,
+}
+
+/// Ranks whose streams have finished all their work. A rank's peer copies write into the
+/// other rank's receive buffer, so neither rank frees its buffers before both streams are
+/// quiet (within the cell's deadline), on error paths too.
+#[derive(Default)]
+struct Quiet {
+    done: Mutex<[bool; 2]>,
+    cv: Condvar,
+}
+
+impl Quiet {
+    fn mark(&self, rank: usize) {
+        self.done.lock().unwrap_or_else(|p| p.into_inner())[rank] = true;
+        self.cv.notify_all();
+    }
+
+    /// Wait until `rank`'s stream is quiet, at most until `deadline`.
+    fn wait_for(&self, rank: usize, deadline: Instant) -> bool {
+        let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        while !done[rank] {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            done = self
+                .cv
+                .wait_timeout(done, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        true
+    }
+}
+
+/// Declared just before a rank's stream, so it drops right after the stream was synchronized
+/// and destroyed: releases a peer waiting at the rendezvous (this rank meets no more; after
+/// the last meeting that changes nothing), marks the rank quiet, then waits for the peer
+/// before the buffers go.
+struct QuietOnDrop<'a> {
+    cell: &'a Cell,
+    rank: usize,
+}
+
+impl Drop for QuietOnDrop<'_> {
+    fn drop(&mut self) {
+        let (quiet, peer) = (&self.cell.quiet, 1 - self.rank);
+        self.cell.meet.break_it();
+        quiet.mark(self.rank);
+        if !quiet.wait_for(peer, self.cell.meet.deadline) {
+            tracing::warn!(
+                "rank {} frees its buffers while rank {peer}'s stream may still use them \
+                 (the cell's deadline passed)",
+                self.rank
+            );
+        }
+    }
 }
 
 fn device_error(e: ApiError) -> ProbeError {
@@ -208,19 +267,30 @@ fn run_rank(cell: &Cell, rank: usize) -> Result<f64, ProbeError> {
     };
     let send = alloc(bytes)?;
     let recv = alloc(2 * bytes)?;
-    let stream =
-        guard(api, api.stream_create(), <dyn DeviceApi>::stream_destroy).map_err(device_error)?;
     let start =
         guard(api, api.event_create(), <dyn DeviceApi>::event_destroy).map_err(device_error)?;
     let end =
         guard(api, api.event_create(), <dyn DeviceApi>::event_destroy).map_err(device_error)?;
+    // Host sides of the data check: runtime-allocated (ACL's async copies need it).
+    let head_len = bytes.min(4096);
+    let host = |n: usize| {
+        HostBuffer::new(api, n, HostMemory::Pinned).map_err(|e| ProbeError::Alloc {
+            bytes: n as u64,
+            detail: e.to_string(),
+        })
+    };
+    let mut mark = host(head_len)?;
+    let mut head = host(head_len)?;
+    let _quiet = QuietOnDrop { cell, rank };
+    // Last: synchronized and destroyed before anything above is released.
+    let stream = stream_guard(api).map_err(device_error)?;
 
     // A recognisable head per rank, for the data check after timing.
-    let mark = vec![0xA0u8 + rank as u8; bytes.min(4096)];
+    mark.as_mut_slice().fill(0xA0u8 + rank as u8);
     api.copy_async(
         send.handle,
-        mark.as_ptr() as Handle,
-        mark.len(),
+        mark.as_handle(),
+        head_len,
         Direction::H2d,
         stream.handle,
     )
@@ -273,12 +343,11 @@ fn run_rank(cell: &Cell, rank: usize) -> Result<f64, ProbeError> {
 
     // The peer's block arrived in this rank's receive buffer.
     let peer = 1 - rank;
-    let mut head = vec![0u8; mark.len()];
     let from = (recv.handle as usize + peer * bytes) as Handle;
     api.copy_async(
-        head.as_mut_ptr() as Handle,
+        head.as_handle(),
         from,
-        head.len(),
+        head_len,
         Direction::D2h,
         stream.handle,
     )
@@ -286,7 +355,7 @@ fn run_rank(cell: &Cell, rank: usize) -> Result<f64, ProbeError> {
     api.stream_synchronize(stream.handle)
         .map_err(device_error)?;
     let want = 0xA0u8 + peer as u8;
-    if head.iter().any(|&b| b != want) {
+    if head.as_mut_slice().iter().any(|&b| b != want) {
         return Err(ProbeError::Copy(format!(
             "rank {rank} did not receive rank {peer}'s data"
         )));
@@ -327,6 +396,7 @@ impl PairProbe for DevicePairProbe {
             params: *params,
             recv: Mutex::new([0, 0]),
             meet: Rendezvous::new(Instant::now() + params.timeout),
+            quiet: Quiet::default(),
         });
         let (tx, rx) = mpsc::channel();
         for rank in 0..2 {
@@ -338,6 +408,8 @@ impl PairProbe for DevicePairProbe {
                 .name(format!("chd-rank{rank}"))
                 .spawn(move || {
                     let result = run_rank(&rank_cell, rank);
+                    // Whatever it got to, this rank's stream has nothing left in flight.
+                    rank_cell.quiet.mark(rank);
                     if result.is_err() {
                         rank_cell.meet.break_it();
                     }
@@ -386,5 +458,32 @@ impl PairProbe for DevicePairProbe {
         // nccl-tests' bus bandwidth for allgather: per-rank bytes x (n - 1) / time.
         let n = 2.0;
         Ok(params.bytes_per_rank as f64 * (n - 1.0) * f64::from(params.iterations) / (ms / 1e3))
+    }
+}
+
+#[cfg(test)]
+mod quiet_tests {
+    use super::*;
+
+    #[test]
+    fn a_rank_waits_for_its_peer_s_stream_but_never_past_the_deadline() {
+        let quiet = Arc::new(Quiet::default());
+        // Never marked: gives up at the deadline.
+        let t0 = Instant::now();
+        assert!(!quiet.wait_for(1, t0 + Duration::from_millis(50)));
+        assert!(t0.elapsed() >= Duration::from_millis(50));
+        // Marked by the peer's thread while waiting: released at once.
+        let peer = {
+            let quiet = quiet.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                quiet.mark(1);
+            })
+        };
+        assert!(quiet.wait_for(1, Instant::now() + Duration::from_secs(10)));
+        peer.join().unwrap();
+        // Marks are per rank and stay.
+        assert!(quiet.wait_for(1, Instant::now()));
+        assert!(!quiet.wait_for(0, Instant::now()));
     }
 }

@@ -1,6 +1,7 @@
 //! Choosing and opening the backend: `auto` takes the first runtime that loads and reports
 //! devices (CUDA, then ACL), else the host backend; a named backend that cannot be opened is
-//! an error. Also picks the device telemetry that goes with it.
+//! an error, and so is host memory the opened backend cannot copy with. Also picks the device
+//! telemetry that goes with it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -206,7 +207,7 @@ fn cuda(cfg: &RuntimeConfig, roots: &Roots) -> Result<Opened, String> {
     let runtime = Some(DeviceRuntime::Cuda(backend.runtime()));
     let mut skipped = Vec::new();
     let telemetry: Arc<dyn DeviceTelemetry> =
-        match NvmlTelemetry::open(cfg.nvml.as_deref(), backend.devices()) {
+        match NvmlTelemetry::open(cfg.nvml.as_deref(), backend.devices(), &roots.procfs) {
             Ok(t) => Arc::new(t),
             Err(e) => {
                 skipped.push(format!("{e}; the device idle gate only sees CPU load"));
@@ -247,8 +248,27 @@ fn host(topology: &Topology) -> Opened {
     }
 }
 
-/// Open the configured backend.
+/// Open the configured backend. A backend that cannot copy with the configured host memory
+/// (`runtime.host_memory`) is a configuration error.
 pub fn open(
+    cfg: &RuntimeConfig,
+    roots: &Roots,
+    topology: &Topology,
+) -> Result<Opened, BackendError> {
+    let opened = open_backend(cfg, roots, topology)?;
+    if let Err(why) = opened.backend.check_host_memory(cfg.host_memory) {
+        return Err(BackendError {
+            backend: opened.backend.name(),
+            detail: format!(
+                "runtime.host_memory (--host-memory) = {}: {why}",
+                cfg.host_memory.as_str()
+            ),
+        });
+    }
+    Ok(opened)
+}
+
+fn open_backend(
     cfg: &RuntimeConfig,
     roots: &Roots,
     topology: &Topology,

@@ -1,7 +1,9 @@
 //! Device telemetry: utilization, memory in use and foreign compute processes per device,
 //! from NVML (through nvml-wrapper, for the CUDA backend) or the ACL runtime (Ascend). The
 //! idle gate reads it before and during windows; `/metrics` exports it. NVML is initialised
-//! once; a failure is remembered and reported, never retried per scrape.
+//! once; a failure is remembered and reported, never retried per scrape. chd's own compute
+//! contexts are recognised by every pid it has in its PID namespaces (`own_process`), since
+//! NVML in a container reports host pids.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -62,12 +64,15 @@ pub struct NvmlTelemetry {
     nvml: Nvml,
     /// (NVML index, runtime device label)
     devices: Vec<(u32, String)>,
+    /// chd's pids in each of its PID namespaces: NVML processes with these are chd's own.
+    own_pids: Vec<u32>,
 }
 
 impl std::fmt::Debug for NvmlTelemetry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NvmlTelemetry")
             .field("devices", &self.devices)
+            .field("own_pids", &self.own_pids)
             .finish_non_exhaustive()
     }
 }
@@ -85,10 +90,11 @@ pub fn normalize_bus_id(id: &str) -> String {
 
 impl NvmlTelemetry {
     /// Initialise NVML (from `path`, else libnvidia-ml.so.1) and match its devices to
-    /// `devices` by PCI bus id.
+    /// `devices` by PCI bus id; chd's own pids come from `<procfs>/self/status`.
     pub fn open(
         path: Option<&Path>,
         devices: &[DeviceInfo],
+        procfs: &Path,
     ) -> Result<NvmlTelemetry, NvmlUnavailable> {
         let mut builder = Nvml::builder();
         if let Some(p) = path {
@@ -124,6 +130,7 @@ impl NvmlTelemetry {
         Ok(NvmlTelemetry {
             nvml,
             devices: matched,
+            own_pids: super::own_process::own_pids(procfs),
         })
     }
 }
@@ -134,7 +141,6 @@ impl DeviceTelemetry for NvmlTelemetry {
     }
 
     fn sample(&self) -> Vec<DeviceSample> {
-        let own_pid = std::process::id();
         self.devices
             .iter()
             .map(|(index, label)| {
@@ -150,7 +156,11 @@ impl DeviceTelemetry for NvmlTelemetry {
                 let foreign_processes = device
                     .as_ref()
                     .and_then(|d| d.running_compute_processes().ok())
-                    .map(|ps| ps.iter().filter(|p| p.pid != own_pid).count() as u32);
+                    .map(|ps| {
+                        ps.iter()
+                            .filter(|p| !self.own_pids.contains(&p.pid))
+                            .count() as u32
+                    });
                 DeviceSample {
                     device: label.clone(),
                     utilization,
@@ -162,7 +172,9 @@ impl DeviceTelemetry for NvmlTelemetry {
     }
 }
 
-/// Utilization from the ACL runtime (memory and processes are not exposed by ACL).
+/// Utilization from the ACL runtime (`aclrtGetDeviceUtilizationRate`, see `acl.rs` for the
+/// `aclrtUtilizationInfo` layout and the header it was checked against; memory and processes
+/// are not exposed by ACL).
 #[derive(Debug)]
 pub struct AclTelemetry {
     pub backend: Arc<AclBackend>,

@@ -1,6 +1,9 @@
 //! The exported Ascend ACL subset (`libascendcl.so` role): init/finalize, devices, host and
 //! device memory, streams, copies, events, memory info, utilization (busy-device model) and
 //! the per-thread recent error message. Error codes are the real CANN values (see README).
+//! Asynchronous copies need `aclrtMallocHost` memory on the host side and stay pending on
+//! their stream until synchronized ([`crate::pending`]): destroying the stream or freeing
+//! their buffers before that is refused.
 //!
 //! Safety contract shared by every function here: pointer arguments must be null or valid
 //! for the access the real ACL documents (out-pointers writable, host ranges of a copy
@@ -22,8 +25,10 @@ use crate::config;
 use crate::copy::{self, CopyError, Direction};
 use crate::device;
 use crate::ffi;
+use crate::memory::Location;
 use crate::memory::{self, Api};
 use crate::nvml::BUSY_BYTES;
+use crate::pending;
 use crate::timing::{self, StreamRef, TimingError};
 
 /// `aclError`.
@@ -36,9 +41,16 @@ pub const ACL_ERROR_REPEAT_FINALIZE: AclError = 100_037;
 pub const ACL_ERROR_RT_INVALID_DEVICEID: AclError = 107_001;
 pub const ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID: AclError = 107_006;
 pub const ACL_ERROR_RT_INVALID_HANDLE: AclError = 107_017;
+pub const ACL_ERROR_RT_FEATURE_NOT_SUPPORT: AclError = 207_000;
 pub const ACL_ERROR_RT_MEMORY_ALLOCATION: AclError = 207_001;
 pub const ACL_ERROR_RT_INTERNAL_ERROR: AclError = 507_000;
+pub const ACL_ERROR_RT_STREAM_NOT_COMPLETE: AclError = 507_004;
 pub const ACL_ERROR_RT_SYS_DMA: AclError = 507_013;
+
+/// Alignment `aclrtMemcpyAsync` wants of its addresses (and `aclrtMallocHost` guarantees).
+pub const ACL_COPY_ALIGN: usize = 64;
+/// Shortest buffer `aclrtDeviceGetPCIBusId` accepts (`dddd:bb:dd.f` and the NUL).
+pub const ACL_PCI_BUS_ID_MIN_LEN: i32 = 13;
 
 /// `aclrtMemcpyKind` values.
 pub const ACL_MEMCPY_HOST_TO_HOST: c_int = 0;
@@ -174,6 +186,26 @@ pub unsafe extern "C" fn aclFinalize() -> AclError {
     })
 }
 
+/// `aclFinalizeReference`: drops one `aclInit` reference. The fake's `aclInit` does not count
+/// (a second one is `ACL_ERROR_REPEAT_INITIALIZE`), so this finalizes like `aclFinalize` and
+/// writes the references left (0) to `refCount` when it is not NULL.
+#[no_mangle]
+pub unsafe extern "C" fn aclFinalizeReference(ref_count: *mut u64) -> AclError {
+    api("aclFinalizeReference", || {
+        if !INITIALIZED.swap(false, Ordering::SeqCst) {
+            return Err((
+                ACL_ERROR_REPEAT_FINALIZE,
+                "aclFinalizeReference without aclInit".to_owned(),
+            ));
+        }
+        if !ref_count.is_null() {
+            // SAFETY: module contract (non-null out-pointer).
+            unsafe { put(ref_count, 0, "refCount")? };
+        }
+        Ok(())
+    })
+}
+
 /// `aclrtGetDeviceCount`.
 #[no_mangle]
 pub unsafe extern "C" fn aclrtGetDeviceCount(count: *mut u32) -> AclError {
@@ -229,13 +261,30 @@ pub unsafe extern "C" fn aclrtMallocHost(host_ptr: *mut *mut c_void, size: usize
     })
 }
 
-/// `aclrtFreeHost`: only live `aclrtMallocHost` pointers.
+/// Refuses to free the allocation at `base` while an unsynchronized copy uses it: CANN's
+/// `aclrtFree`/`aclrtFreeHost` free at once, with no implicit synchronization.
+fn refuse_in_use(base: usize, call: &str) -> AclResult {
+    if pending::in_use(base) {
+        pending::refuse();
+        return Err((
+            ACL_ERROR_RT_STREAM_NOT_COMPLETE,
+            format!(
+                "{base:#x} is used by an aclrtMemcpyAsync that was not synchronized: \
+                 synchronize its stream before {call}"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `aclrtFreeHost`: only live `aclrtMallocHost` pointers, not used by unsynchronized copies.
 #[no_mangle]
 pub unsafe extern "C" fn aclrtFreeHost(host_ptr: *mut c_void) -> AclError {
     api("aclrtFreeHost", || {
         if host_ptr.is_null() {
             return Err(invalid("hostPtr is NULL"));
         }
+        refuse_in_use(host_ptr as usize, "aclrtFreeHost")?;
         memory::free_pinned(host_ptr as usize, Api::Acl).map_err(|_| {
             (
                 ACL_ERROR_RT_INVALID_HANDLE,
@@ -272,13 +321,14 @@ pub unsafe extern "C" fn aclrtMalloc(
     })
 }
 
-/// `aclrtFree`: only live `aclrtMalloc` base addresses.
+/// `aclrtFree`: only live `aclrtMalloc` base addresses, not used by unsynchronized copies.
 #[no_mangle]
 pub unsafe extern "C" fn aclrtFree(dev_ptr: *mut c_void) -> AclError {
     api("aclrtFree", || {
         if dev_ptr.is_null() {
             return Err(invalid("devPtr is NULL"));
         }
+        refuse_in_use(dev_ptr as usize, "aclrtFree")?;
         memory::free_device(dev_ptr as usize, Api::Acl).map_err(|_| {
             (
                 ACL_ERROR_RT_INVALID_HANDLE,
@@ -302,12 +352,26 @@ pub unsafe extern "C" fn aclrtCreateStream(stream: *mut *mut c_void) -> AclError
     })
 }
 
-/// `aclrtDestroyStream`.
+/// `aclrtDestroyStream`: refused (and counted) while copies enqueued on the stream are not
+/// synchronized, as CANN requires `aclrtSynchronizeStream` first; the stream stays usable.
 #[no_mangle]
 pub unsafe extern "C" fn aclrtDestroyStream(stream: *mut c_void) -> AclError {
     api("aclrtDestroyStream", || {
         if stream.is_null() {
             return Err(invalid("stream is NULL"));
+        }
+        let handle = StreamRef::Handle(stream as usize);
+        timing::stream_device(handle, Api::Acl).map_err(timing_err)?;
+        let pending = pending::pending_on(handle);
+        if pending > 0 {
+            pending::refuse();
+            return Err((
+                ACL_ERROR_RT_STREAM_NOT_COMPLETE,
+                format!(
+                    "stream {stream:p} has {pending} unsynchronized task(s): \
+                     call aclrtSynchronizeStream before aclrtDestroyStream"
+                ),
+            ));
         }
         timing::destroy_stream(stream, Api::Acl).map_err(timing_err)
     })
@@ -322,13 +386,15 @@ fn stream_ref(stream: *mut c_void) -> StreamRef {
     }
 }
 
-/// `aclrtSynchronizeStream`: copies are synchronous, so this only validates the handle.
+/// `aclrtSynchronizeStream`: copies are synchronous, so this validates the handle and marks
+/// the stream's pending work done.
 #[no_mangle]
 pub unsafe extern "C" fn aclrtSynchronizeStream(stream: *mut c_void) -> AclError {
     api("aclrtSynchronizeStream", || {
-        timing::stream_device(stream_ref(stream), Api::Acl)
-            .map(|_| ())
-            .map_err(timing_err)
+        let stream = stream_ref(stream);
+        timing::stream_device(stream, Api::Acl).map_err(timing_err)?;
+        pending::synchronize_stream(stream);
+        Ok(())
     })
 }
 
@@ -367,7 +433,37 @@ unsafe fn memcpy(
     }
 }
 
-/// `aclrtMemcpyAsync`: executes synchronously and advances `stream`'s virtual clock.
+/// The host side of an asynchronous copy must be page-locked memory from `aclrtMallocHost`,
+/// 64-byte aligned: with pageable memory the copy "does not report an error, but an
+/// unpredictable error may occur when the task is executed" (`aclrtMemcpyAsync` in the CANN
+/// 7.0.0, 8.0.RC3 and 8.0.0 guides). Host-to-host kinds are left alone.
+fn check_async_host_side(dst: usize, src: usize, count: usize, kind: c_int) -> AclResult {
+    if count == 0 || kind == ACL_MEMCPY_HOST_TO_HOST {
+        return Ok(());
+    }
+    for (addr, what) in [(dst, "destination"), (src, "source")] {
+        if addr == 0 || memory::locate(addr, count) != Location::Host {
+            continue;
+        }
+        if !memory::in_pinned(addr, count, Api::Acl) {
+            return Err(invalid(format!(
+                "the {what} {addr:#x} (+{count} bytes) is host memory outside every live \
+                 aclrtMallocHost allocation: aclrtMemcpyAsync needs page-locked host memory"
+            )));
+        }
+        if addr % ACL_COPY_ALIGN != 0 {
+            return Err(invalid(format!(
+                "the {what} {addr:#x} is not {ACL_COPY_ALIGN}-byte aligned"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `aclrtMemcpyAsync`: executes synchronously and advances `stream`'s virtual clock. The host
+/// side must lie in a live `aclrtMallocHost` allocation, 64-byte aligned; the copy stays
+/// pending on `stream` (with the allocations it uses) until the stream, or an event recorded
+/// after it, is synchronized.
 #[no_mangle]
 pub unsafe extern "C" fn aclrtMemcpyAsync(
     dst: *mut c_void,
@@ -378,8 +474,18 @@ pub unsafe extern "C" fn aclrtMemcpyAsync(
     stream: *mut c_void,
 ) -> AclError {
     api("aclrtMemcpyAsync", || {
+        let stream = stream_ref(stream);
+        check_async_host_side(dst as usize, src as usize, count, kind)?;
         // SAFETY: module contract.
-        unsafe { memcpy(dst, dest_max, src, count, kind, stream_ref(stream)) }
+        unsafe { memcpy(dst, dest_max, src, count, kind, stream) }?;
+        if count > 0 {
+            let buffers = [dst as usize, src as usize]
+                .into_iter()
+                .filter_map(memory::base_of)
+                .collect();
+            pending::enqueue(stream, buffers);
+        }
+        Ok(())
     })
 }
 
@@ -464,19 +570,25 @@ pub unsafe extern "C" fn aclrtCreateEvent(event: *mut *mut c_void) -> AclError {
     })
 }
 
-/// `aclrtRecordEvent`: captures `stream`'s virtual clock.
+/// `aclrtRecordEvent`: captures `stream`'s virtual clock and the work pending on it.
 #[no_mangle]
 pub unsafe extern "C" fn aclrtRecordEvent(event: *mut c_void, stream: *mut c_void) -> AclError {
     api("aclrtRecordEvent", || {
-        timing::record(event, stream_ref(stream), Api::Acl).map_err(timing_err)
+        let stream = stream_ref(stream);
+        timing::record(event, stream, Api::Acl).map_err(timing_err)?;
+        pending::record(event as usize, stream);
+        Ok(())
     })
 }
 
-/// `aclrtSynchronizeEvent`: validates the handle.
+/// `aclrtSynchronizeEvent`: validates the handle; the work enqueued before the event was
+/// recorded is done.
 #[no_mangle]
 pub unsafe extern "C" fn aclrtSynchronizeEvent(event: *mut c_void) -> AclError {
     api("aclrtSynchronizeEvent", || {
-        timing::check_event(event, Api::Acl).map_err(timing_err)
+        timing::check_event(event, Api::Acl).map_err(timing_err)?;
+        pending::synchronize_event(event as usize);
+        Ok(())
     })
 }
 
@@ -501,7 +613,46 @@ pub unsafe extern "C" fn aclrtEventElapsedTime(
 #[no_mangle]
 pub unsafe extern "C" fn aclrtDestroyEvent(event: *mut c_void) -> AclError {
     api("aclrtDestroyEvent", || {
-        timing::destroy_event(event, Api::Acl).map_err(timing_err)
+        timing::destroy_event(event, Api::Acl).map_err(timing_err)?;
+        pending::forget_event(event as usize);
+        Ok(())
+    })
+}
+
+/// `aclrtDeviceGetPCIBusId(int32_t deviceId, char *pciBusId, int32_t len)` (CANN 9.2): the
+/// device's `CHD_FAKE_PCI_BUS_IDS` address as `dddd:bb:dd.f`, lower case like the header's
+/// example; `len` must be at least 13. `CHD_FAKE_ACL_PCI_BUS_ID=0` makes it answer
+/// `ACL_ERROR_RT_FEATURE_NOT_SUPPORT`, as CANN does where the interconnect is not PCIe.
+#[no_mangle]
+pub unsafe extern "C" fn aclrtDeviceGetPCIBusId(
+    device: i32,
+    pci_bus_id: *mut c_char,
+    len: i32,
+) -> AclError {
+    api("aclrtDeviceGetPCIBusId", || {
+        let dev = device_id(device)?;
+        if !config::get().acl_pci_bus_id {
+            return Err((
+                ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                "PCI bus ids are not supported here (CHD_FAKE_ACL_PCI_BUS_ID=0)".to_owned(),
+            ));
+        }
+        if pci_bus_id.is_null() {
+            return Err(invalid("pciBusId is NULL"));
+        }
+        if len < ACL_PCI_BUS_ID_MIN_LEN {
+            return Err(invalid(format!(
+                "len {len} is below {ACL_PCI_BUS_ID_MIN_LEN}"
+            )));
+        }
+        let text = config::get().pci_addresses[dev]
+            .legacy_upper()
+            .to_ascii_lowercase();
+        // SAFETY: module contract: `pci_bus_id` is writable for `len` bytes.
+        match unsafe { ffi::write_str(pci_bus_id, len as usize, &text, false) } {
+            ffi::StrWrite::Written => Ok(()),
+            _ => Err(invalid(format!("len {len} cannot hold {text:?}"))),
+        }
     })
 }
 

@@ -162,6 +162,15 @@ pub struct Config {
     pub gemm_tflops: f64,
     /// `CHD_FAKE_LOAD_COPY_FACTOR`: copy bandwidth factor on a device with a gemm in flight.
     pub load_copy_factor: f64,
+    /// `CHD_FAKE_FAIL_AFTER`: copies a stream completes before `CHD_FAKE_FAIL_DEVICES`
+    /// applies to it (0: every copy fails).
+    pub fail_after: u64,
+    /// `CHD_FAKE_NVML_OWN_PID`: the pid NVML lists this process's own allocations under (a
+    /// host PID namespace's view), instead of `getpid()`.
+    pub nvml_own_pid: Option<u32>,
+    /// `CHD_FAKE_ACL_PCI_BUS_ID`: whether `aclrtDeviceGetPCIBusId` answers (`0`: it returns
+    /// `ACL_ERROR_RT_FEATURE_NOT_SUPPORT`, as on a non-PCIe interconnect).
+    pub acl_pci_bus_id: bool,
 }
 
 impl Default for Config {
@@ -186,6 +195,9 @@ impl Default for Config {
             pair_timeout_ms: DEFAULT_PAIR_TIMEOUT_MS,
             gemm_tflops: DEFAULT_GEMM_TFLOPS,
             load_copy_factor: DEFAULT_LOAD_COPY_FACTOR,
+            fail_after: 0,
+            nvml_own_pid: None,
+            acl_pci_bus_id: true,
         }
     }
 }
@@ -388,6 +400,28 @@ impl Config {
             cfg.fail_devices = parse_device_list(v)?;
             Ok(())
         });
+        field("CHD_FAKE_FAIL_AFTER", "0", &mut |v| {
+            cfg.fail_after = v
+                .trim()
+                .parse()
+                .map_err(|e| format!("bad copy count {v:?}: {e}"))?;
+            Ok(())
+        });
+        field("CHD_FAKE_NVML_OWN_PID", "getpid()", &mut |v| {
+            let pid: u32 = v
+                .trim()
+                .parse()
+                .map_err(|e| format!("bad pid {v:?}: {e}"))?;
+            if pid == 0 {
+                return Err("a pid must be positive".to_owned());
+            }
+            cfg.nvml_own_pid = Some(pid);
+            Ok(())
+        });
+        field("CHD_FAKE_ACL_PCI_BUS_ID", "1", &mut |v| {
+            cfg.acl_pci_bus_id = parse_switch(v)?;
+            Ok(())
+        });
         field("CHD_FAKE_BUSY_DEVICES", "none", &mut |v| {
             cfg.busy_devices = parse_device_list(v)?;
             Ok(())
@@ -479,7 +513,7 @@ impl Config {
             .map_or(self.pair_gbps, |r| r.gbps)
     }
 
-    /// Whether copies on `device` fail.
+    /// Whether copies on `device` fail (once their stream is past `fail_after` copies).
     pub fn fails(&self, device: usize) -> bool {
         self.fail_devices.contains(&device)
     }
@@ -578,8 +612,10 @@ mod tests {
             ("CHD_FAKE_FAIL_DEVICES", "x"),
             ("CHD_FAKE_MEMORY_BYTES", "0"),
             ("CHD_FAKE_PCI_BUS_IDS", "0000:1g:00.0"),
+            ("CHD_FAKE_FAIL_AFTER", "-1"),
+            ("CHD_FAKE_NVML_OWN_PID", "0"),
         ]);
-        assert_eq!(warnings.len(), 6, "{warnings:?}");
+        assert_eq!(warnings.len(), 8, "{warnings:?}");
         assert!(warnings[0].contains("CHD_FAKE_DEVICE_COUNT"));
         assert!(warnings.iter().all(|w| !w.contains('\n')));
         assert_eq!(cfg, Config::default());
@@ -661,10 +697,15 @@ mod tests {
             ("CHD_FAKE_DEVICE_COUNT", "3"),
             ("CHD_FAKE_PCI_BUS_IDS", "0000:1a:00.0, 00000001:9B:1f.7"),
             ("CHD_FAKE_FAIL_DEVICES", "5,6"),
+            ("CHD_FAKE_FAIL_AFTER", "3"),
             ("CHD_FAKE_BUSY_DEVICES", "2"),
             ("CHD_FAKE_DEVICE_NAME", "Fake 910B"),
+            ("CHD_FAKE_NVML_OWN_PID", "123456"),
+            ("CHD_FAKE_ACL_PCI_BUS_ID", "0"),
         ]);
         assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!((cfg.fail_after, cfg.nvml_own_pid), (3, Some(123456)));
+        assert!(!cfg.acl_pci_bus_id);
         assert_eq!(cfg.pci_addresses.len(), 3);
         assert_eq!(cfg.pci_addresses[0].legacy_upper(), "0000:1A:00.0");
         assert_eq!(cfg.pci_addresses[1].nvml_upper(), "00000001:9B:1F.7");

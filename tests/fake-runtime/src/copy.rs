@@ -1,7 +1,7 @@
 //! The copy engine shared by `cudaMemcpy*` and `aclrtMemcpy*`: validates the pointers
 //! against the allocation registry, applies `CHD_FAKE_FAIL_DEVICES`, really copies the bytes,
 //! advances the stream's virtual clock by `bytes / bandwidth`, and counts successful copies
-//! per device (for the `chd_fake_copies` hook).
+//! per device (for the `chd_fake_copies` hook) and per stream (for `CHD_FAKE_FAIL_AFTER`).
 //!
 //! A device-to-device copy between two *different* devices is a peer copy over the pair link:
 //! it runs at the `CHD_FAKE_PAIR_GBPS` rate (see [`peer_rank`] for which rank's CPU override
@@ -143,8 +143,10 @@ pub unsafe fn copy(
         (dir, _, _) => return Err(bad(&format!("pointers do not fit {dir:?}"))),
     };
     let cfg = config::get();
+    // CHD_FAKE_FAIL_AFTER: a failing device lets the first copies of each stream through.
+    let failing = timing::copies_on(stream, api) >= cfg.fail_after;
     for dev in timed_on.iter().chain(other.iter()) {
-        if cfg.fails(*dev) {
+        if failing && cfg.fails(*dev) {
             return Err(CopyError::DeviceFailed(*dev));
         }
     }
@@ -184,6 +186,7 @@ pub unsafe fn copy(
         // The stream was checked above; it can only vanish if another thread destroys it
         // while copying, which is the caller's race; the bytes are copied regardless.
         let _: Result<(), TimingError> = timing::advance(stream, api, ns);
+        timing::count_copy(stream, api);
         bump(dev);
         if let Some(o) = other.filter(|&o| o != dev) {
             bump(o);

@@ -8,6 +8,7 @@ use crate::collective::{self, Lib};
 use crate::copy;
 use crate::cublas;
 use crate::memory;
+use crate::pending;
 
 /// Pinned host allocations (`cudaHostAlloc`, `cudaMallocHost`, `aclrtMallocHost`) not yet
 /// freed.
@@ -58,4 +59,11 @@ pub extern "C" fn chd_fake_gemms(device: c_int) -> u64 {
 #[no_mangle]
 pub extern "C" fn chd_fake_live_cublas_handles() -> u64 {
     std::panic::catch_unwind(cublas::live_handles).unwrap_or(u64::MAX)
+}
+
+/// ACL stream destroys and frees refused because an `aclrtMemcpyAsync` using the stream or
+/// the memory was not synchronized yet.
+#[no_mangle]
+pub extern "C" fn chd_fake_unsynchronized_releases() -> u64 {
+    std::panic::catch_unwind(pending::refused).unwrap_or(u64::MAX)
 }

@@ -10,7 +10,8 @@
 //! variables, described in `README.md` and in [`config`].
 //!
 //! Module map: [`config`] (environment), [`device`] (per-thread current device, current CPU),
-//! [`memory`] (allocation registry), [`timing`] (streams, events, virtual clocks), [`copy`]
+//! [`memory`] (allocation registry), [`timing`] (streams, events, virtual clocks), [`pending`]
+//! (ACL work not yet synchronized), [`copy`]
 //! (the copy engine), [`collective`] (communicators and the allgather engine), [`cublas`] (gemms that load a
 //! device), [`cuda`],
 //! [`nvml`], [`acl`], [`nccl`], [`hccl`] (the exported C APIs) and [`hooks`] (test-only
@@ -30,6 +31,7 @@ pub mod hooks;
 pub mod memory;
 pub mod nccl;
 pub mod nvml;
+pub mod pending;
 pub mod timing;
 
 mod ffi;

@@ -182,6 +182,30 @@ fn locate_in(reg: &Registry, addr: usize, len: usize) -> Location {
     }
 }
 
+/// Whether `[addr, addr + len)` lies entirely inside one live pinned host allocation made by
+/// `api` (`aclrtMallocHost` for [`Api::Acl`]).
+pub fn in_pinned(addr: usize, len: usize, api: Api) -> bool {
+    let reg = registry();
+    let Some((&base, alloc)) = reg.pinned.range(..=addr).next_back() else {
+        return false;
+    };
+    alloc.api == api
+        && addr
+            .checked_add(len)
+            .is_some_and(|last| last <= base + alloc.len)
+        && addr < base + alloc.len
+}
+
+/// The base address of the live allocation (pinned host or device) that `addr` lies in.
+pub fn base_of(addr: usize) -> Option<usize> {
+    let reg = registry();
+    let base = [&reg.pinned, &reg.device].into_iter().find_map(|map| {
+        let (&base, alloc) = map.range(..=addr).next_back()?;
+        (addr < base + alloc.len.max(1)).then_some(base)
+    });
+    base
+}
+
 /// Bytes currently allocated on `device` through `cudaMalloc` / `aclrtMalloc`.
 pub fn device_bytes(device: usize) -> u64 {
     registry().device_bytes.get(&device).copied().unwrap_or(0)

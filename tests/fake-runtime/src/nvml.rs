@@ -197,8 +197,11 @@ pub fn processes(index: usize) -> Vec<nvmlProcessInfo_t> {
     }
     if memory::live_device_on(index) > 0 {
         procs.push(nvmlProcessInfo_t {
+            // A host PID namespace sees this process under another pid (CHD_FAKE_NVML_OWN_PID).
             // SAFETY: getpid has no preconditions.
-            pid: unsafe { libc::getpid() } as c_uint,
+            pid: config::get()
+                .nvml_own_pid
+                .unwrap_or_else(|| unsafe { libc::getpid() } as u32),
             usedGpuMemory: memory::device_bytes(index),
             gpuInstanceId: NO_INSTANCE,
             computeInstanceId: NO_INSTANCE,
@@ -394,7 +397,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
 }
 
 /// `nvmlDeviceGetComputeRunningProcesses_v3`: a busy device runs pid 4242 (1 GiB); a device
-/// with live allocations from this process also lists `getpid()`. If `*info_count` is too
+/// with live allocations from this process also lists `getpid()` (or `CHD_FAKE_NVML_OWN_PID`). If `*info_count` is too
 /// small it is set to the number of processes and `NVML_ERROR_INSUFFICIENT_SIZE` returned.
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(

@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use crate::memory::Api;
 
 /// A stream argument: the device's default stream, or a created stream.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum StreamRef {
     /// The default stream of the given device.
     Default(usize),
@@ -49,6 +49,8 @@ struct Stream {
     api: Api,
     device: usize,
     clock_ns: f64,
+    /// Successful copies issued on it (`CHD_FAKE_FAIL_AFTER` counts these).
+    copies: u64,
 }
 
 #[derive(Debug)]
@@ -64,6 +66,7 @@ struct Timeline {
     streams: HashMap<usize, Stream>,
     events: HashMap<usize, Event>,
     default_clocks: HashMap<usize, f64>,
+    default_copies: HashMap<usize, u64>,
 }
 
 impl Timeline {
@@ -101,6 +104,7 @@ pub fn create_stream(device: usize, api: Api) -> *mut c_void {
                 api,
                 device,
                 clock_ns: 0.0,
+                copies: 0,
             },
         );
         h as *mut c_void
@@ -134,6 +138,30 @@ pub fn advance(stream: StreamRef, api: Api, ns: f64) -> Result<(), TimingError> 
     with(|t| {
         *t.clock_mut(stream, api)? += ns;
         Ok(())
+    })
+}
+
+/// Successful copies issued on `stream` so far (0 for an unknown handle).
+pub fn copies_on(stream: StreamRef, api: Api) -> u64 {
+    with(|t| match stream {
+        StreamRef::Default(device) => t.default_copies.get(&device).copied().unwrap_or(0),
+        StreamRef::Handle(h) => t
+            .streams
+            .get(&h)
+            .filter(|s| s.api == api)
+            .map_or(0, |s| s.copies),
+    })
+}
+
+/// Counts one more successful copy on `stream`.
+pub fn count_copy(stream: StreamRef, api: Api) {
+    with(|t| match stream {
+        StreamRef::Default(device) => *t.default_copies.entry(device).or_insert(0) += 1,
+        StreamRef::Handle(h) => {
+            if let Some(s) = t.streams.get_mut(&h).filter(|s| s.api == api) {
+                s.copies += 1;
+            }
+        }
     })
 }
 

@@ -327,3 +327,148 @@ fn pinned_allocation_counter_returns_to_zero() {
     assert_eq!(chd_fake_live_pinned_allocations(), 0);
     assert_eq!(chd_fake_live_device_allocations(), 0);
 }
+
+#[test]
+fn async_copies_need_aligned_host_memory_from_malloc_host() {
+    let _g = setup();
+    let mut b = Buffers::new(0, 4096);
+    b.host_bytes().fill(0x11);
+    let mut stream = null_mut();
+    let mut pageable = vec![0x22u8; 4096];
+    let page = pageable.as_mut_ptr().cast::<c_void>();
+    let before = chd_fake_copies(0);
+    // SAFETY: live buffers of 4096 bytes; the rejected calls touch nothing.
+    unsafe {
+        assert_eq!(aclrtCreateStream(&mut stream), ACL_SUCCESS);
+        // Pageable host memory, either direction, explicit or inferred kind.
+        for (dst, src, kind) in [
+            (b.dev, page.cast_const(), ACL_MEMCPY_HOST_TO_DEVICE),
+            (page, b.dev.cast_const(), ACL_MEMCPY_DEVICE_TO_HOST),
+            (b.dev, page.cast_const(), ACL_MEMCPY_DEFAULT),
+        ] {
+            assert_eq!(
+                aclrtMemcpyAsync(dst, 4096, src, 4096, kind, stream),
+                ACL_ERROR_INVALID_PARAM,
+                "kind {kind}"
+            );
+            let msg = recent_error();
+            assert!(
+                msg.contains("aclrtMemcpyAsync") && msg.contains("aclrtMallocHost"),
+                "{msg}"
+            );
+        }
+        // Inside an aclrtMallocHost allocation but not 64-byte aligned, or running past it.
+        assert_eq!(
+            aclrtMemcpyAsync(b.dev, 4096, b.host.add(1), 64, 1, stream),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert!(
+            recent_error().contains("64-byte aligned"),
+            "{}",
+            recent_error()
+        );
+        assert_eq!(
+            aclrtMemcpyAsync(b.dev, 4096, b.host.add(4096 - 64), 128, 1, stream),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert_eq!(chd_fake_copies(0), before, "nothing was copied");
+        // The synchronous copy takes pageable memory (only the async one is undefined).
+        assert_eq!(
+            aclrtMemcpy(b.dev, 4096, page.cast_const(), 4096, 1),
+            ACL_SUCCESS
+        );
+        // aclrtMallocHost memory, aligned, inside its allocation: fine.
+        assert_eq!(
+            aclrtMemcpyAsync(b.host.add(64), 128, b.dev, 128, 2, stream),
+            ACL_SUCCESS
+        );
+        assert_eq!(aclrtSynchronizeStream(stream), ACL_SUCCESS);
+        assert_eq!(aclrtDestroyStream(stream), ACL_SUCCESS);
+    }
+    assert_eq!(&b.host_bytes()[64..192], &[0x22u8; 128][..]);
+    assert_eq!(chd_fake_copies(0), before + 2);
+}
+
+#[test]
+fn releases_before_synchronizing_are_refused() {
+    let _g = setup();
+    let b = Buffers::new(1, 4096);
+    let (mut stream, mut ev) = (null_mut(), null_mut());
+    let refused = chd_fake_unsynchronized_releases();
+    // SAFETY: live buffers of 4096 bytes and live handles throughout.
+    unsafe {
+        assert_eq!(aclrtCreateStream(&mut stream), ACL_SUCCESS);
+        assert_eq!(aclrtCreateEvent(&mut ev), ACL_SUCCESS);
+        assert_eq!(
+            aclrtMemcpyAsync(b.dev, 4096, b.host, 4096, 1, stream),
+            ACL_SUCCESS
+        );
+        // The copy "still runs": the stream, the device and the host buffer are in use.
+        assert_eq!(aclrtDestroyStream(stream), ACL_ERROR_RT_STREAM_NOT_COMPLETE);
+        assert!(
+            recent_error().contains("aclrtSynchronizeStream"),
+            "{}",
+            recent_error()
+        );
+        assert_eq!(aclrtFree(b.dev), ACL_ERROR_RT_STREAM_NOT_COMPLETE);
+        assert_eq!(aclrtFreeHost(b.host), ACL_ERROR_RT_STREAM_NOT_COMPLETE);
+        assert_eq!(chd_fake_unsynchronized_releases(), refused + 3);
+        // Synchronizing an event recorded after the copy completes it; a copy enqueued
+        // after the record is still pending.
+        assert_eq!(aclrtRecordEvent(ev, stream), ACL_SUCCESS);
+        assert_eq!(
+            aclrtMemcpyAsync(b.host, 4096, b.dev, 4096, 2, stream),
+            ACL_SUCCESS
+        );
+        assert_eq!(aclrtSynchronizeEvent(ev), ACL_SUCCESS);
+        assert_eq!(aclrtDestroyStream(stream), ACL_ERROR_RT_STREAM_NOT_COMPLETE);
+        assert_eq!(aclrtSynchronizeStream(stream), ACL_SUCCESS);
+        assert_eq!(aclrtDestroyEvent(ev), ACL_SUCCESS);
+        assert_eq!(aclrtDestroyStream(stream), ACL_SUCCESS);
+        // The NULL stream too: pending until aclrtSynchronizeStream(NULL).
+        assert_eq!(aclrtSetDevice(1), ACL_SUCCESS);
+        assert_eq!(
+            aclrtMemcpyAsync(b.dev, 4096, b.host, 4096, 1, null_mut()),
+            ACL_SUCCESS
+        );
+        assert_eq!(aclrtFree(b.dev), ACL_ERROR_RT_STREAM_NOT_COMPLETE);
+        assert_eq!(aclrtSynchronizeStream(null_mut()), ACL_SUCCESS);
+    }
+    assert_eq!(chd_fake_unsynchronized_releases(), refused + 5);
+    assert_eq!(chd_fake_live_pinned_allocations(), 1);
+    drop(b);
+    assert_eq!(chd_fake_live_pinned_allocations(), 0);
+}
+
+#[test]
+fn finalize_reference_and_pci_bus_id() {
+    let _g = setup();
+    let mut left = 7u64;
+    let mut id = [0 as std::ffi::c_char; 16];
+    // SAFETY: valid out-pointers; `id` holds 16 bytes.
+    unsafe {
+        assert_eq!(aclFinalizeReference(&mut left), ACL_ERROR_REPEAT_FINALIZE);
+        assert_eq!(aclInit(std::ptr::null()), ACL_SUCCESS);
+        assert_eq!(aclFinalizeReference(&mut left), ACL_SUCCESS);
+        assert_eq!(left, 0);
+        assert_eq!(aclFinalize(), ACL_ERROR_REPEAT_FINALIZE);
+
+        assert_eq!(aclrtDeviceGetPCIBusId(2, id.as_mut_ptr(), 13), ACL_SUCCESS);
+        assert_eq!(
+            CStr::from_ptr(id.as_ptr()).to_str().unwrap(),
+            "0000:12:00.0"
+        );
+        assert_eq!(
+            aclrtDeviceGetPCIBusId(2, id.as_mut_ptr(), 12),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert_eq!(
+            aclrtDeviceGetPCIBusId(8, id.as_mut_ptr(), 16),
+            ACL_ERROR_RT_INVALID_DEVICEID
+        );
+        assert_eq!(
+            aclrtDeviceGetPCIBusId(0, null_mut(), 16),
+            ACL_ERROR_INVALID_PARAM
+        );
+    }
+}

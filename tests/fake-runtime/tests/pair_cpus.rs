@@ -183,6 +183,7 @@ fn peer_copy_ms(acl: bool, stream_dev: c_int, src: c_int, dst: c_int, len: usize
             assert_eq!(aclrtRecordEvent(e0, stream), 0);
             assert_eq!(aclrtMemcpyAsync(d, len, s, len, 3, stream), 0);
             assert_eq!(aclrtRecordEvent(e1, stream), 0);
+            assert_eq!(aclrtSynchronizeStream(stream), 0);
             assert_eq!(aclrtEventElapsedTime(&mut ms, e0, e1), 0);
             aclrtDestroyEvent(e0);
             aclrtDestroyEvent(e1);

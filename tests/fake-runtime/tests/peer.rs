@@ -158,6 +158,7 @@ fn acl_peer_copies_and_access() {
             assert_eq!(aclrtRecordEvent(e0, stream), 0);
             assert_eq!(aclrtMemcpyAsync(dst, MIB32, src, MIB32, 3, stream), 0);
             assert_eq!(aclrtRecordEvent(e1, stream), 0);
+            assert_eq!(aclrtSynchronizeEvent(e1), 0);
             assert_eq!(aclrtEventElapsedTime(&mut ms, e0, e1), 0);
         }
         ms
