@@ -447,19 +447,19 @@ fn status(allowed: &[u32], nbits: u32, mems: &[u32]) -> String {
         "Name:\tchd
 Umask:\t0022
 State:\tR (running)
-Tgid:\t4242
+Tgid:\t4711
 Ngid:\t0
-Pid:\t4242
+Pid:\t4711
 PPid:\t1
 TracerPid:\t0
 Uid:\t0\t0\t0\t0
 Gid:\t0\t0\t0\t0
 FDSize:\t64
 Groups:\t
-NStgid:\t4242
-NSpid:\t4242
-NSpgid:\t4242
-NSsid:\t4242
+NStgid:\t4711
+NSpid:\t4711
+NSpgid:\t4711
+NSsid:\t4711
 Kthread:\t0
 VmPeak:\t  120396 kB
 VmSize:\t  120396 kB
