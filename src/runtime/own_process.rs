@@ -4,9 +4,11 @@
 //! `std::process::id()` alone calls chd's own context foreign and keeps the device gate shut.
 //!
 //! `<procfs>/self/status` has an `NSpid:` line (Linux 4.1+) listing this process's pid in
-//! every PID namespace it belongs to, outermost (host) first, its own last; a process NVML
-//! lists under any of them is chd itself. This is exact and costs one read at start (the
-//! pids never change). Two alternatives were rejected: matching NVML's `usedGpuMemory` with
+//! every PID namespace it belongs to, from the namespace of whoever mounted that procfs down
+//! to its own (proc(5)); a process NVML lists under any of them is chd itself. So the host
+//! pid is there only when `--procfs-root` is a procfs of the host's PID namespace, as the
+//! shipped DaemonSet mounts it (`/host/proc`); a container's own `/proc` shows its own level
+//! only. This is exact and costs one read at start (the pids never change). Two alternatives were rejected: matching NVML's `usedGpuMemory` with
 //! what chd allocated (NVML counts context overhead chd cannot know, and reports "not
 //! available" inside many containers and under MIG), and releasing chd's contexts to see
 //! which entry goes away (the CUDA runtime's primary context goes only with
