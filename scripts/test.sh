@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of chd: formatting, lints, unit, integration and end-to-end tests.
-# Installs what the tests need first (promtool from Debian's `prometheus` package).
+# Installs what the tests need first: promtool from Debian's `prometheus` package, shellcheck,
+# and the real NVIDIA libraries (pinned PyPI wheels, cached outside the repository by
+# scripts/real-libs.sh; about 1 GB the first time, 30 s here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +12,8 @@ command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
+command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
+command -v g++ >/dev/null 2>&1 || missing+=(g++)
 if ((${#missing[@]})); then
   if [ "$(id -u)" = 0 ]; then
     sudo=()
@@ -34,6 +38,11 @@ command -v kubectl >/dev/null 2>&1 || {
   echo "scripts/test.sh: kubectl is needed for 'kubectl kustomize' (https://kubernetes.io/docs/tasks/tools/)" >&2
   exit 1
 }
+
+# tests/real_libs.rs and tests/gpu_check.rs load these (and fail, never skip, without them).
+start=$(date +%s)
+./scripts/real-libs.sh fetch
+echo "scripts/test.sh: real NVIDIA libraries ready in $(($(date +%s) - start)) s"
 
 cargo fmt --all --check
 cargo clippy --locked --workspace --all-targets -- -D warnings

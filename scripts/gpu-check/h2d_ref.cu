@@ -1,76 +1,194 @@
-// Reference host<->device copy bandwidth for scripts/gpu-check.sh, written independently of
-// chd: the calling thread is bound to a CPU, the host buffer is allocated and touched after
-// binding, and CUDA events time `iterations` cudaMemcpyAsync calls after `warmup` ones.
+// Reference copy bandwidth for scripts/gpu-check.sh, written independently of chd from the
+// CUDA runtime API documentation: the measuring thread is bound to its CPU first, host buffers
+// are allocated and touched after binding, and CUDA events on one non-blocking stream time
+// `iterations` async copies after `warmup` untimed ones (synchronized before the first event).
 //
-// Reads cells from stdin, one per line: CPU DEVICE SIZE_MIB DIRECTION(h2d|d2h)
-// MEMORY(pinned|pageable) ITERATIONS WARMUP
-// Prints one line per cell: CPU DEVICE SIZE_BYTES DIRECTION MEMORY BYTES_PER_SECOND
+// Reads cells from stdin, one per line:
+//   h2d|d2h CPU DEVICE SIZE_MIB pinned|pageable ITERATIONS WARMUP
+//   p2p CPU0 CPU1 DEVICE0 DEVICE1 SIZE_MIB ITERATIONS WARMUP
+// and prints one line per cell:
+//   h2d|d2h CPU DEVICE BYTES MEMORY BYTES_PER_SECOND
+//   p2p CPU0,CPU1 DEVICE0,DEVICE1 BYTES device BYTES_PER_SECOND peer|staged
+// p2p is what chd's peer-copy pair probe measures: two threads, rank r bound to CPUr and
+// using DEVICEr, each copying SIZE_MIB from its device into the other device's buffer at the
+// same time (cudaMemcpyPeerAsync), after enabling peer access where
+// cudaDeviceCanAccessPeer allows it (as nvbandwidth does: "peer"; else the runtime stages the
+// copies through the host: "staged"); bandwidth = bytes x iterations / the slower rank's time.
+// Prints the runtime and driver versions on stderr first. Any CUDA error ends the program
+// (exit 2) with the failing call and the runtime's text.
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <cuda_runtime.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(call)                                                              \
-  do {                                                                           \
-    cudaError_t err_ = (call);                                                   \
-    if (err_ != cudaSuccess) {                                                   \
+#define CHECK(call)                                                                 \
+  do {                                                                              \
+    cudaError_t err_ = (call);                                                      \
+    if (err_ != cudaSuccess) {                                                      \
       fprintf(stderr, "h2d_ref: %s failed: %s\n", #call, cudaGetErrorString(err_)); \
-      exit(2);                                                                   \
-    }                                                                            \
+      exit(2);                                                                      \
+    }                                                                               \
   } while (0)
 
+static void bind_to(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+    perror("h2d_ref: sched_setaffinity");
+    exit(2);
+  }
+}
+
+// Milliseconds of `iterations` copies on `stream` after `warmup` untimed ones.
+static float time_copies(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                         cudaStream_t stream, int iterations, int warmup) {
+  cudaEvent_t start, stop;
+  CHECK(cudaEventCreate(&start));
+  CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < warmup; i++) CHECK(cudaMemcpyAsync(dst, src, bytes, kind, stream));
+  CHECK(cudaStreamSynchronize(stream));
+  CHECK(cudaEventRecord(start, stream));
+  for (int i = 0; i < iterations; i++) CHECK(cudaMemcpyAsync(dst, src, bytes, kind, stream));
+  CHECK(cudaEventRecord(stop, stream));
+  CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  CHECK(cudaEventElapsedTime(&ms, start, stop));
+  CHECK(cudaEventDestroy(start));
+  CHECK(cudaEventDestroy(stop));
+  return ms;
+}
+
+static void host_copy(const char *direction, int cpu, int device, unsigned long size_mib,
+                      const char *memory, int iterations, int warmup) {
+  bind_to(cpu);
+  size_t bytes = size_mib << 20;
+  int pinned = strcmp(memory, "pinned") == 0;
+  int h2d = strcmp(direction, "h2d") == 0;
+  CHECK(cudaSetDevice(device));
+  void *host = NULL, *dev = NULL;
+  if (pinned) {
+    CHECK(cudaHostAlloc(&host, bytes, cudaHostAllocDefault));
+  } else if (!(host = malloc(bytes))) {
+    fprintf(stderr, "h2d_ref: malloc(%zu) failed\n", bytes);
+    exit(2);
+  }
+  memset(host, 1, bytes);
+  CHECK(cudaMalloc(&dev, bytes));
+  cudaStream_t stream;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  float ms = h2d ? time_copies(dev, host, bytes, cudaMemcpyHostToDevice, stream, iterations, warmup)
+                 : time_copies(host, dev, bytes, cudaMemcpyDeviceToHost, stream, iterations, warmup);
+  printf("%s %d %d %zu %s %.0f\n", direction, cpu, device, bytes, memory,
+         (double)bytes * iterations / (ms / 1e3));
+  fflush(stdout);
+  CHECK(cudaStreamDestroy(stream));
+  CHECK(cudaFree(dev));
+  if (pinned) CHECK(cudaFreeHost(host)); else free(host);
+}
+
+// One rank of a p2p cell.
+struct rank {
+  int cpu, device, peer_device, iterations, warmup, rank, peer_access;
+  size_t bytes;
+  void *recv;               // this rank's receive buffer (2 x bytes), for the peer
+  struct rank *peer;
+  pthread_barrier_t *meet;
+  float ms;
+};
+
+static void *run_rank(void *arg) {
+  struct rank *r = (struct rank *)arg;
+  bind_to(r->cpu);
+  CHECK(cudaSetDevice(r->device));
+  int can = 0;
+  CHECK(cudaDeviceCanAccessPeer(&can, r->device, r->peer_device));
+  if (can) {
+    cudaError_t e = cudaDeviceEnablePeerAccess(r->peer_device, 0);
+    if (e == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();
+    else CHECK(e);
+  }
+  r->peer_access = can;
+  void *send = NULL;
+  CHECK(cudaMalloc(&send, r->bytes));
+  CHECK(cudaMalloc(&r->recv, 2 * r->bytes));
+  cudaStream_t stream;
+  cudaEvent_t start, stop;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CHECK(cudaEventCreate(&start));
+  CHECK(cudaEventCreate(&stop));
+  pthread_barrier_wait(r->meet);  // both receive buffers exist
+  char *dst = (char *)r->peer->recv + r->rank * r->bytes;
+  for (int i = 0; i < r->warmup; i++)
+    CHECK(cudaMemcpyPeerAsync(dst, r->peer_device, send, r->device, r->bytes, stream));
+  CHECK(cudaStreamSynchronize(stream));
+  pthread_barrier_wait(r->meet);  // both warmed up: start together
+  CHECK(cudaEventRecord(start, stream));
+  for (int i = 0; i < r->iterations; i++)
+    CHECK(cudaMemcpyPeerAsync(dst, r->peer_device, send, r->device, r->bytes, stream));
+  CHECK(cudaEventRecord(stop, stream));
+  CHECK(cudaEventSynchronize(stop));
+  CHECK(cudaEventElapsedTime(&r->ms, start, stop));
+  pthread_barrier_wait(r->meet);  // both done before either frees what the other writes into
+  CHECK(cudaEventDestroy(start));
+  CHECK(cudaEventDestroy(stop));
+  CHECK(cudaStreamDestroy(stream));
+  CHECK(cudaFree(send));
+  CHECK(cudaFree(r->recv));
+  return NULL;
+}
+
+static void peer_copy(const int cpus[2], const int devices[2], unsigned long size_mib,
+                      int iterations, int warmup) {
+  pthread_barrier_t meet;
+  pthread_barrier_init(&meet, NULL, 2);
+  struct rank ranks[2];
+  pthread_t threads[2];
+  for (int i = 0; i < 2; i++) {
+    ranks[i] = (struct rank){.cpu = cpus[i], .device = devices[i], .peer_device = devices[1 - i],
+                             .iterations = iterations, .warmup = warmup, .rank = i,
+                             .bytes = size_mib << 20, .peer = &ranks[1 - i], .meet = &meet};
+  }
+  for (int i = 0; i < 2; i++) pthread_create(&threads[i], NULL, run_rank, &ranks[i]);
+  for (int i = 0; i < 2; i++) pthread_join(threads[i], NULL);
+  pthread_barrier_destroy(&meet);
+  float ms = ranks[0].ms > ranks[1].ms ? ranks[0].ms : ranks[1].ms;
+  size_t bytes = size_mib << 20;
+  printf("p2p %d,%d %d,%d %zu device %.0f %s\n", cpus[0], cpus[1], devices[0], devices[1], bytes,
+         (double)bytes * iterations / (ms / 1e3),
+         ranks[0].peer_access && ranks[1].peer_access ? "peer" : "staged");
+  fflush(stdout);
+}
+
 int main(void) {
-  int cpu, device, iterations, warmup;
-  unsigned long size_mib;
-  char direction[8], memory[16];
-  while (scanf("%d %d %lu %7s %15s %d %d", &cpu, &device, &size_mib, direction, memory,
-               &iterations, &warmup) == 7) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    if (sched_setaffinity(0, sizeof(set), &set) != 0) {
-      perror("h2d_ref: sched_setaffinity");
+  int runtime = 0, driver = 0, count = 0;
+  CHECK(cudaRuntimeGetVersion(&runtime));
+  CHECK(cudaDriverGetVersion(&driver));
+  CHECK(cudaGetDeviceCount(&count));
+  fprintf(stderr, "h2d_ref: CUDA runtime %d.%d, driver %d.%d, %d device(s)\n", runtime / 1000,
+          runtime % 1000 / 10, driver / 1000, driver % 1000 / 10, count);
+  char line[256], path[8], memory[16];
+  while (fgets(line, sizeof line, stdin)) {
+    int cpu[2], device[2], iterations, warmup;
+    unsigned long size_mib;
+    if (sscanf(line, "%7s", path) != 1) continue;
+    if ((!strcmp(path, "h2d") || !strcmp(path, "d2h")) &&
+        sscanf(line, "%*s %d %d %lu %15s %d %d", &cpu[0], &device[0], &size_mib, memory,
+               &iterations, &warmup) == 6) {
+      host_copy(path, cpu[0], device[0], size_mib, memory, iterations, warmup);
+    } else if (!strcmp(path, "p2p") &&
+               sscanf(line, "%*s %d %d %d %d %lu %d %d", &cpu[0], &cpu[1], &device[0], &device[1],
+                      &size_mib, &iterations, &warmup) == 7) {
+      peer_copy(cpu, device, size_mib, iterations, warmup);
+    } else {
+      fprintf(stderr, "h2d_ref: cannot read the cell %s", line);
       return 2;
     }
-    size_t bytes = size_mib << 20;
-    int pinned = strcmp(memory, "pinned") == 0;
-    int h2d = strcmp(direction, "h2d") == 0;
-    CHECK(cudaSetDevice(device));
-    void *host = NULL, *dev = NULL;
-    if (pinned) {
-      CHECK(cudaHostAlloc(&host, bytes, cudaHostAllocDefault));
-    } else {
-      host = malloc(bytes);
-      if (!host) return 2;
-    }
-    memset(host, 1, bytes);
-    CHECK(cudaMalloc(&dev, bytes));
-    cudaStream_t stream;
-    cudaEvent_t start, stop;
-    CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    CHECK(cudaEventCreate(&start));
-    CHECK(cudaEventCreate(&stop));
-    void *dst = h2d ? dev : host;
-    void *src = h2d ? host : dev;
-    cudaMemcpyKind kind = h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
-    for (int i = 0; i < warmup; i++) CHECK(cudaMemcpyAsync(dst, src, bytes, kind, stream));
-    CHECK(cudaStreamSynchronize(stream));
-    CHECK(cudaEventRecord(start, stream));
-    for (int i = 0; i < iterations; i++) CHECK(cudaMemcpyAsync(dst, src, bytes, kind, stream));
-    CHECK(cudaEventRecord(stop, stream));
-    CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, start, stop));
-    printf("%d %d %zu %s %s %.0f\n", cpu, device, bytes, direction, memory,
-           (double)bytes * iterations / (ms / 1e3));
-    fflush(stdout);
-    CHECK(cudaEventDestroy(start));
-    CHECK(cudaEventDestroy(stop));
-    CHECK(cudaStreamDestroy(stream));
-    CHECK(cudaFree(dev));
-    if (pinned) CHECK(cudaFreeHost(host)); else free(host);
   }
   return 0;
 }

@@ -61,6 +61,7 @@ type FnAllGather = unsafe extern "C" fn(
 ) -> c_int;
 type FnComm = unsafe extern "C" fn(*mut c_void) -> c_int;
 type FnErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
+type FnLastError = unsafe extern "C" fn(*mut c_void) -> *const c_char;
 // `HcclResult HcclCommInitAll(uint32_t ndev, int32_t *devices, HcclComm *comms)` (hccl.h);
 // `HcclResult HcclCommDestroy(HcclComm comm)` (hccl.h) is `FnComm`;
 // `const char *HcclGetErrorString(HcclResult code)` (hccl.h) is `FnErrorString`.
@@ -78,6 +79,8 @@ pub struct Nccl {
     comm_destroy: FnComm,
     comm_abort: FnComm,
     error_string: FnErrorString,
+    /// `ncclGetLastError` (NCCL 2.13 and later): what failed, beyond the code's text.
+    last_error: Option<FnLastError>,
     pub source: String,
     _library: Library,
 }
@@ -101,6 +104,8 @@ impl Nccl {
                 comm_destroy: library::symbol(&lib, &source, "ncclCommDestroy")?,
                 comm_abort: library::symbol(&lib, &source, "ncclCommAbort")?,
                 error_string: library::symbol(&lib, &source, "ncclGetErrorString")?,
+                // Checked against nccl.h of nvidia-nccl-cu12 2.32.3.
+                last_error: library::symbol(&lib, &source, "ncclGetLastError").ok(),
                 source,
                 _library: lib,
             })
@@ -112,7 +117,14 @@ impl Nccl {
             return Ok(());
         }
         // SAFETY: returns a static string for any code.
-        let text = unsafe { library::c_text((self.error_string)(code)) };
+        let mut text = unsafe { library::c_text((self.error_string)(code)) };
+        // SAFETY: NULL asks for the calling thread's last error; a NUL-terminated string or NULL.
+        let last = self
+            .last_error
+            .map(|f| unsafe { library::c_text(f(std::ptr::null_mut())) });
+        if let Some(last) = last.filter(|l| !l.is_empty() && !text.contains(l.as_str())) {
+            text = format!("{text}: {last}");
+        }
         Err(ApiError { call, code, text })
     }
 }

@@ -39,6 +39,7 @@ const CUBLAS_OP_N: c_int = 0;
 type FnCreate = unsafe extern "C" fn(*mut *mut c_void) -> c_int;
 type FnDestroy = unsafe extern "C" fn(*mut c_void) -> c_int;
 type FnSetStream = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
+type FnStatusText = unsafe extern "C" fn(c_int) -> *const std::ffi::c_char;
 type FnSgemm = unsafe extern "C" fn(
     *mut c_void,
     c_int,
@@ -62,6 +63,8 @@ pub struct Cublas {
     destroy: FnDestroy,
     set_stream: FnSetStream,
     sgemm: FnSgemm,
+    /// `cublasGetStatusName` / `cublasGetStatusString` (cuBLAS 11.4.2 and later).
+    status_text: Option<(FnStatusText, FnStatusText)>,
     /// Where it was loaded from.
     pub source: String,
     _library: Library,
@@ -84,6 +87,10 @@ fn resolve(lib: Library, source: String) -> Result<Cublas, library::SymbolError>
             destroy: library::symbol(&lib, &source, "cublasDestroy_v2")?,
             set_stream: library::symbol(&lib, &source, "cublasSetStream_v2")?,
             sgemm: library::symbol(&lib, &source, "cublasSgemm_v2")?,
+            // Checked against cublas_api.h of nvidia-cublas-cu12 12.9.3.13.
+            status_text: library::symbol(&lib, &source, "cublasGetStatusName")
+                .and_then(|n| Ok((n, library::symbol(&lib, &source, "cublasGetStatusString")?)))
+                .ok(),
             source,
             _library: lib,
         })
@@ -141,6 +148,11 @@ impl Cublas {
     fn check(&self, call: &'static str, code: c_int) -> Result<(), String> {
         if code == CUBLAS_STATUS_SUCCESS {
             Ok(())
+        } else if let Some((name, text)) = self.status_text {
+            // SAFETY: both return static NUL-terminated strings for any status.
+            let (name, text) =
+                unsafe { (library::c_text(name(code)), library::c_text(text(code))) };
+            Err(format!("{call} failed: {name}: {text}"))
         } else {
             Err(format!("{call} failed: cuBLAS status {code}"))
         }

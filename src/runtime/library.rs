@@ -1,7 +1,10 @@
 //! Opening a vendor runtime library at run time: an explicit path, or the first of a list of
 //! sonames that loads. Failures keep every attempt with libloading's full error chain, so
 //! "libcudart.so: cannot open shared object file" reaches the user instead of a terse code.
+//! [`record_lookups`] lists the symbols a loader asks for, so tests can check a loader's
+//! declarations against a real vendor library without a second copy of the list.
 
+use std::cell::RefCell;
 use std::error::Error as _;
 use std::path::Path;
 
@@ -74,6 +77,27 @@ pub(crate) unsafe fn c_text(p: *const std::ffi::c_char) -> String {
         .into_owned()
 }
 
+/// One symbol lookup a loader made, as [`record_lookups`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lookup {
+    pub symbol: &'static str,
+    /// Whether the library had it (optional entry points may be missing).
+    pub found: bool,
+}
+
+thread_local! {
+    static LOOKUPS: RefCell<Option<Vec<Lookup>>> = const { RefCell::new(None) };
+}
+
+/// Run `load` (a loader such as `CudaRuntime::load`) and return its result with every symbol
+/// lookup it made on this thread, in order: the entry points that loader declares.
+pub fn record_lookups<R>(load: impl FnOnce() -> R) -> (R, Vec<Lookup>) {
+    let outer = LOOKUPS.with(|l| l.borrow_mut().replace(Vec::new()));
+    let result = load();
+    let lookups = LOOKUPS.with(|l| std::mem::replace(&mut *l.borrow_mut(), outer));
+    (result, lookups.unwrap_or_default())
+}
+
 /// Open `explicit` if given, else the first of `candidates` that loads. Returns the library
 /// and the name or path that worked.
 pub fn open(
@@ -117,13 +141,20 @@ pub unsafe fn symbol<T: Copy>(
     bytes.extend_from_slice(name.as_bytes());
     bytes.push(0);
     // SAFETY: the caller guarantees `T` matches the symbol's type.
-    unsafe { lib.get::<T>(&bytes) }
-        .map(|s| *s)
-        .map_err(|e| SymbolError {
-            library: library.to_string(),
-            symbol: name,
-            detail: chain(&e),
-        })
+    let found = unsafe { lib.get::<T>(&bytes) }.map(|s| *s);
+    LOOKUPS.with(|l| {
+        if let Some(lookups) = l.borrow_mut().as_mut() {
+            lookups.push(Lookup {
+                symbol: name,
+                found: found.is_ok(),
+            });
+        }
+    });
+    found.map_err(|e| SymbolError {
+        library: library.to_string(),
+        symbol: name,
+        detail: chain(&e),
+    })
 }
 
 #[cfg(test)]
@@ -182,5 +213,40 @@ mod tests {
         let missing = unsafe { symbol::<unsafe extern "C" fn()>(&lib, &name, "chd_no_such_fn") };
         let text = missing.err().unwrap().to_string();
         assert!(text.contains("lacks symbol chd_no_such_fn"), "{text}");
+    }
+
+    #[test]
+    fn lookups_are_recorded_in_order_found_or_not_and_only_while_asked() {
+        let (lib, name) = open("C library", None, &["libc.so.6"]).expect("libc loads");
+        // SAFETY: never called; the types are only carried.
+        let look = |wanted| unsafe { symbol::<unsafe extern "C" fn()>(&lib, &name, wanted) };
+        let _ = look("getpid");
+        let ((), lookups) = record_lookups(|| {
+            let _ = look("getpid");
+            let ((), inner) = record_lookups(|| {
+                let _ = look("chd_no_such_fn");
+            });
+            assert_eq!(
+                inner,
+                [Lookup {
+                    symbol: "chd_no_such_fn",
+                    found: false
+                }]
+            );
+            let _ = look("getppid");
+        });
+        assert_eq!(
+            lookups,
+            [
+                Lookup {
+                    symbol: "getpid",
+                    found: true
+                },
+                Lookup {
+                    symbol: "getppid",
+                    found: true
+                }
+            ]
+        );
     }
 }

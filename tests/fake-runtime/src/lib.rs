@@ -14,8 +14,9 @@
 //! (ACL work not yet synchronized), [`copy`]
 //! (the copy engine), [`collective`] (communicators and the allgather engine), [`cublas`] (gemms that load a
 //! device), [`cuda`],
-//! [`nvml`], [`acl`], [`nccl`], [`hccl`] (the exported C APIs) and [`hooks`] (test-only
-//! exports such as `chd_fake_live_pinned_allocations`).
+//! [`nvml`], [`acl`], [`nccl`], [`hccl`] (the exported C APIs), [`fatbinary`] (nvcc's
+//! registration calls, for nvcc-built host programs) and [`hooks`] (test-only exports such as
+//! `chd_fake_live_pinned_allocations`).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -26,6 +27,7 @@ pub mod copy;
 pub mod cublas;
 pub mod cuda;
 pub mod device;
+pub mod fatbinary;
 pub mod hccl;
 pub mod hooks;
 pub mod memory;
