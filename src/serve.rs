@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use crate::collect::{self, device::DeviceCollector, PciDeviceRef};
 use crate::config::{Config, FALLBACK_STATE_DIR};
 use crate::exposition::metrics::ProbeMetrics;
+use crate::exposition::pair_probe_collector::PairProbeView;
 use crate::exposition::server;
 use crate::exposition::store_collector::StoreView;
 use crate::runtime::{self, Backend, DeviceInfo};
@@ -59,6 +60,21 @@ fn open_pairs(
                 "core-pair probe on pairs {}",
                 pairs.join(" ")
             );
+            // Know every pair's method from the start (peer copies: can the devices map each
+            // other?), for the log and chd_pair_probe_info.
+            for pair in &pairs {
+                let (a, b) = pair.split_once(',').unwrap_or((pair, ""));
+                match probe.pair_method([a, b]) {
+                    Ok(method) if method == runtime::peer_access::COPY_STAGED => tracing::warn!(
+                        pair = %pair,
+                        method,
+                        "peer access refused: the pair's copies are staged through host memory \
+                         and measure that path, not the link"
+                    ),
+                    Ok(method) => tracing::info!(pair = %pair, method, "pair probe method"),
+                    Err(e) => tracing::warn!(pair = %pair, "pair probe method unknown: {e}"),
+                }
+            }
             (Some(probe), pairs)
         }
         Err(e) => {
@@ -255,6 +271,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     }
     tracing::info!("scrape-time collectors: {}", collectors.names().join(", "));
     registry.register_collector(Box::new(collectors));
+    if let Some(probe) = &pair_probe {
+        registry.register_collector(Box::new(PairProbeView {
+            probe: probe.clone(),
+            pairs: pairs.clone(),
+        }));
+    }
     registry.register_collector(Box::new(StoreView {
         store: store.clone(),
         topology: topology.clone(),

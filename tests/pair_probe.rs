@@ -1,7 +1,9 @@
 //! The core-pair probe end to end through the fake runtime (CUDA + NCCL, ACL + HCCL, and the
 //! peer-copy fallback): pair metrics fill, a planted slow rank-0 core is the only CPU below
 //! 0.7, a failing or hanging collective shows in `chd_probe_errors_total` while the exporter
-//! keeps serving.
+//! keeps serving; `chd_pair_probe_info` names the method (`copy-staged` where peer access is
+//! refused) and communicators are released between windows (`chd_held_communicators`,
+//! `chd_held_device_memory_bytes`), quarantined where HCCL says `HCCL_E_AGAIN`.
 
 #[path = "support/chd_process.rs"]
 mod chd_process;
@@ -127,6 +129,32 @@ fn slow_rank0_core(backend: &str, collective: &str) {
         "{}",
         chd.log()
     );
+    assert_eq!(
+        m.value(
+            "chd_pair_probe_info",
+            &[("pair", "0,1"), ("method", collective)]
+        ),
+        1.0
+    );
+    // Between windows chd holds no communicator (they were cached for the process before).
+    let m = chd.wait_for(Duration::from_secs(30), "no communicator held", |m| {
+        m.value(
+            "chd_held_communicators",
+            &[("library", collective), ("state", "in_use")],
+        ) == 0.0
+    });
+    for state in ["releasing", "quarantined", "leaked"] {
+        let labels = [("library", collective), ("state", state)];
+        assert_eq!(m.value("chd_held_communicators", &labels), 0.0, "{state}");
+    }
+    if collective == "hccl" {
+        assert_eq!(
+            m.value("chd_held_device_memory_bytes", &[("device", "0")]),
+            0.0
+        );
+    } else {
+        assert!(m.find("chd_held_device_memory_bytes", &[]).is_empty());
+    }
     promtool_check_metrics(&chd.scrape());
 }
 
@@ -142,11 +170,60 @@ fn hccl_slow_rank0_core_is_the_only_one_below_0_7() {
 
 #[test]
 fn peer_copy_fallback_fills_the_pair_metrics() {
-    let (_dir, chd) = serve("cuda", "copy", &[], &[]);
-    chd.wait_for(
+    let (_dir, chd) = serve("cuda", "copy", &[("CHD_FAKE_STAGED_GBPS", "3")], &[]);
+    let m = chd.wait_for(
         Duration::from_secs(60),
         "every CPU in both ranks",
         pair_covered,
+    );
+    assert_eq!(
+        m.value(
+            "chd_pair_probe_info",
+            &[("pair", "0,1"), ("method", "copy")]
+        ),
+        1.0
+    );
+    // Peer access enabled: the link's rate, not the host-staged one.
+    let bw = m.value(
+        "chd_pair_bandwidth_bytes_per_second",
+        &[("pair", "0,1"), ("rank", "0"), ("cpu", &cpus()[0])],
+    );
+    assert!((bw - 13.7e9).abs() < 0.01 * 13.7e9, "{bw}");
+    assert!(m.find("chd_held_communicators", &[]).is_empty());
+}
+
+#[test]
+fn refused_peer_access_is_measured_and_labelled_copy_staged() {
+    let (_dir, chd) = serve(
+        "cuda",
+        "copy",
+        &[("CHD_FAKE_NO_PEER", "0,1"), ("CHD_FAKE_STAGED_GBPS", "3")],
+        &[],
+    );
+    let m = chd.wait_for(
+        Duration::from_secs(60),
+        "every CPU in both ranks",
+        pair_covered,
+    );
+    assert_eq!(
+        m.value(
+            "chd_pair_probe_info",
+            &[("pair", "0,1"), ("method", "copy-staged")]
+        ),
+        1.0
+    );
+    assert!(m
+        .find("chd_pair_probe_info", &[("method", "copy")])
+        .is_empty());
+    let bw = m.value(
+        "chd_pair_bandwidth_bytes_per_second",
+        &[("pair", "0,1"), ("rank", "0"), ("cpu", &cpus()[0])],
+    );
+    assert!((bw - 3e9).abs() < 0.01 * 3e9, "host-staged: {bw}");
+    let log = chd.log();
+    assert!(
+        log.contains("method=\"copy-staged\"") && log.contains("staged through host memory"),
+        "{log}"
     );
 }
 
@@ -190,5 +267,31 @@ fn a_hung_collective_is_bounded_by_the_timeout() {
         .iter()
         .any(|s| s.value >= 1.0)
     });
+    assert_eq!(chd.get("/healthz", None).2, "ok\n");
+}
+
+#[test]
+fn a_hung_hccl_collective_keeps_its_communicators_quarantined_and_says_why() {
+    let (_dir, chd) = serve(
+        "acl",
+        "hccl",
+        &[("CHD_FAKE_PAIR_HANG_MS", "3000"), ("HCCL_BUFFSIZE", "16")],
+        &["--pair-timeout", "300ms"],
+    );
+    let m = chd.wait_for(Duration::from_secs(60), "quarantined communicators", |m| {
+        m.value(
+            "chd_held_communicators",
+            &[("library", "hccl"), ("state", "quarantined")],
+        ) >= 2.0
+    });
+    // Quarantined communicators still hold their buffers: 2 x HCCL_BUFFSIZE each.
+    assert!(
+        m.value("chd_held_device_memory_bytes", &[("device", "0")]) >= f64::from(2 * (16 << 20))
+    );
+    let log = chd.log();
+    assert!(
+        log.contains("HcclCommDestroy failed: try again (code 20)") && log.contains("quarantined"),
+        "{log}"
+    );
     assert_eq!(chd.get("/healthz", None).2, "ok\n");
 }

@@ -1084,3 +1084,63 @@ fn pair_table_without_out_and_pair_mistakes() {
     let stderr = text(&out.stderr);
     assert!(stderr.contains("the pair probe needs "), "{stderr}");
 }
+
+#[test]
+fn pair_peer_copies_without_peer_access_are_recorded_as_copy_staged() {
+    let lib = fake::fake_runtime().to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("staged");
+    let out = chd(
+        &[
+            "probe",
+            "pair",
+            "--pair",
+            "0,1",
+            "--cpus",
+            &two_cpus(),
+            "--sizes",
+            "4MiB",
+            "--repeats",
+            "1",
+            "--out",
+            out_dir.to_str().unwrap(),
+            "--backend",
+            "cuda",
+            "--cuda-runtime",
+            lib,
+            "--nvml",
+            lib,
+            "--collective",
+            "copy",
+        ],
+        &[
+            ("CHD_FAKE_DEVICE_COUNT", "2"),
+            ("CHD_FAKE_NO_PEER", "0,1"),
+            ("CHD_FAKE_STAGED_GBPS", "3"),
+        ],
+    );
+    assert_ok(&out);
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("pair probe: copy (peer-copy)"), "{stderr}");
+    assert!(
+        stderr.contains("note: pair 0,1: peer access refused") && stderr.contains("copy-staged"),
+        "{stderr}"
+    );
+    // Measured anyway, at the host-staged rate.
+    let all = records(&out_dir);
+    assert!(!all.is_empty());
+    for r in &all {
+        let v = r["bytes_per_second"].as_f64().unwrap();
+        assert!((v - 3e9).abs() < 0.01 * 3e9, "{r}");
+    }
+    // The run says so: run.json for a resume or a later report, and the summary.
+    let run: Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("run.json")).unwrap()).unwrap();
+    assert_eq!(run["pair_methods"]["0,1"], "copy-staged", "{run}");
+    assert_eq!(
+        run["runtime"]["collective"], "copy",
+        "the choice, for --resume"
+    );
+    let summary = std::fs::read_to_string(out_dir.join("summary.md")).unwrap();
+    assert!(summary.contains("0,1: copy-staged"), "{summary}");
+}

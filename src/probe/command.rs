@@ -4,9 +4,10 @@
 //! Ctrl-C handling, stream samples to `--out DIR`, and finish with the report. The two
 //! subcommands differ only in how they plan and what measures one slot.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context as _};
 
@@ -162,6 +163,8 @@ struct Prepared {
     measure: Measure,
     /// The pair probe's method (`nccl`, `hccl`, `copy`), recorded so a resumed run uses it.
     collective: Option<&'static str>,
+    /// The pair probe, asked at the end how each pair was measured.
+    pair_probe: Option<Arc<dyn PairProbe>>,
 }
 
 /// `chd probe h2d`.
@@ -188,6 +191,7 @@ fn run_h2d(req: &H2dRequest) -> anyhow::Result<()> {
                 plan,
                 measure,
                 collective: None,
+                pair_probe: None,
             })
         },
     )
@@ -199,6 +203,19 @@ fn pair_operation(method: &str) -> &'static str {
         "copy" => "peer-copy",
         _ => "allgather",
     }
+}
+
+/// How each of `pairs` is measured: the probe's method per pair (asking the runtime, for peer
+/// copies, whether the devices can map each other).
+fn pair_methods(probe: &dyn PairProbe, pairs: &[String]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .filter_map(|p| {
+            let (a, b) = p.split_once(',')?;
+            let method = probe.pair_method([a, b]).ok()?;
+            Some((p.clone(), method.to_string()))
+        })
+        .collect()
 }
 
 /// `chd probe pair`.
@@ -236,6 +253,14 @@ fn run_pair(req: &PairRequest) -> anyhow::Result<()> {
                     .map_err(|e| anyhow!("--pair: {e}"))?
                 }
             };
+            for (pair, m) in pair_methods(&*probe, &pairs) {
+                if m != method {
+                    eprintln!(
+                        "note: pair {pair}: peer access refused; its copies are staged through \
+                         host memory and measured as method {m}"
+                    );
+                }
+            }
             let plan = pair_plan_from(req, base, topology, pairs, operation)?;
             let template = PairParams {
                 bytes_per_rank: 0,
@@ -243,9 +268,10 @@ fn run_pair(req: &PairRequest) -> anyhow::Result<()> {
                 iterations: plan.iterations,
                 timeout: super::plan::pair_timeout(None, Some(&plan))?,
             };
+            let measuring = probe.clone();
             let measure: Measure = Box::new(move |slot: &SlotId| {
                 measure_pair(
-                    &*probe,
+                    &*measuring,
                     slot,
                     &PairParams {
                         bytes_per_rank: slot.size_bytes,
@@ -257,6 +283,7 @@ fn run_pair(req: &PairRequest) -> anyhow::Result<()> {
                 plan,
                 measure,
                 collective: Some(method),
+                pair_probe: Some(probe),
             })
         },
     )
@@ -354,7 +381,7 @@ fn run_matrix(
         None
     };
 
-    let (run, previous, mut log) = match resumed {
+    let (mut run, previous, mut log) = match resumed {
         Some((run, previous, log)) => {
             let differ = differences(&prepared.plan, &run.plan);
             if !differ.is_empty() {
@@ -380,6 +407,11 @@ fn run_matrix(
                 plan: prepared.plan.clone(),
                 machine: machine(&layer, &topology, &opened),
                 runtime: runtime_layer,
+                pair_methods: prepared
+                    .pair_probe
+                    .as_deref()
+                    .map(|p| pair_methods(p, &prepared.plan.pairs))
+                    .unwrap_or_default(),
             };
             let log = match out {
                 Some(dir) => Some(CellLog::create(dir, &run)?),
@@ -462,6 +494,17 @@ fn run_matrix(
         bail!("stopped: {e}");
     }
 
+    // What each pair was measured with, as the probe knows it now (a pair whose peer access
+    // failed mid-run turned copy-staged).
+    if let Some(probe) = &prepared.pair_probe {
+        let now = pair_methods(&**probe, &run.plan.pairs);
+        if now != run.pair_methods {
+            run.pair_methods = now;
+            if let Some(dir) = out {
+                record::write_run_file(dir, &run)?;
+            }
+        }
+    }
     let mut all: Vec<SampleRecord> = previous;
     all.extend(exec.records.iter().cloned());
     let measured = record::done_slots(&all).len();

@@ -193,6 +193,11 @@ pub struct RunFile {
     /// Runtime options the run was started with, reused on `--resume`.
     #[serde(default)]
     pub runtime: RuntimeLayer,
+    /// Pair runs: how each pair was measured (`nccl`, `hccl`, `copy`, or `copy-staged` where
+    /// peer access was refused and the copies were staged through host memory), as known at
+    /// the end of the last run over this directory.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pair_methods: BTreeMap<String, String>,
 }
 
 /// Why a run directory could not be written or read.
@@ -402,6 +407,7 @@ mod tests {
                 started_at: 1.0,
             },
             runtime: RuntimeLayer::default(),
+            pair_methods: BTreeMap::new(),
         }
     }
 

@@ -100,6 +100,14 @@ impl Dataset {
             MatrixKind::H2d => meta.push(("devices".into(), plan.devices.join(", "))),
             MatrixKind::Pair => meta.push(("pairs".into(), plan.pairs.join("; "))),
         }
+        if !run.pair_methods.is_empty() {
+            let methods: Vec<String> = run
+                .pair_methods
+                .iter()
+                .map(|(pair, method)| format!("{pair}: {method}"))
+                .collect();
+            meta.push(("pair methods".into(), methods.join("; ")));
+        }
         let sizes: Vec<String> = plan.sizes_bytes.iter().map(|s| size_label(*s)).collect();
         meta.extend([
             ("sizes".to_string(), sizes.join(", ")),

@@ -104,6 +104,18 @@ type FnUtilization = unsafe extern "C" fn(i32, *mut AclUtilizationInfo) -> AclEr
 /// 1.17.0 only; CANN 9.2.0-beta.2 with Ascend HDK 25.5.5 and later, per CANN's
 /// device_identity_mapping sample; `len` >= 13, `dddd:bb:dd.f`).
 type FnPciBusId = unsafe extern "C" fn(i32, *mut c_char, i32) -> AclError;
+type FnCanAccessPeer = unsafe extern "C" fn(*mut i32, i32, i32) -> AclError;
+type FnEnablePeer = unsafe extern "C" fn(i32, u32) -> AclError;
+
+/// The peer-access calls, checked against CANN 8.0's `acl_rt.h`:
+/// `aclrtDeviceCanAccessPeer(int32_t *canAccessPeer, int32_t deviceId, int32_t peerDeviceId)`,
+/// `aclrtDeviceEnablePeerAccess(int32_t peerDeviceId, uint32_t flags)`,
+/// `aclrtDeviceDisablePeerAccess(int32_t peerDeviceId)`. Inference products lack them.
+struct PeerFns {
+    can_access: FnCanAccessPeer,
+    enable: FnEnablePeer,
+    disable: FnDevice,
+}
 
 /// Why the ACL backend is unavailable.
 #[derive(Debug, thiserror::Error)]
@@ -142,6 +154,7 @@ pub struct AclRuntime {
     recent_err_msg: Option<FnErrMsg>,
     utilization_rate: Option<FnUtilization>,
     pci_bus_id: Option<FnPciBusId>,
+    peer: Option<PeerFns>,
     /// Where it was loaded from.
     pub source: String,
     _library: Library,
@@ -186,6 +199,16 @@ impl AclRuntime {
                 utilization_rate: library::symbol(&lib, &source, "aclrtGetDeviceUtilizationRate")
                     .ok(),
                 pci_bus_id: library::symbol(&lib, &source, "aclrtDeviceGetPCIBusId").ok(),
+                peer: (|| {
+                    Some(PeerFns {
+                        can_access: library::symbol(&lib, &source, "aclrtDeviceCanAccessPeer")
+                            .ok()?,
+                        enable: library::symbol(&lib, &source, "aclrtDeviceEnablePeerAccess")
+                            .ok()?,
+                        disable: library::symbol(&lib, &source, "aclrtDeviceDisablePeerAccess")
+                            .ok()?,
+                    })
+                })(),
                 source,
                 _library: lib,
             };
@@ -425,6 +448,48 @@ impl DeviceApi for AclRuntime {
 
     fn pageable_refusal(&self) -> Option<&'static str> {
         Some(PAGEABLE_REFUSAL)
+    }
+
+    fn can_access_peer(&self, device: i32, peer: i32) -> Result<bool, ApiError> {
+        let fns = self.peer_fns("aclrtDeviceCanAccessPeer")?;
+        let mut can = 0i32;
+        // SAFETY: `can` is a valid out-pointer.
+        self.check("aclrtDeviceCanAccessPeer", unsafe {
+            (fns.can_access)(&mut can, device, peer)
+        })?;
+        Ok(can != 0)
+    }
+
+    fn enable_peer_access(&self, peer: i32) -> Result<bool, ApiError> {
+        let fns = self.peer_fns("aclrtDeviceEnablePeerAccess")?;
+        // SAFETY: plain values; flags must be 0.
+        self.check("aclrtDeviceEnablePeerAccess", unsafe {
+            (fns.enable)(peer, 0)
+        })?;
+        Ok(true)
+    }
+
+    fn disable_peer_access(&self, peer: i32) -> Result<(), ApiError> {
+        let fns = self.peer_fns("aclrtDeviceDisablePeerAccess")?;
+        // SAFETY: plain value.
+        self.check("aclrtDeviceDisablePeerAccess", unsafe {
+            (fns.disable)(peer)
+        })
+    }
+
+    fn stages_peer_copies(&self) -> bool {
+        false
+    }
+}
+
+impl AclRuntime {
+    /// The peer-access calls, or why there are none.
+    fn peer_fns(&self, call: &'static str) -> Result<&PeerFns, ApiError> {
+        self.peer.as_ref().ok_or_else(|| ApiError {
+            call,
+            code: -1,
+            text: format!("{} lacks the peer-access calls", self.source),
+        })
     }
 }
 

@@ -1,7 +1,19 @@
 //! Collective libraries loaded at run time for the core-pair probe: NCCL (with the CUDA
 //! runtime) and HCCL (with ACL). One small trait, `CollectiveApi`, over the calls the pair
-//! probe makes: create one communicator per device in this process, allgather, destroy, and
-//! abort (the way out of a hung collective).
+//! probe makes: create one communicator per device in this process, allgather, and release
+//! a set of communicators together — destroyed, or aborted (the way out of a hung
+//! collective) — the way each library requires:
+//!
+//! - NCCL: `ncclCommDestroy` "is an intra-node collective call, which all ranks on the same
+//!   node should call to avoid a hang", `ncclCommAbort` needs "all active ranks" (NCCL API
+//!   reference, `api/comms.rst`, 2.18-2.30), and "when a single thread is managing multiple
+//!   devices, group semantics must be used" (`usage/groups.rst`): chd holds both ranks'
+//!   communicators in one thread, so it brackets the destroys or aborts with
+//!   `ncclGroupStart`/`ncclGroupEnd`.
+//! - HCCL: no abort; `HcclCommDestroy` returns `HCCL_E_AGAIN` (20 in `hccl_types.h`) while the
+//!   communicator is in use, e.g. by an allgather still in flight ("[HcclCommDestroy] comm is
+//!   in use, please try again later", CANN 8.0 HCCL API reference): such communicators come
+//!   back as busy, for the caller to keep and retry.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::path::Path;
@@ -20,6 +32,10 @@ pub const HCCL_CANDIDATES: &[&str] = &["libhccl.so"];
 // are C enums (int-sized), `HcclComm` and `aclrtStream` are `void *`.
 /// `ncclInt8` / `HCCL_DATA_TYPE_INT8`: counts are bytes.
 const DATA_TYPE_INT8: c_int = 0;
+/// `HCCL_E_AGAIN` (`hccl_types.h`): the communicator is in use; try again later.
+const HCCL_E_AGAIN: c_int = 20;
+/// HCCL's default `HCCL_BUFFSIZE`, MB (`HCCL_COMM_DEFAULT_BUFFSIZE` in `hccl_types.h`).
+pub const HCCL_DEFAULT_BUFFSIZE_MB: u64 = 200;
 
 /// Why a collective library is unavailable.
 #[derive(Debug, thiserror::Error)]
@@ -30,10 +46,33 @@ pub enum CollectiveLoadError {
     Symbol(#[from] SymbolError),
 }
 
+/// How a set of communicators is released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Teardown {
+    /// Nothing is in flight: free them.
+    Destroy,
+    /// Operations may hang: abort them (HCCL, which has no abort, destroys).
+    Abort,
+}
+
+/// What releasing a set of communicators left behind.
+#[derive(Debug, Default)]
+pub(crate) struct Released {
+    /// Still alive because the library said "in use, try again" (`HCCL_E_AGAIN`): keep them
+    /// and retry.
+    pub busy: Vec<(Handle, ApiError)>,
+    /// The library refused in another way; retrying risks freeing twice, so they are given up.
+    pub failed: Vec<(Handle, ApiError)>,
+}
+
 /// The calls of a collective library the pair probe needs.
 pub(crate) trait CollectiveApi: Send + Sync {
     /// `nccl` or `hccl`.
     fn name(&self) -> &'static str;
+    /// Device memory one communicator holds, when the library documents it (HCCL:
+    /// 2 x `HCCL_BUFFSIZE`); NCCL sizes its buffers by the channels and protocols it picks at
+    /// init, which its API does not report.
+    fn bytes_per_communicator(&self) -> Option<u64>;
     /// One communicator per device, ranks in `devices` order, created in this process.
     fn init_all(&self, devices: &[i32]) -> Result<Vec<Handle>, ApiError>;
     /// Enqueue an allgather of `bytes` per rank from `send` into `recv` (ranks x bytes).
@@ -45,9 +84,8 @@ pub(crate) trait CollectiveApi: Send + Sync {
         comm: Handle,
         stream: Handle,
     ) -> Result<(), ApiError>;
-    fn destroy(&self, comm: Handle);
-    /// Abort a communicator whose operations may hang.
-    fn abort(&self, comm: Handle);
+    /// Release every rank's communicator of one set together (see the module docs).
+    fn release(&self, comms: &[Handle], how: Teardown) -> Released;
 }
 
 type FnInitAllNccl = unsafe extern "C" fn(*mut *mut c_void, c_int, *const c_int) -> c_int;
@@ -60,6 +98,7 @@ type FnAllGather = unsafe extern "C" fn(
     *mut c_void,
 ) -> c_int;
 type FnComm = unsafe extern "C" fn(*mut c_void) -> c_int;
+type FnGroup = unsafe extern "C" fn() -> c_int;
 type FnErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
 type FnLastError = unsafe extern "C" fn(*mut c_void) -> *const c_char;
 // `HcclResult HcclCommInitAll(uint32_t ndev, int32_t *devices, HcclComm *comms)` (hccl.h);
@@ -78,6 +117,8 @@ pub struct Nccl {
     all_gather: FnAllGather,
     comm_destroy: FnComm,
     comm_abort: FnComm,
+    group_start: FnGroup,
+    group_end: FnGroup,
     error_string: FnErrorString,
     /// `ncclGetLastError` (NCCL 2.13 and later): what failed, beyond the code's text.
     last_error: Option<FnLastError>,
@@ -96,13 +137,17 @@ impl std::fmt::Debug for Nccl {
 impl Nccl {
     pub fn load(path: Option<&Path>) -> Result<Nccl, CollectiveLoadError> {
         let (lib, source) = library::open("NCCL", path, NCCL_CANDIDATES)?;
-        // SAFETY: the types are nccl.h's declarations; pointers live no longer than `_library`.
+        // SAFETY: the types are nccl.h's declarations (NCCL 2.20: `ncclResult_t
+        // ncclGroupStart(void)`, `ncclGroupEnd(void)`, `ncclCommDestroy(ncclComm_t)`, ...);
+        // pointers live no longer than `_library`.
         unsafe {
             Ok(Nccl {
                 comm_init_all: library::symbol(&lib, &source, "ncclCommInitAll")?,
                 all_gather: library::symbol(&lib, &source, "ncclAllGather")?,
                 comm_destroy: library::symbol(&lib, &source, "ncclCommDestroy")?,
                 comm_abort: library::symbol(&lib, &source, "ncclCommAbort")?,
+                group_start: library::symbol(&lib, &source, "ncclGroupStart")?,
+                group_end: library::symbol(&lib, &source, "ncclGroupEnd")?,
                 error_string: library::symbol(&lib, &source, "ncclGetErrorString")?,
                 // Checked against nccl.h of nvidia-nccl-cu12 2.32.3.
                 last_error: library::symbol(&lib, &source, "ncclGetLastError").ok(),
@@ -157,17 +202,38 @@ impl CollectiveApi for Nccl {
         })
     }
 
-    fn destroy(&self, comm: Handle) {
-        // SAFETY: `comm` came from ncclCommInitAll and is destroyed once.
-        if let Err(e) = self.check("ncclCommDestroy", unsafe { (self.comm_destroy)(comm) }) {
-            tracing::warn!("{e}");
-        }
+    fn bytes_per_communicator(&self) -> Option<u64> {
+        None
     }
 
-    fn abort(&self, comm: Handle) {
-        // SAFETY: `comm` came from ncclCommInitAll; abort frees it.
-        if let Err(e) = self.check("ncclCommAbort", unsafe { (self.comm_abort)(comm) }) {
-            tracing::warn!("{e}");
+    fn release(&self, comms: &[Handle], how: Teardown) -> Released {
+        let (call, f) = match how {
+            Teardown::Destroy => ("ncclCommDestroy", self.comm_destroy),
+            Teardown::Abort => ("ncclCommAbort", self.comm_abort),
+        };
+        // One group, so NCCL tears every rank down together instead of the first call waiting
+        // for ranks this same thread has not reached yet.
+        // SAFETY: no arguments; every ncclGroupStart below is matched by ncclGroupEnd.
+        let mut first = self
+            .check("ncclGroupStart", unsafe { (self.group_start)() })
+            .err();
+        if first.is_none() {
+            for &comm in comms {
+                // SAFETY: `comm` came from ncclCommInitAll and is released once.
+                if let Err(e) = self.check(call, unsafe { f(comm) }) {
+                    first.get_or_insert(e);
+                }
+            }
+            // SAFETY: closes the group opened above.
+            if let Err(e) = self.check("ncclGroupEnd", unsafe { (self.group_end)() }) {
+                first.get_or_insert(e);
+            }
+        }
+        Released {
+            busy: Vec::new(),
+            failed: first
+                .map(|e| comms.iter().map(|&c| (c, e.clone())).collect())
+                .unwrap_or_default(),
         }
     }
 }
@@ -178,6 +244,8 @@ pub struct Hccl {
     all_gather: FnHcclAllGather,
     comm_destroy: FnComm,
     error_string: Option<FnErrorString>,
+    /// `HCCL_BUFFSIZE` in bytes, read from the environment at load (what HCCL reads).
+    buffsize_bytes: u64,
     pub source: String,
     _library: Library,
 }
@@ -200,6 +268,7 @@ impl Hccl {
                 all_gather: library::symbol(&lib, &source, "HcclAllGather")?,
                 comm_destroy: library::symbol(&lib, &source, "HcclCommDestroy")?,
                 error_string: library::symbol(&lib, &source, "HcclGetErrorString").ok(),
+                buffsize_bytes: buffsize_mb(std::env::var("HCCL_BUFFSIZE").ok().as_deref()) << 20,
                 source,
                 _library: lib,
             })
@@ -248,15 +317,58 @@ impl CollectiveApi for Hccl {
         })
     }
 
-    fn destroy(&self, comm: Handle) {
-        // SAFETY: `comm` came from HcclCommInitAll and is destroyed once.
-        if let Err(e) = self.check("HcclCommDestroy", unsafe { (self.comm_destroy)(comm) }) {
-            tracing::warn!("{e}");
-        }
+    fn bytes_per_communicator(&self) -> Option<u64> {
+        // "Each communicator occupies 2 x HCCL_BUFFSIZE memory, which is used for receiving
+        // and sending" (CANN 8.0 environment variable reference, HCCL_BUFFSIZE).
+        Some(2 * self.buffsize_bytes)
     }
 
-    fn abort(&self, comm: Handle) {
-        // HCCL has no abort: destroying is the only way to release it.
-        self.destroy(comm);
+    fn release(&self, comms: &[Handle], _how: Teardown) -> Released {
+        // HCCL has no abort: destroying is the only way out, and it is local to each rank.
+        let mut out = Released::default();
+        for &comm in comms {
+            // SAFETY: `comm` came from HcclCommInitAll; on success it is gone, on
+            // HCCL_E_AGAIN it is untouched and may be destroyed again later.
+            let code = unsafe { (self.comm_destroy)(comm) };
+            match self.check("HcclCommDestroy", code) {
+                Ok(()) => {}
+                Err(e) if code == HCCL_E_AGAIN => out.busy.push((comm, e)),
+                Err(e) => out.failed.push((comm, e)),
+            }
+        }
+        out
+    }
+}
+
+/// `HCCL_BUFFSIZE` (MB, an integer of at least 1; HCCL's default 200): what each HCCL
+/// communicator's two buffers are sized by. A value HCCL would reject counts as the default,
+/// with a warning.
+pub(crate) fn buffsize_mb(value: Option<&str>) -> u64 {
+    match value.map(str::trim).filter(|v| !v.is_empty()) {
+        None => HCCL_DEFAULT_BUFFSIZE_MB,
+        Some(v) => match v.parse::<u64>() {
+            Ok(mb) if mb >= 1 => mb,
+            _ => {
+                tracing::warn!(
+                    "HCCL_BUFFSIZE={v:?} is not a whole number of MB >= 1; counting HCCL \
+                     communicators at the default {HCCL_DEFAULT_BUFFSIZE_MB} MB"
+                );
+                HCCL_DEFAULT_BUFFSIZE_MB
+            }
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hccl_buffsize_comes_from_the_environment_value() {
+        assert_eq!(buffsize_mb(None), 200);
+        assert_eq!(buffsize_mb(Some("")), 200);
+        assert_eq!(buffsize_mb(Some(" 64 ")), 64);
+        assert_eq!(buffsize_mb(Some("0")), 200);
+        assert_eq!(buffsize_mb(Some("1.5")), 200);
     }
 }

@@ -27,6 +27,9 @@ const CUDA_MEMCPY_HOST_TO_DEVICE: c_int = 1;
 const CUDA_MEMCPY_DEVICE_TO_HOST: c_int = 2;
 const CUDA_MEMCPY_DEVICE_TO_DEVICE: c_int = 3;
 const CUDA_STREAM_NON_BLOCKING: c_uint = 1;
+/// `cudaErrorPeerAccessAlreadyEnabled`: enabling twice (another user in this process, such as
+/// NCCL, may have enabled it first).
+const CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: CudaError = 704;
 /// `cudaDeviceProp` is over 1 KiB and grows between releases; it starts with `char name[256]`.
 const DEVICE_PROP_BYTES: usize = 8192;
 
@@ -45,6 +48,16 @@ type FnEventCreate = unsafe extern "C" fn(*mut *mut c_void) -> CudaError;
 type FnEventRecord = unsafe extern "C" fn(*mut c_void, *mut c_void) -> CudaError;
 type FnElapsed = unsafe extern "C" fn(*mut f32, *mut c_void, *mut c_void) -> CudaError;
 type FnErrorString = unsafe extern "C" fn(CudaError) -> *const c_char;
+type FnCanAccessPeer = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> CudaError;
+type FnEnablePeer = unsafe extern "C" fn(c_int, c_uint) -> CudaError;
+
+/// The peer-access calls (cuda_runtime_api.h, CUDA 12.4: `cudaDeviceCanAccessPeer(int*, int,
+/// int)`, `cudaDeviceEnablePeerAccess(int, unsigned int)`, `cudaDeviceDisablePeerAccess(int)`).
+struct PeerFns {
+    can_access: FnCanAccessPeer,
+    enable: FnEnablePeer,
+    disable: FnSetDevice,
+}
 
 /// Why the CUDA backend is unavailable.
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +94,7 @@ pub struct CudaRuntime {
     event_elapsed_time: FnElapsed,
     get_error_string: FnErrorString,
     get_error_name: FnErrorString,
+    peer: PeerFns,
     /// Where it was loaded from.
     pub source: String,
     _library: Library,
@@ -128,6 +142,11 @@ impl CudaRuntime {
                 event_elapsed_time: library::symbol(&lib, &source, "cudaEventElapsedTime")?,
                 get_error_string: library::symbol(&lib, &source, "cudaGetErrorString")?,
                 get_error_name: library::symbol(&lib, &source, "cudaGetErrorName")?,
+                peer: PeerFns {
+                    can_access: library::symbol(&lib, &source, "cudaDeviceCanAccessPeer")?,
+                    enable: library::symbol(&lib, &source, "cudaDeviceEnablePeerAccess")?,
+                    disable: library::symbol(&lib, &source, "cudaDeviceDisablePeerAccess")?,
+                },
                 source,
                 _library: lib,
             })
@@ -317,6 +336,37 @@ impl DeviceApi for CudaRuntime {
             (self.event_elapsed_time)(&mut ms, start, end)
         })?;
         Ok(ms)
+    }
+
+    fn can_access_peer(&self, device: i32, peer: i32) -> Result<bool, ApiError> {
+        let mut can: c_int = 0;
+        // SAFETY: `can` is a valid out-pointer.
+        self.check("cudaDeviceCanAccessPeer", unsafe {
+            (self.peer.can_access)(&mut can, device, peer)
+        })?;
+        Ok(can != 0)
+    }
+
+    fn enable_peer_access(&self, peer: i32) -> Result<bool, ApiError> {
+        // SAFETY: plain values; flags must be 0. A failed call only sets the runtime's
+        // (non-sticky) last error, which chd never reads: every call's code is checked.
+        match unsafe { (self.peer.enable)(peer, 0) } {
+            CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(false),
+            code => self
+                .check("cudaDeviceEnablePeerAccess", code)
+                .map(|()| true),
+        }
+    }
+
+    fn disable_peer_access(&self, peer: i32) -> Result<(), ApiError> {
+        // SAFETY: plain value.
+        self.check("cudaDeviceDisablePeerAccess", unsafe {
+            (self.peer.disable)(peer)
+        })
+    }
+
+    fn stages_peer_copies(&self) -> bool {
+        true
     }
 }
 

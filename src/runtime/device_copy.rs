@@ -63,6 +63,18 @@ pub(crate) trait DeviceApi: Send + Sync {
     fn pageable_refusal(&self) -> Option<&'static str> {
         None
     }
+    /// Whether `device` can map `peer`'s memory (`cudaDeviceCanAccessPeer`,
+    /// `aclrtDeviceCanAccessPeer`).
+    fn can_access_peer(&self, device: i32, peer: i32) -> Result<bool, ApiError>;
+    /// Let the calling thread's current device access `peer`'s memory (one way). `Ok(false)`:
+    /// it already could (CUDA's `cudaErrorPeerAccessAlreadyEnabled`), so this call changed
+    /// nothing and must not be undone.
+    fn enable_peer_access(&self, peer: i32) -> Result<bool, ApiError>;
+    /// Undo a successful [`DeviceApi::enable_peer_access`] from the current device.
+    fn disable_peer_access(&self, peer: i32) -> Result<(), ApiError>;
+    /// Whether a cross-device copy without peer access still runs, staged through host memory
+    /// (CUDA), rather than failing (ACL requires peer access).
+    fn stages_peer_copies(&self) -> bool;
 }
 
 fn warn_release(result: Result<(), ApiError>) {

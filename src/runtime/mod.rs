@@ -13,7 +13,10 @@ pub mod library;
 pub mod numa_memory;
 pub mod own_process;
 pub mod pair;
+mod pair_cell;
+mod pair_hold;
 mod pattern;
+pub mod peer_access;
 pub mod select;
 pub mod telemetry;
 

@@ -1,7 +1,8 @@
 //! The core-pair part of a probe window: planned (rank0 CPU, rank1 CPU) cells of each
 //! configured device pair, measured by the pair probe until the pair budget is spent, the
 //! idle gate closes or chd stops. The same rule as for copy cells holds: a sample far below
-//! the pair's typical cell counts only once a re-measurement later in the window agrees.
+//! the pair's typical cell counts only once a re-measurement later in the window agrees. At
+//! the end of the window the probe releases what it held for the pairs.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -140,6 +141,8 @@ pub fn run(
             record(key, &[second], &mut report);
         }
     }
+    // Nothing the pair probe holds (communicators, peer access) outlives the window.
+    spec.probe.release_idle();
     report.elapsed = started.elapsed();
     if report.measured > 0 {
         store

@@ -41,6 +41,9 @@ pub const ACL_ERROR_REPEAT_FINALIZE: AclError = 100_037;
 pub const ACL_ERROR_RT_INVALID_DEVICEID: AclError = 107_001;
 pub const ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID: AclError = 107_006;
 pub const ACL_ERROR_RT_INVALID_HANDLE: AclError = 107_017;
+/// `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` (`rt_error_codes.h`): the fake's answer to a peer copy
+/// or peer-access request the devices cannot do (CANN documents the precondition, not the
+/// code).
 pub const ACL_ERROR_RT_FEATURE_NOT_SUPPORT: AclError = 207_000;
 pub const ACL_ERROR_RT_MEMORY_ALLOCATION: AclError = 207_001;
 pub const ACL_ERROR_RT_INTERNAL_ERROR: AclError = 507_000;
@@ -430,6 +433,13 @@ unsafe fn memcpy(
             ACL_ERROR_RT_SYS_DMA,
             format!("peer copy from device {src} to device {dst} failed (CHD_FAKE_PAIR_FAIL)"),
         )),
+        Err(CopyError::PeerAccessNotEnabled(local, remote)) => Err((
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            format!(
+                "copy between device {local} and device {remote}: peer access from device \
+                 {local} to device {remote} is not enabled (aclrtDeviceEnablePeerAccess)"
+            ),
+        )),
     }
 }
 
@@ -505,7 +515,8 @@ pub unsafe extern "C" fn aclrtMemcpy(
     })
 }
 
-/// `aclrtDeviceCanAccessPeer`: 1 for two different valid devices, 0 for a device and itself.
+/// `aclrtDeviceCanAccessPeer`: 1 for two different valid devices, 0 for a device and itself
+/// and for a `CHD_FAKE_NO_PEER` pair.
 #[no_mangle]
 pub unsafe extern "C" fn aclrtDeviceCanAccessPeer(
     can_access_peer: *mut i32,
@@ -515,13 +526,15 @@ pub unsafe extern "C" fn aclrtDeviceCanAccessPeer(
     api("aclrtDeviceCanAccessPeer", || {
         let d = device_id(device_id_arg)?;
         let p = device_id(peer_device_id)?;
+        let can = config::get().peer_supported(d, p);
         // SAFETY: module contract.
-        unsafe { put(can_access_peer, i32::from(d != p), "canAccessPeer") }
+        unsafe { put(can_access_peer, i32::from(can), "canAccessPeer") }
     })
 }
 
 /// `aclrtDeviceEnablePeerAccess`: from the current device to `peerDeviceId`; `flags` must be
-/// 0; enabling twice is accepted.
+/// 0; enabling twice is accepted; a `CHD_FAKE_NO_PEER` pair is
+/// `ACL_ERROR_RT_FEATURE_NOT_SUPPORT`.
 #[no_mangle]
 pub unsafe extern "C" fn aclrtDeviceEnablePeerAccess(peer_device_id: i32, flags: u32) -> AclError {
     api("aclrtDeviceEnablePeerAccess", || {
@@ -534,6 +547,12 @@ pub unsafe extern "C" fn aclrtDeviceEnablePeerAccess(peer_device_id: i32, flags:
         }
         if flags != 0 {
             return Err(invalid(format!("flags must be 0, got {flags}")));
+        }
+        if !config::get().peer_supported(dev, peer) {
+            return Err((
+                ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                format!("device {dev} cannot access device {peer} (CHD_FAKE_NO_PEER)"),
+            ));
         }
         device::enable_peer(Api::Acl, dev, peer);
         Ok(())

@@ -19,6 +19,15 @@
 //!   communicators fail with the same error, and the async-error query reports it.
 //!   `ncclCommAbort` marks the clique broken too ([`CollError::Aborted`]) and wakes every
 //!   waiting rank.
+//! - NCCL teardown ([`teardown`]) is an intra-node collective, as the NCCL API reference says
+//!   of `ncclCommDestroy` ("all ranks on the same node should call [it] to avoid a hang") and
+//!   `ncclCommAbort` ("all active ranks are required to call this function"): a destroy or
+//!   abort returns once every rank of its clique entered one; the communicators go away
+//!   together. A call waiting longer than `CHD_FAKE_PAIR_TIMEOUT_MS` fails with
+//!   [`CollError::InvalidUsage`] and leaves its communicators alive, where real NCCL would
+//!   hang: one thread tearing down several ranks one by one, outside a group, does that.
+//! - HCCL destroy is local, but a communicator with a collective in flight (a rank blocked in
+//!   `HcclAllGather`) cannot be destroyed: [`CollError::Busy`] (`HCCL_E_AGAIN`).
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -77,6 +86,8 @@ pub enum CollError {
     Timeout,
     /// A communicator of the clique was aborted.
     Aborted,
+    /// The communicator is in use (a collective in flight): try again later.
+    Busy(String),
     /// An internal panic while running the operation.
     Internal,
 }
@@ -87,7 +98,8 @@ impl std::fmt::Display for CollError {
             CollError::NullPointer(what) => write!(f, "{what} is NULL"),
             CollError::InvalidArgument(why)
             | CollError::InvalidUsage(why)
-            | CollError::BadStream(why) => f.write_str(why),
+            | CollError::BadStream(why)
+            | CollError::Busy(why) => f.write_str(why),
             CollError::NoDevice => f.write_str("the calling thread has no valid current device"),
             CollError::Planted => f.write_str("collective failed (CHD_FAKE_PAIR_FAIL)"),
             CollError::Timeout => f.write_str(
@@ -118,10 +130,12 @@ struct Op {
     collected: usize,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct CliqueState {
     broken: Option<CollError>,
     ops: HashMap<u64, Op>,
+    /// Ranks inside an NCCL destroy or abort, waiting for the others.
+    leaving: Vec<bool>,
 }
 
 /// Communicators created together; shared by all of them.
@@ -135,10 +149,15 @@ pub struct Clique {
 
 impl Clique {
     fn new(lib: Lib, devices: Vec<usize>) -> Arc<Clique> {
+        let leaving = vec![false; devices.len()];
         Arc::new(Clique {
             lib,
             devices,
-            state: Mutex::new(CliqueState::default()),
+            state: Mutex::new(CliqueState {
+                broken: None,
+                ops: HashMap::new(),
+                leaving,
+            }),
             cv: Condvar::new(),
         })
     }
@@ -170,6 +189,8 @@ struct Comm {
     clique: Arc<Clique>,
     rank: usize,
     next_seq: u64,
+    /// Collective calls of this communicator entered and not yet returned.
+    in_flight: usize,
 }
 
 static COMMS: Mutex<Option<HashMap<usize, Comm>>> = Mutex::new(None);
@@ -192,6 +213,7 @@ fn register(lib: Lib, clique: &Arc<Clique>, rank: usize) -> usize {
                 clique: Arc::clone(clique),
                 rank,
                 next_seq: 0,
+                in_flight: 0,
             },
         )
     });
@@ -238,37 +260,121 @@ pub fn comm_info(lib: Lib, handle: *mut c_void) -> Result<CommInfo, CollError> {
     })
 }
 
-/// Destroys a communicator (`ncclCommDestroy`, `HcclCommDestroy`). Peers are not told.
-pub fn destroy(lib: Lib, handle: *mut c_void) -> Result<(), CollError> {
+/// How an NCCL communicator is torn down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Teardown {
+    Destroy,
+    /// Also breaks the clique, waking every rank blocked in one of its collectives.
+    Abort,
+}
+
+fn not_live(handle: usize) -> CollError {
+    CollError::InvalidArgument(format!("{handle:#x} is not a live communicator"))
+}
+
+/// Destroys an HCCL communicator (`HcclCommDestroy`): refused with [`CollError::Busy`] while
+/// one of its collectives is in flight.
+pub fn destroy_hccl(handle: *mut c_void) -> Result<(), CollError> {
     if handle.is_null() {
         return Err(CollError::NullPointer("comm"));
     }
     with_comms(|m| match m.get(&(handle as usize)) {
-        Some(c) if c.lib == lib => {
+        Some(c) if c.lib == Lib::Hccl && c.in_flight > 0 => Err(CollError::Busy(
+            "[HcclCommDestroy] comm is in use, please try again later".to_owned(),
+        )),
+        Some(c) if c.lib == Lib::Hccl => {
             m.remove(&(handle as usize));
             Ok(())
         }
-        _ => Err(CollError::InvalidArgument(format!(
-            "{handle:p} is not a live communicator"
-        ))),
+        _ => Err(not_live(handle as usize)),
     })
 }
 
-/// Aborts a communicator (`ncclCommAbort`): destroys it and breaks its clique, waking every
-/// rank blocked in a collective of the clique with [`CollError::Aborted`].
-pub fn abort(lib: Lib, handle: *mut c_void) -> Result<(), CollError> {
-    if handle.is_null() {
-        return Err(CollError::NullPointer("comm"));
+/// Validates an NCCL communicator handle for a later [`teardown`].
+pub fn check_nccl(handle: *mut c_void) -> Result<(), CollError> {
+    comm_info(Lib::Nccl, handle).map(|_| ())
+}
+
+/// Tears down NCCL communicators together (one ungrouped `ncclCommDestroy`/`ncclCommAbort`,
+/// or the ones queued in a group): every rank marks itself leaving (an abort also breaks its
+/// clique at once), then waits until every rank of its clique is leaving, then all go. After
+/// `CHD_FAKE_PAIR_TIMEOUT_MS` without the others: [`CollError::InvalidUsage`], the
+/// communicators stay alive. An abort then blocks `CHD_FAKE_ABORT_HANG_MS` before returning.
+pub fn teardown(calls: &[(usize, Teardown)]) -> Result<(), CollError> {
+    if calls.is_empty() {
+        return Ok(());
     }
-    let clique = with_comms(|m| match m.get(&(handle as usize)) {
-        Some(c) if c.lib == lib => Ok(m.remove(&(handle as usize)).map(|c| c.clique)),
-        _ => Err(CollError::InvalidArgument(format!(
-            "{handle:p} is not a live communicator"
-        ))),
+    let entries = with_comms(|m| {
+        calls
+            .iter()
+            .enumerate()
+            .map(|(i, &(handle, how))| {
+                if calls[..i].iter().any(|&(h, _)| h == handle) {
+                    return Err(CollError::InvalidUsage(format!(
+                        "communicator {handle:#x} is torn down twice"
+                    )));
+                }
+                match m.get(&handle) {
+                    Some(c) if c.lib == Lib::Nccl => Ok((Arc::clone(&c.clique), c.rank, how)),
+                    _ => Err(not_live(handle)),
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()
     })?;
-    if let Some(clique) = clique {
-        clique.lock().broken.get_or_insert(CollError::Aborted);
+    let mut aborted = false;
+    for (clique, rank, how) in &entries {
+        let mut st = clique.lock();
+        st.leaving[*rank] = true;
+        if *how == Teardown::Abort {
+            st.broken.get_or_insert(CollError::Aborted);
+            aborted = true;
+        }
+        drop(st);
         clique.cv.notify_all();
+    }
+    let cfg = config::get();
+    let deadline = Instant::now() + Duration::from_millis(cfg.pair_timeout_ms);
+    let mut cliques: Vec<&Arc<Clique>> = Vec::new();
+    for (clique, _, _) in &entries {
+        if !cliques.iter().any(|c| Arc::ptr_eq(c, clique)) {
+            cliques.push(clique);
+        }
+    }
+    let mut missing = None;
+    for clique in &cliques {
+        let mut st = clique.lock();
+        while missing.is_none() {
+            if let Some(rank) = st.leaving.iter().position(|l| !l) {
+                let now = Instant::now();
+                if now >= deadline {
+                    missing = Some(rank);
+                    break;
+                }
+                st = clique.wait_timeout(st, deadline - now);
+            } else {
+                break;
+            }
+        }
+    }
+    if let Some(absent) = missing {
+        for (clique, rank, _) in &entries {
+            clique.lock().leaving[*rank] = false;
+        }
+        return Err(CollError::InvalidUsage(format!(
+            "rank {} waited {} ms for rank {absent} of its communicator to call \
+             ncclCommDestroy/ncclCommAbort too: teardown is an intra-node collective, and one \
+             thread tearing down several ranks must group the calls (ncclGroupStart/End); real \
+             NCCL hangs here",
+            entries[0].1, cfg.pair_timeout_ms
+        )));
+    }
+    with_comms(|m| {
+        for (handle, _) in calls {
+            m.remove(handle);
+        }
+    });
+    if aborted && cfg.abort_hang_ms > 0 {
+        std::thread::sleep(Duration::from_millis(cfg.abort_hang_ms));
     }
     Ok(())
 }
@@ -489,8 +595,18 @@ pub fn duration_ns(bytes_per_rank: usize, nranks: usize, gbps: f64) -> f64 {
 }
 
 struct Ticket {
+    handle: usize,
     clique: Arc<Clique>,
     seq: u64,
+}
+
+/// The call on `handle` returned: it is no longer in flight.
+fn leave(handle: usize) {
+    with_comms(|m| {
+        if let Some(c) = m.get_mut(&handle) {
+            c.in_flight = c.in_flight.saturating_sub(1);
+        }
+    });
 }
 
 /// Runs prepared calls (one ungrouped call, or the calls of a group): fails at once under
@@ -516,7 +632,9 @@ pub fn run(calls: Vec<Prepared>) -> Result<(), CollError> {
         }
     }
     for t in tickets {
-        if let Err(e) = wait(&t, deadline) {
+        let result = wait(&t, deadline);
+        leave(t.handle);
+        if let Err(e) = result {
             first_err.get_or_insert(e);
         }
     }
@@ -528,6 +646,7 @@ fn submit(call: Prepared) -> Result<Ticket, CollError> {
         Some(c) => {
             let seq = c.next_seq;
             c.next_seq += 1;
+            c.in_flight += 1;
             Ok(seq)
         }
         None => Err(CollError::InvalidArgument(format!(
@@ -538,7 +657,10 @@ fn submit(call: Prepared) -> Result<Ticket, CollError> {
     let clique = call.clique;
     let mut st = clique.lock();
     if let Some(e) = &st.broken {
-        return Err(e.clone());
+        let e = e.clone();
+        drop(st);
+        leave(call.handle);
+        return Err(e);
     }
     let nranks = clique.nranks();
     let op = st.ops.entry(seq).or_insert_with(|| Op {
@@ -554,7 +676,11 @@ fn submit(call: Prepared) -> Result<Ticket, CollError> {
     } else {
         drop(st);
     }
-    Ok(Ticket { clique, seq })
+    Ok(Ticket {
+        handle: call.handle,
+        clique,
+        seq,
+    })
 }
 
 /// Runs operation `seq`, whose last rank just joined, on the calling thread.

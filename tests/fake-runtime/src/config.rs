@@ -29,6 +29,9 @@ pub const DEFAULT_GEMM_TFLOPS: f64 = 50.0;
 /// Default factor on a device's copy bandwidth while a cuBLAS gemm loop runs on it
 /// (`CHD_FAKE_LOAD_COPY_FACTOR`).
 pub const DEFAULT_LOAD_COPY_FACTOR: f64 = 0.5;
+/// Default rate of a cross-device copy without peer access, GB/s (`CHD_FAKE_STAGED_GBPS`):
+/// CUDA then stages the copy through host memory.
+pub const DEFAULT_STAGED_GBPS: f64 = 4.0;
 
 /// A PCI address `domain:bus:device.function`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -171,6 +174,13 @@ pub struct Config {
     /// `CHD_FAKE_ACL_PCI_BUS_ID`: whether `aclrtDeviceGetPCIBusId` answers (`0`: it returns
     /// `ACL_ERROR_RT_FEATURE_NOT_SUPPORT`, as on a non-PCIe interconnect).
     pub acl_pci_bus_id: bool,
+    /// `CHD_FAKE_STAGED_GBPS`: rate of a CUDA cross-device copy without peer access.
+    pub staged_gbps: f64,
+    /// `CHD_FAKE_NO_PEER`: device pairs (either order) that cannot access each other.
+    pub no_peer: Vec<(usize, usize)>,
+    /// `CHD_FAKE_ABORT_HANG_MS`: wall-clock delay of every `ncclCommAbort` (after it broke
+    /// the communicators).
+    pub abort_hang_ms: u64,
 }
 
 impl Default for Config {
@@ -198,6 +208,9 @@ impl Default for Config {
             fail_after: 0,
             nvml_own_pid: None,
             acl_pci_bus_id: true,
+            staged_gbps: DEFAULT_STAGED_GBPS,
+            no_peer: Vec::new(),
+            abort_hang_ms: 0,
         }
     }
 }
@@ -305,6 +318,27 @@ pub fn parse_pair_gbps(text: &str) -> Result<(f64, Vec<PairCpuRule>), String> {
         });
     }
     Ok((default, rules))
+}
+
+/// Parses `CHD_FAKE_NO_PEER`: `;`-separated device pairs `A,B`, e.g. `0,5;1,2`.
+pub fn parse_device_pairs(text: &str) -> Result<Vec<(usize, usize)>, String> {
+    text.split(';')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|part| {
+            let (a, b) = part
+                .split_once(',')
+                .ok_or_else(|| format!("{part:?} is not a device pair A,B"))?;
+            let (a, b) = (
+                parse_index(a, "device index")?,
+                parse_index(b, "device index")?,
+            );
+            if a == b {
+                return Err(format!("{part:?} names one device twice"));
+            }
+            Ok((a.min(b), a.max(b)))
+        })
+        .collect()
 }
 
 /// Parses a boolean switch: `1`/`true`/`yes`/`on` or `0`/`false`/`no`/`off` (any case).
@@ -489,6 +523,18 @@ impl Config {
             cfg.load_copy_factor = parse_positive(v, "copy factor")?;
             Ok(())
         });
+        field("CHD_FAKE_STAGED_GBPS", "4", &mut |v| {
+            cfg.staged_gbps = parse_gbps(v)?;
+            Ok(())
+        });
+        field("CHD_FAKE_NO_PEER", "none", &mut |v| {
+            cfg.no_peer = parse_device_pairs(v)?;
+            Ok(())
+        });
+        field("CHD_FAKE_ABORT_HANG_MS", "0", &mut |v| {
+            cfg.abort_hang_ms = parse_ms(v)?;
+            Ok(())
+        });
         cfg
     }
 
@@ -511,6 +557,12 @@ impl Config {
     pub fn pair_gbps_for(&self, rank: usize, cpu: Option<usize>) -> f64 {
         cpu.and_then(|cpu| self.pair_cpus.iter().find(|r| r.matches(rank, cpu)))
             .map_or(self.pair_gbps, |r| r.gbps)
+    }
+
+    /// Whether `a` and `b` (distinct) may enable peer access to each other: not listed in
+    /// `CHD_FAKE_NO_PEER`.
+    pub fn peer_supported(&self, a: usize, b: usize) -> bool {
+        a != b && !self.no_peer.contains(&(a.min(b), a.max(b)))
     }
 
     /// Whether copies on `device` fail (once their stream is past `fail_after` copies).
@@ -669,6 +721,32 @@ mod tests {
         );
         assert!(parse_pair_gbps("rank0:1=0").is_err());
         assert_eq!(parse_switch(" Off "), Ok(false));
+    }
+
+    #[test]
+    fn peer_access_and_teardown_settings() {
+        let (cfg, warnings) = from(&[]);
+        assert!(warnings.is_empty());
+        assert_eq!((cfg.staged_gbps, cfg.abort_hang_ms), (4.0, 0));
+        assert!(cfg.peer_supported(0, 5) && !cfg.peer_supported(3, 3));
+        let (cfg, warnings) = from(&[
+            ("CHD_FAKE_STAGED_GBPS", "2.5"),
+            ("CHD_FAKE_NO_PEER", "5,0; 1,2"),
+            ("CHD_FAKE_ABORT_HANG_MS", "750"),
+        ]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!((cfg.staged_gbps, cfg.abort_hang_ms), (2.5, 750));
+        assert_eq!(cfg.no_peer, [(0, 5), (1, 2)]);
+        assert!(!cfg.peer_supported(0, 5) && !cfg.peer_supported(5, 0));
+        assert!(!cfg.peer_supported(2, 1) && cfg.peer_supported(0, 1));
+        let (cfg, warnings) = from(&[
+            ("CHD_FAKE_STAGED_GBPS", "0"),
+            ("CHD_FAKE_NO_PEER", "3"),
+            ("CHD_FAKE_ABORT_HANG_MS", "soon"),
+        ]);
+        assert_eq!(warnings.len(), 3, "{warnings:?}");
+        assert_eq!(cfg, Config::default());
+        assert!(parse_device_pairs("4,4").is_err());
     }
 
     #[test]

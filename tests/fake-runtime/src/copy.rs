@@ -3,9 +3,12 @@
 //! advances the stream's virtual clock by `bytes / bandwidth`, and counts successful copies
 //! per device (for the `chd_fake_copies` hook) and per stream (for `CHD_FAKE_FAIL_AFTER`).
 //!
-//! A device-to-device copy between two *different* devices is a peer copy over the pair link:
-//! it runs at the `CHD_FAKE_PAIR_GBPS` rate (see [`peer_rank`] for which rank's CPU override
-//! applies) and obeys `CHD_FAKE_PAIR_FAIL` and `CHD_FAKE_PAIR_HANG_MS`. Everything else runs
+//! A device-to-device copy between two *different* devices is a peer copy. It crosses the pair
+//! link at the `CHD_FAKE_PAIR_GBPS` rate (see [`peer_rank`] for which rank's CPU override
+//! applies) only when the device issuing it has peer access to the other device (see
+//! [`peer_route`]); without it CUDA stages the copy through host memory at
+//! `CHD_FAKE_STAGED_GBPS`, and ACL refuses it. Peer copies obey `CHD_FAKE_PAIR_FAIL` and
+//! `CHD_FAKE_PAIR_HANG_MS`. Everything else runs
 //! at the `CHD_FAKE_SLOW_CPUS` / `CHD_FAKE_H2D_GBPS` rate of the device it is timed on, times
 //! `CHD_FAKE_LOAD_COPY_FACTOR` while a cuBLAS gemm is in flight on that device.
 
@@ -40,6 +43,9 @@ pub enum CopyError {
     DeviceFailed(usize),
     /// A cross-device copy while `CHD_FAKE_PAIR_FAIL` is set: (source, destination) device.
     LinkFailed(usize, usize),
+    /// An ACL cross-device copy while the issuing device has no peer access to the other
+    /// one: (issuing device, other device).
+    PeerAccessNotEnabled(usize, usize),
 }
 
 /// The collective rank whose `CHD_FAKE_PAIR_GBPS` CPU override applies to a peer copy from
@@ -54,6 +60,20 @@ pub fn peer_rank(stream_device: usize, src: usize, dst: usize) -> usize {
         src
     };
     usize::from(local != src.min(dst))
+}
+
+/// The two devices of a peer copy from `src` to `dst` issued on a stream of `stream_device`,
+/// as (local, remote): the local device is the one issuing the copy (the stream's device, or
+/// the source when the stream is on neither). The copy runs over the link when local may
+/// access remote (`cudaDeviceEnablePeerAccess` / `aclrtDeviceEnablePeerAccess` on local
+/// towards remote), as a kernel or copy engine of the local device reads or writes the
+/// remote memory.
+pub fn peer_route(stream_device: usize, src: usize, dst: usize) -> (usize, usize) {
+    if stream_device == dst {
+        (dst, src)
+    } else {
+        (src, dst)
+    }
 }
 
 /// Per-device count of successful copies.
@@ -155,9 +175,16 @@ pub unsafe fn copy(
         (Some(src), Some(dst)) if src != dst => Some((src, dst)),
         _ => None,
     };
+    // Whether a peer copy crosses the link (peer access enabled) or is host-staged (CUDA).
+    let mut direct = false;
     if let Some((src_dev, dst_dev)) = peer {
         if cfg.pair_fail {
             return Err(CopyError::LinkFailed(src_dev, dst_dev));
+        }
+        let (local, remote) = peer_route(stream_device, src_dev, dst_dev);
+        direct = device::peer_enabled(api, local, remote);
+        if !direct && api == Api::Acl {
+            return Err(CopyError::PeerAccessNotEnabled(local, remote));
         }
         if cfg.pair_hang_ms > 0 {
             std::thread::sleep(std::time::Duration::from_millis(cfg.pair_hang_ms));
@@ -174,9 +201,11 @@ pub unsafe fn copy(
     if let Some(dev) = timed_on {
         let cpu = device::current_cpu();
         let gbps = match peer {
-            Some((src_dev, dst_dev)) => {
+            Some((src_dev, dst_dev)) if direct => {
                 cfg.pair_gbps_for(peer_rank(stream_device, src_dev, dst_dev), cpu)
             }
+            // Host-staged: device to pinned host memory, then host to the other device.
+            Some(_) => cfg.staged_gbps,
             // A gemm in flight on the device (cuBLAS) slows its own copies.
             None if crate::cublas::loaded(dev) => cfg.gbps(dev, cpu) * cfg.load_copy_factor,
             None => cfg.gbps(dev, cpu),
@@ -197,7 +226,17 @@ pub unsafe fn copy(
 
 #[cfg(test)]
 mod tests {
-    use super::peer_rank;
+    use super::{peer_rank, peer_route};
+
+    #[test]
+    fn peer_copies_need_access_from_the_issuing_device() {
+        // Issued on the source's stream: a write into the destination's memory.
+        assert_eq!(peer_route(0, 0, 5), (0, 5));
+        // Issued on the destination's stream: a read of the source's memory.
+        assert_eq!(peer_route(5, 0, 5), (5, 0));
+        // Stream on neither device: the source's access.
+        assert_eq!(peer_route(3, 5, 0), (5, 0));
+    }
 
     #[test]
     fn peer_copies_belong_to_the_rank_owning_the_stream() {

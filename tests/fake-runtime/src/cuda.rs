@@ -33,6 +33,9 @@ pub const CUDA_ERROR_MEMORY_ALLOCATION: CudaError = 2;
 pub const CUDA_ERROR_INVALID_MEMCPY_DIRECTION: CudaError = 21;
 pub const CUDA_ERROR_NO_DEVICE: CudaError = 100;
 pub const CUDA_ERROR_INVALID_DEVICE: CudaError = 101;
+/// `cudaErrorPeerAccessUnsupported`: what `cudaDeviceEnablePeerAccess` returns between two
+/// devices that cannot map each other (a `CHD_FAKE_NO_PEER` pair).
+pub const CUDA_ERROR_PEER_ACCESS_UNSUPPORTED: CudaError = 217;
 pub const CUDA_ERROR_INVALID_RESOURCE_HANDLE: CudaError = 400;
 pub const CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: CudaError = 704;
 pub const CUDA_ERROR_PEER_ACCESS_NOT_ENABLED: CudaError = 705;
@@ -374,6 +377,8 @@ unsafe fn memcpy(
         Err(CopyError::InvalidValue(_)) => CUDA_ERROR_INVALID_VALUE,
         Err(CopyError::InvalidStream) => CUDA_ERROR_INVALID_RESOURCE_HANDLE,
         Err(CopyError::DeviceFailed(_) | CopyError::LinkFailed(..)) => CUDA_ERROR_UNKNOWN,
+        // CUDA stages such copies through host memory instead; kept for completeness.
+        Err(CopyError::PeerAccessNotEnabled(..)) => CUDA_ERROR_PEER_ACCESS_NOT_ENABLED,
     }
 }
 
@@ -430,8 +435,8 @@ unsafe fn memcpy_peer(
 }
 
 /// `cudaMemcpyPeerAsync`: `dst` must lie in a `dstDevice` allocation and `src` in a
-/// `srcDevice` one. Across devices it runs at the `CHD_FAKE_PAIR_GBPS` rate; peer access need
-/// not be enabled.
+/// `srcDevice` one. Across devices it runs at the `CHD_FAKE_PAIR_GBPS` rate when the device
+/// issuing it has peer access to the other one, else host-staged at `CHD_FAKE_STAGED_GBPS`.
 #[no_mangle]
 pub unsafe extern "C" fn cudaMemcpyPeerAsync(
     dst: *mut c_void,
@@ -463,7 +468,8 @@ pub unsafe extern "C" fn cudaMemcpyPeer(
     })
 }
 
-/// `cudaDeviceCanAccessPeer`: 1 for two different valid devices, 0 for a device and itself.
+/// `cudaDeviceCanAccessPeer`: 1 for two different valid devices, 0 for a device and itself
+/// and for a `CHD_FAKE_NO_PEER` pair.
 #[no_mangle]
 pub unsafe extern "C" fn cudaDeviceCanAccessPeer(
     can_access_peer: *mut c_int,
@@ -477,8 +483,9 @@ pub unsafe extern "C" fn cudaDeviceCanAccessPeer(
         ) else {
             return CUDA_ERROR_INVALID_DEVICE;
         };
+        let can = config::get().peer_supported(d, p);
         // SAFETY: module contract.
-        match unsafe { ffi::write(can_access_peer, c_int::from(d != p)) } {
+        match unsafe { ffi::write(can_access_peer, c_int::from(can)) } {
             true => CUDA_SUCCESS,
             false => CUDA_ERROR_INVALID_VALUE,
         }
@@ -486,7 +493,9 @@ pub unsafe extern "C" fn cudaDeviceCanAccessPeer(
 }
 
 /// `cudaDeviceEnablePeerAccess`: from the current device to `peerDevice`; flags must be 0;
-/// enabling twice is `cudaErrorPeerAccessAlreadyEnabled`.
+/// enabling twice is `cudaErrorPeerAccessAlreadyEnabled`; a `CHD_FAKE_NO_PEER` pair is
+/// `cudaErrorPeerAccessUnsupported` (217), as real runtimes answer between GPUs without P2P
+/// (the API reference names `cudaErrorInvalidDevice` for that case).
 #[no_mangle]
 pub unsafe extern "C" fn cudaDeviceEnablePeerAccess(
     peer_device: c_int,
@@ -502,6 +511,9 @@ pub unsafe extern "C" fn cudaDeviceEnablePeerAccess(
         };
         if flags != 0 {
             return CUDA_ERROR_INVALID_VALUE;
+        }
+        if !config::get().peer_supported(dev, peer) {
+            return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
         }
         if device::enable_peer(Api::Cuda, dev, peer) {
             CUDA_SUCCESS
@@ -625,6 +637,9 @@ pub unsafe extern "C" fn cudaGetErrorString(err: CudaError) -> *const c_char {
         CUDA_ERROR_INVALID_MEMCPY_DIRECTION => c"invalid copy direction for memcpy",
         CUDA_ERROR_NO_DEVICE => c"no CUDA-capable device is detected",
         CUDA_ERROR_INVALID_DEVICE => c"invalid device ordinal",
+        CUDA_ERROR_PEER_ACCESS_UNSUPPORTED => {
+            c"peer access is not supported between these two devices"
+        }
         CUDA_ERROR_INVALID_RESOURCE_HANDLE => c"invalid resource handle",
         CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => c"peer access is already enabled",
         CUDA_ERROR_PEER_ACCESS_NOT_ENABLED => c"peer access has not been enabled",
@@ -644,6 +659,7 @@ pub unsafe extern "C" fn cudaGetErrorName(err: CudaError) -> *const c_char {
         CUDA_ERROR_INVALID_MEMCPY_DIRECTION => c"cudaErrorInvalidMemcpyDirection",
         CUDA_ERROR_NO_DEVICE => c"cudaErrorNoDevice",
         CUDA_ERROR_INVALID_DEVICE => c"cudaErrorInvalidDevice",
+        CUDA_ERROR_PEER_ACCESS_UNSUPPORTED => c"cudaErrorPeerAccessUnsupported",
         CUDA_ERROR_INVALID_RESOURCE_HANDLE => c"cudaErrorInvalidResourceHandle",
         CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => c"cudaErrorPeerAccessAlreadyEnabled",
         CUDA_ERROR_PEER_ACCESS_NOT_ENABLED => c"cudaErrorPeerAccessNotEnabled",

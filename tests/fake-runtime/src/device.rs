@@ -50,7 +50,9 @@ pub fn current_cpu() -> Option<usize> {
 }
 
 /// Enabled peer access, as (API, device, peer) (`cudaDeviceEnablePeerAccess`,
-/// `aclrtDeviceEnablePeerAccess`). Bookkeeping only: peer copies work either way.
+/// `aclrtDeviceEnablePeerAccess`): `device` may access `peer`'s memory. A cross-device copy
+/// runs over the pair link only when the device issuing it has access to the other one (see
+/// `copy`).
 static PEER_ACCESS: Mutex<BTreeSet<(u8, usize, usize)>> = Mutex::new(BTreeSet::new());
 
 fn api_key(api: Api) -> u8 {
@@ -74,4 +76,17 @@ pub fn disable_peer(api: Api, device: usize, peer: usize) -> bool {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .remove(&(api_key(api), device, peer))
+}
+
+/// Whether `device` may access `peer`'s memory under `api`.
+pub fn peer_enabled(api: Api, device: usize, peer: usize) -> bool {
+    PEER_ACCESS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains(&(api_key(api), device, peer))
+}
+
+/// Enabled (API, device, peer) directions of both APIs.
+pub fn peer_access_enabled() -> u64 {
+    PEER_ACCESS.lock().unwrap_or_else(|e| e.into_inner()).len() as u64
 }

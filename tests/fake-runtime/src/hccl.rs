@@ -37,6 +37,8 @@ pub const HCCL_E_UNAVAIL: HcclResult = 7;
 pub const HCCL_E_SYSCALL: HcclResult = 8;
 pub const HCCL_E_TIMEOUT: HcclResult = 9;
 pub const HCCL_E_RUNTIME: HcclResult = 15;
+/// `HCCL_E_AGAIN` ("try again"): `HcclCommDestroy` of a communicator in use.
+pub const HCCL_E_AGAIN: HcclResult = 20;
 pub const HCCL_E_REMOTE: HcclResult = 21;
 
 /// `HCCL_ROOT_INFO_BYTES`.
@@ -75,6 +77,7 @@ fn code(e: &CollError) -> HcclResult {
         CollError::InvalidArgument(_) | CollError::InvalidUsage(_) => HCCL_E_PARA,
         CollError::BadStream(_) | CollError::NoDevice => HCCL_E_RUNTIME,
         CollError::Timeout => HCCL_E_TIMEOUT,
+        CollError::Busy(_) => HCCL_E_AGAIN,
         CollError::Planted | CollError::Aborted | CollError::Internal => HCCL_E_INTERNAL,
     }
 }
@@ -170,10 +173,12 @@ pub unsafe extern "C" fn HcclCommInitAll(
     })
 }
 
-/// `HcclCommDestroy`.
+/// `HcclCommDestroy`: `HCCL_E_AGAIN` (and nothing destroyed) while a collective of `comm` is
+/// in flight, as CANN 8.0 documents ("comm is in use, please try again later"); HCCL has no
+/// abort, so a hung allgather keeps its communicator until it returns.
 #[no_mangle]
 pub unsafe extern "C" fn HcclCommDestroy(comm: HcclComm) -> HcclResult {
-    api(|| collective::destroy(Lib::Hccl, comm))
+    api(|| collective::destroy_hccl(comm))
 }
 
 /// `HcclGetRankSize`.
@@ -263,7 +268,7 @@ pub unsafe extern "C" fn HcclGetErrorString(code: HcclResult) -> *const c_char {
         17 => c"call profiling api fail",
         18 => c"call cce api fail",
         19 => c"call network api fail",
-        20 => c"try again",
+        HCCL_E_AGAIN => c"try again",
         HCCL_E_REMOTE => c"error cqe",
         22 => c"error communicator suspending",
         _ => c"unknown error",

@@ -7,6 +7,7 @@ use std::ffi::c_int;
 use crate::collective::{self, Lib};
 use crate::copy;
 use crate::cublas;
+use crate::device;
 use crate::memory;
 use crate::pending;
 
@@ -66,4 +67,12 @@ pub extern "C" fn chd_fake_live_cublas_handles() -> u64 {
 #[no_mangle]
 pub extern "C" fn chd_fake_unsynchronized_releases() -> u64 {
     std::panic::catch_unwind(pending::refused).unwrap_or(u64::MAX)
+}
+
+/// Peer-access directions enabled and not yet disabled, CUDA and ACL together (each
+/// `cudaDeviceEnablePeerAccess` / `aclrtDeviceEnablePeerAccess` from one device to another
+/// counts one).
+#[no_mangle]
+pub extern "C" fn chd_fake_peer_access_enabled() -> u64 {
+    std::panic::catch_unwind(device::peer_access_enabled).unwrap_or(u64::MAX)
 }

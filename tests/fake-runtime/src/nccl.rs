@@ -18,7 +18,7 @@ use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::collective::{self, CollError, Lib, Prepared};
+use crate::collective::{self, CollError, Lib, Prepared, Teardown};
 use crate::ffi;
 
 /// `ncclResult_t`.
@@ -71,7 +71,7 @@ pub fn nccl_type_size(datatype: c_int) -> Option<usize> {
 fn code(e: &CollError) -> NcclResult {
     match e {
         CollError::NullPointer(_) | CollError::InvalidArgument(_) => NCCL_INVALID_ARGUMENT,
-        CollError::InvalidUsage(_) => NCCL_INVALID_USAGE,
+        CollError::InvalidUsage(_) | CollError::Busy(_) => NCCL_INVALID_USAGE,
         CollError::BadStream(_) | CollError::NoDevice => NCCL_UNHANDLED_CUDA_ERROR,
         CollError::Planted | CollError::Timeout | CollError::Aborted => NCCL_SYSTEM_ERROR,
         CollError::Internal => NCCL_INTERNAL_ERROR,
@@ -88,6 +88,8 @@ thread_local! {
 struct Group {
     depth: usize,
     calls: Vec<Prepared>,
+    /// `ncclCommDestroy`/`ncclCommAbort` calls queued for `ncclGroupEnd`.
+    teardowns: Vec<(usize, Teardown)>,
     /// First error of a call made inside the group; `ncclGroupEnd` returns it.
     error: Option<CollError>,
 }
@@ -223,28 +225,39 @@ pub unsafe extern "C" fn ncclCommFinalize(comm: ncclComm_t) -> NcclResult {
     })
 }
 
-/// `ncclCommDestroy`: NULL is a no-op, as in NCCL.
-#[no_mangle]
-pub unsafe extern "C" fn ncclCommDestroy(comm: ncclComm_t) -> NcclResult {
-    api("ncclCommDestroy", || {
-        if comm.is_null() {
-            return Ok(());
+/// Tears `comm` down now (outside a group) or at `ncclGroupEnd` (inside one; the handle is
+/// checked now).
+fn tear_down(comm: ncclComm_t, how: Teardown) -> Result<(), CollError> {
+    if comm.is_null() {
+        return Ok(());
+    }
+    collective::check_nccl(comm)?;
+    GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.depth == 0 {
+            drop(g);
+            return collective::teardown(&[(comm as usize, how)]);
         }
-        collective::destroy(Lib::Nccl, comm)
+        g.teardowns.push((comm as usize, how));
+        Ok(())
     })
 }
 
-/// `ncclCommAbort`: destroys `comm` and breaks its clique: ranks blocked in a collective of
-/// the clique return `ncclSystemError` at once, and later collectives on the other ranks fail.
-/// NULL is a no-op.
+/// `ncclCommDestroy`: an intra-node collective call (see `collective::teardown`): returns
+/// once every rank of the communicator's clique called `ncclCommDestroy` or `ncclCommAbort`
+/// (from other threads, or queued in the same group), else `ncclInvalidUsage` after
+/// `CHD_FAKE_PAIR_TIMEOUT_MS` with the communicator still alive. NULL is a no-op.
+#[no_mangle]
+pub unsafe extern "C" fn ncclCommDestroy(comm: ncclComm_t) -> NcclResult {
+    api("ncclCommDestroy", || tear_down(comm, Teardown::Destroy))
+}
+
+/// `ncclCommAbort`: breaks the clique at once (ranks blocked in one of its collectives return
+/// `ncclSystemError`, later collectives fail), then tears down like [`ncclCommDestroy`] and
+/// blocks `CHD_FAKE_ABORT_HANG_MS` more. NULL is a no-op.
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommAbort(comm: ncclComm_t) -> NcclResult {
-    api("ncclCommAbort", || {
-        if comm.is_null() {
-            return Ok(());
-        }
-        collective::abort(Lib::Nccl, comm)
-    })
+    api("ncclCommAbort", || tear_down(comm, Teardown::Abort))
 }
 
 /// `ncclCommCount`: number of ranks.
@@ -348,9 +361,10 @@ pub unsafe extern "C" fn ncclGroupStart() -> NcclResult {
 }
 
 /// `ncclGroupEnd`: closing the outermost group runs the queued collectives (all ranks' calls
-/// may come from this one thread) and blocks until they ran. Returns the first error of the
-/// group, including one returned by a call inside it (then nothing runs). Without an open
-/// group: `ncclInvalidUsage`.
+/// may come from this one thread) and blocks until they ran, then the queued destroys and
+/// aborts (together, so one thread may tear down every rank of a clique). Returns the first
+/// error of the group, including one returned by a call inside it (then nothing runs).
+/// Without an open group: `ncclInvalidUsage`.
 #[no_mangle]
 pub unsafe extern "C" fn ncclGroupEnd() -> NcclResult {
     api("ncclGroupEnd", || {
@@ -366,12 +380,18 @@ pub unsafe extern "C" fn ncclGroupEnd() -> NcclResult {
                 return Ok(None);
             }
             let calls = std::mem::take(&mut g.calls);
+            let teardowns = std::mem::take(&mut g.teardowns);
             match g.error.take() {
                 Some(e) => Err(e),
-                None => Ok(Some(calls)),
+                None => Ok(Some((calls, teardowns))),
             }
         })?;
-        queued.map_or(Ok(()), collective::run)
+        let Some((calls, teardowns)) = queued else {
+            return Ok(());
+        };
+        let ran = collective::run(calls);
+        let torn = collective::teardown(&teardowns);
+        ran.and(torn)
     })
 }
 

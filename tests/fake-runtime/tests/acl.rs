@@ -163,12 +163,16 @@ fn copies_really_copy_and_are_timed() {
         timed_copy(b2.dev, b2.host, MIB64, ACL_MEMCPY_HOST_TO_DEVICE),
         expected_ms(MIB64, 20.0),
     );
-    // Across devices: the pair rate (CHD_FAKE_PAIR_GBPS, default 13.7); on one device: the
-    // device's rate.
+    // Across devices (with peer access, which CANN requires): the pair rate
+    // (CHD_FAKE_PAIR_GBPS, default 13.7); on one device: the device's rate.
+    common::acl_peer_access(0, 2, true);
     assert_close(
         timed_copy(b2.dev, b.dev, MIB64, ACL_MEMCPY_DEVICE_TO_DEVICE),
         expected_ms(MIB64, 13.7),
     );
+    common::acl_peer_access(0, 2, false);
+    // SAFETY: plain value; the timed copies below create their streams on device 2.
+    assert_eq!(unsafe { aclrtSetDevice(2) }, ACL_SUCCESS);
     let b2b = Buffers::new(2, MIB64);
     assert_close(
         timed_copy(b2b.dev, b2.dev, MIB64, ACL_MEMCPY_DEVICE_TO_DEVICE),

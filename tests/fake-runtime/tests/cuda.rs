@@ -175,7 +175,8 @@ fn per_device_bandwidth_override() {
         expected_ms(MIB64, 35.0),
     );
     // Device-to-device on one device is timed at that device's rate; across devices at the
-    // pair rate (CHD_FAKE_PAIR_GBPS, default 13.7). Either counts for both devices.
+    // pair rate (CHD_FAKE_PAIR_GBPS, default 13.7) with peer access, host-staged
+    // (CHD_FAKE_STAGED_GBPS, default 4) without. Each counts for both devices.
     let (c1, c3) = (chd_fake_copies(1), chd_fake_copies(3));
     let b1b = Buffers::new(1, MIB64);
     assert_close(
@@ -184,9 +185,15 @@ fn per_device_bandwidth_override() {
     );
     assert_close(
         timed_copy(b3.dev, b1.dev, MIB64, CUDA_MEMCPY_DEVICE_TO_DEVICE),
+        expected_ms(MIB64, 4.0),
+    );
+    common::cuda_peer_access(1, 3, true);
+    assert_close(
+        timed_copy(b3.dev, b1.dev, MIB64, CUDA_MEMCPY_DEVICE_TO_DEVICE),
         expected_ms(MIB64, 13.7),
     );
-    assert_eq!((chd_fake_copies(1), chd_fake_copies(3)), (c1 + 2, c3 + 1));
+    common::cuda_peer_access(1, 3, false);
+    assert_eq!((chd_fake_copies(1), chd_fake_copies(3)), (c1 + 3, c3 + 2));
 }
 
 #[test]

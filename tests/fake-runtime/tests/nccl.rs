@@ -36,11 +36,9 @@ fn init_all(devs: &[c_int]) -> Vec<ncclComm_t> {
     comms
 }
 
+/// Destroys a clique's communicators from this thread: grouped, as NCCL requires.
 fn destroy(comms: &[ncclComm_t]) {
-    for &c in comms {
-        // SAFETY: live communicator.
-        assert_eq!(unsafe { ncclCommDestroy(c) }, NCCL_SUCCESS);
-    }
+    common::destroy_nccl(comms);
 }
 
 fn unique_id() -> ncclUniqueId {
@@ -429,7 +427,7 @@ fn abort_wakes_a_rank_waiting_for_its_peer() {
     let _g = setup();
     let live = chd_fake_live_communicators();
     let comms = init_all(&[0, 1]);
-    let (c0, c1) = (comms[0] as usize, comms[1] as usize);
+    let c0 = comms[0] as usize;
     let waiter = std::thread::spawn(move || {
         let r = CudaRank::new(0, 4096, 2, 1);
         let t = Instant::now();
@@ -438,26 +436,79 @@ fn abort_wakes_a_rank_waiting_for_its_peer() {
         (rc, t.elapsed())
     });
     std::thread::sleep(Duration::from_millis(100));
-    // SAFETY: live communicator.
-    assert_eq!(unsafe { ncclCommAbort(c1 as ncclComm_t) }, NCCL_SUCCESS);
+    // The way out of a hang: abort every rank, grouped, from another thread.
+    // SAFETY: live communicators, each aborted once.
+    unsafe {
+        assert_eq!(ncclGroupStart(), NCCL_SUCCESS);
+        assert_eq!(ncclCommAbort(comms[0]), NCCL_SUCCESS);
+        assert_eq!(ncclCommAbort(comms[1]), NCCL_SUCCESS);
+        assert_eq!(ncclGroupEnd(), NCCL_SUCCESS);
+    }
     let (rc, waited) = waiter.join().unwrap();
     assert_eq!(rc, NCCL_SYSTEM_ERROR);
     assert!(waited < Duration::from_secs(10), "{waited:?}");
+    assert_eq!(chd_fake_live_communicators(), live);
     let mut err = 0;
-    // SAFETY: live communicator (only rank 1 was aborted).
+    // SAFETY: aborted communicators are gone.
     unsafe {
-        assert_eq!(ncclCommGetAsyncError(comms[0], &mut err), NCCL_SUCCESS);
-        assert_eq!(err, NCCL_SYSTEM_ERROR);
         assert_eq!(
-            ncclCommGetAsyncError(comms[1], &mut err),
+            ncclCommGetAsyncError(comms[0], &mut err),
             NCCL_INVALID_ARGUMENT
         );
     }
-    // Later collectives on the broken clique fail at once.
-    let r = CudaRank::new(0, 4096, 2, 1);
-    // SAFETY: live buffers/communicator.
-    let rc = unsafe { ncclAllGather(r.send, r.recv, 4096, 0, comms[0], r.stream) };
-    assert_eq!(rc, NCCL_SYSTEM_ERROR);
-    destroy(&comms[..1]);
-    assert_eq!(chd_fake_live_communicators(), live);
+}
+
+#[test]
+fn a_broken_clique_fails_later_collectives_at_once() {
+    let _g = setup();
+    let comms = init_all(&[0, 1]);
+    let ranks = [CudaRank::new(0, 4096, 2, 1), CudaRank::new(1, 4096, 2, 2)];
+    // Rank 1 waits alone on its own thread until rank 0's abort (queued in a group with a
+    // destroy of nothing else) breaks the clique.
+    let c1 = comms[1] as usize;
+    let (s1, r1, st1) = (
+        ranks[1].send as usize,
+        ranks[1].recv as usize,
+        ranks[1].stream as usize,
+    );
+    let waiter = std::thread::spawn(move || {
+        // SAFETY: live buffers/stream/communicator.
+        unsafe {
+            ncclAllGather(
+                s1 as *const c_void,
+                r1 as *mut c_void,
+                4096,
+                0,
+                c1 as ncclComm_t,
+                st1 as *mut c_void,
+            )
+        }
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let aborter = {
+        let c0 = comms[0] as usize;
+        // Rank 0's abort breaks the clique at once, then waits for rank 1 to tear down too.
+        // SAFETY: live communicator.
+        std::thread::spawn(move || unsafe { ncclCommAbort(c0 as ncclComm_t) })
+    };
+    assert_eq!(waiter.join().unwrap(), NCCL_SYSTEM_ERROR);
+    let mut err = 0;
+    // SAFETY: rank 1 is still alive; its clique is broken.
+    unsafe {
+        assert_eq!(ncclCommGetAsyncError(comms[1], &mut err), NCCL_SUCCESS);
+        assert_eq!(err, NCCL_SYSTEM_ERROR);
+        assert_eq!(
+            ncclAllGather(
+                ranks[1].send,
+                ranks[1].recv,
+                4096,
+                0,
+                comms[1],
+                ranks[1].stream
+            ),
+            NCCL_SYSTEM_ERROR
+        );
+        assert_eq!(ncclCommDestroy(comms[1]), NCCL_SUCCESS);
+    }
+    assert_eq!(aborter.join().unwrap(), NCCL_SUCCESS);
 }

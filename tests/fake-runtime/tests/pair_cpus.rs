@@ -28,7 +28,12 @@ fn setup() -> (std::sync::MutexGuard<'static, ()>, usize, Option<usize>) {
     let rule = format!("13.7;rank0:{a}={};rank1:{}=6.5", 4.0, b.unwrap_or(100_000));
     // The rule text is computed before the first call; leaked so `setup` can take &str.
     let rule: &'static str = Box::leak(rule.into_boxed_str());
-    let g = common::setup(&[("CHD_FAKE_DEVICE_COUNT", "2"), ("CHD_FAKE_PAIR_GBPS", rule)]);
+    let g = common::setup(&[
+        ("CHD_FAKE_DEVICE_COUNT", "2"),
+        ("CHD_FAKE_PAIR_GBPS", rule),
+        // Distinct from every planted rate: a copy that missed the link would show.
+        ("CHD_FAKE_STAGED_GBPS", "1.5"),
+    ]);
     (g, a, b)
 }
 
@@ -87,9 +92,7 @@ fn nccl_grouped(cpu: usize) -> f64 {
             );
         }
         assert_eq!(ncclGroupEnd(), NCCL_SUCCESS);
-        comms
-            .iter()
-            .for_each(|&c| assert_eq!(ncclCommDestroy(c), 0));
+        common::destroy_nccl(&comms);
     }
     busbw_gbps(MIB8, 2, 1, ranks[0].stop_ms())
 }
@@ -215,6 +218,9 @@ fn peer_copy_ms(acl: bool, stream_dev: c_int, src: c_int, dst: c_int, len: usize
 fn peer_copies_take_the_override_of_the_rank_owning_the_stream() {
     let (_g, a, b) = setup();
     bind_to(a);
+    // Over the pair link only with peer access (staged copies run at CHD_FAKE_STAGED_GBPS).
+    common::cuda_peer_access(0, 1, true);
+    common::acl_peer_access(0, 1, true);
     for acl in [false, true] {
         // Stream on device 0 (rank 0), from A: 4.0 whichever way the copy goes.
         assert_close(peer_copy_ms(acl, 0, 0, 1, MIB8), expected_ms(MIB8, 4.0));
@@ -229,4 +235,6 @@ fn peer_copies_take_the_override_of_the_rank_owning_the_stream() {
             assert_close(peer_copy_ms(acl, 0, 0, 1, MIB8), expected_ms(MIB8, 13.7));
         }
     }
+    common::cuda_peer_access(0, 1, false);
+    common::acl_peer_access(0, 1, false);
 }

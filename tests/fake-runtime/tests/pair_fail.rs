@@ -76,9 +76,7 @@ fn nccl_collectives_fail_grouped_and_per_thread() {
     unsafe {
         assert_eq!(ncclCommGetAsyncError(comms[0], &mut err), NCCL_SUCCESS);
         assert_eq!(err, NCCL_SUCCESS, "the failure was reported synchronously");
-        comms
-            .iter()
-            .for_each(|&c| assert_eq!(ncclCommDestroy(c), NCCL_SUCCESS));
+        common::destroy_nccl(&comms);
     }
 }
 

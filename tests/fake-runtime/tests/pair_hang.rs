@@ -86,13 +86,17 @@ fn abort_cuts_a_hang_short() {
         }
     });
     std::thread::sleep(Duration::from_millis(150));
-    // SAFETY: live communicator.
-    assert_eq!(unsafe { ncclCommAbort(comms[1]) }, NCCL_SUCCESS);
+    // Both ranks aborted from this thread, grouped (abort is an intra-node collective).
+    // SAFETY: live communicators, each aborted once.
+    unsafe {
+        assert_eq!(ncclGroupStart(), NCCL_SUCCESS);
+        assert_eq!(ncclCommAbort(comms[0]), NCCL_SUCCESS);
+        assert_eq!(ncclCommAbort(comms[1]), NCCL_SUCCESS);
+        assert_eq!(ncclGroupEnd(), NCCL_SUCCESS);
+    }
     assert_eq!(worker.join().unwrap(), NCCL_SYSTEM_ERROR);
     assert!(t.elapsed() < HANG, "abort took {:?}", t.elapsed());
     assert_eq!(chd_fake_collectives(0), done);
-    // SAFETY: rank 0 is still live.
-    assert_eq!(unsafe { ncclCommDestroy(comms[0]) }, NCCL_SUCCESS);
 }
 
 #[test]
@@ -132,6 +136,7 @@ fn hccl_allgather_and_peer_copies_hang_too() {
         CudaRank::new(0, 1 << 20, 1, 1),
         CudaRank::new(1, 1 << 20, 1, 2),
     );
+    common::cuda_peer_access(0, 1, true);
     a.start();
     let t = Instant::now();
     // SAFETY: live device buffers of 1 MiB.
@@ -139,6 +144,7 @@ fn hccl_allgather_and_peer_copies_hang_too() {
     assert_eq!(rc, CUDA_SUCCESS);
     assert!(t.elapsed() >= HANG);
     assert_close(a.stop_ms(), expected_ms(1 << 20, 10.0));
+    common::cuda_peer_access(0, 1, false);
 }
 
 #[test]
@@ -188,8 +194,5 @@ fn a_buffer_freed_during_the_hang_fails_the_collective_instead_of_corrupting_mem
     ranks[1].recv = null_mut();
     assert_eq!(worker.join().unwrap(), NCCL_INVALID_ARGUMENT);
     assert!(ranks[0].recv_bytes().iter().all(|&b| b == 0));
-    // SAFETY: live communicators.
-    comms
-        .iter()
-        .for_each(|&c| assert_eq!(unsafe { ncclCommDestroy(c) }, NCCL_SUCCESS));
+    common::destroy_nccl(&comms);
 }

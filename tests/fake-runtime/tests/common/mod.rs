@@ -339,3 +339,51 @@ impl Drop for AclRank {
         }
     }
 }
+
+/// Destroys NCCL communicators from one thread the way NCCL requires: grouped
+/// (`ncclCommDestroy` is an intra-node collective call).
+pub fn destroy_nccl(comms: &[*mut std::ffi::c_void]) {
+    use chd_fake_runtime::nccl::*;
+    // SAFETY: live communicators, each destroyed once.
+    unsafe {
+        assert_eq!(ncclGroupStart(), NCCL_SUCCESS);
+        for &c in comms {
+            assert_eq!(ncclCommDestroy(c), NCCL_SUCCESS);
+        }
+        assert_eq!(ncclGroupEnd(), NCCL_SUCCESS);
+    }
+}
+
+/// Enables (or disables) CUDA peer access between `a` and `b`, both ways.
+pub fn cuda_peer_access(a: i32, b: i32, on: bool) {
+    use chd_fake_runtime::cuda::*;
+    for (dev, peer) in [(a, b), (b, a)] {
+        // SAFETY: plain values.
+        unsafe {
+            assert_eq!(cudaSetDevice(dev), CUDA_SUCCESS);
+            let rc = if on {
+                cudaDeviceEnablePeerAccess(peer, 0)
+            } else {
+                cudaDeviceDisablePeerAccess(peer)
+            };
+            assert_eq!(rc, CUDA_SUCCESS, "peer access {dev} -> {peer} on={on}");
+        }
+    }
+}
+
+/// Enables (or disables) ACL peer access between `a` and `b`, both ways.
+pub fn acl_peer_access(a: i32, b: i32, on: bool) {
+    use chd_fake_runtime::acl::*;
+    for (dev, peer) in [(a, b), (b, a)] {
+        // SAFETY: plain values.
+        unsafe {
+            assert_eq!(aclrtSetDevice(dev), ACL_SUCCESS);
+            let rc = if on {
+                aclrtDeviceEnablePeerAccess(peer, 0)
+            } else {
+                aclrtDeviceDisablePeerAccess(peer)
+            };
+            assert_eq!(rc, ACL_SUCCESS, "peer access {dev} -> {peer} on={on}");
+        }
+    }
+}
