@@ -283,6 +283,9 @@ fn acl_peer_copies_need_peer_access() {
         acl_ms(b.stream, b.recv, a.send, MIB32),
         Err(ACL_ERROR_RT_FEATURE_NOT_SUPPORT)
     );
+    // a's stream copied from b's buffer: synchronized before b frees it (b drops first).
+    // SAFETY: a live stream.
+    assert_eq!(unsafe { aclrtSynchronizeStream(a.stream) }, ACL_SUCCESS);
 }
 
 #[test]

@@ -324,9 +324,11 @@ impl AclRank {
 impl Drop for AclRank {
     fn drop(&mut self) {
         use chd_fake_runtime::acl::*;
-        // SAFETY: everything was created in `new` and is released once.
+        // SAFETY: everything was created in `new` and is released once, after the stream's
+        // work is synchronized (CANN: never release what a stream may still use).
         let rcs = unsafe {
             [
+                aclrtSynchronizeStream(self.stream),
                 aclrtDestroyEvent(self.start),
                 aclrtDestroyEvent(self.end),
                 aclrtDestroyStream(self.stream),
@@ -335,7 +337,7 @@ impl Drop for AclRank {
             ]
         };
         if !std::thread::panicking() {
-            assert_eq!(rcs, [ACL_SUCCESS; 5]);
+            assert_eq!(rcs, [ACL_SUCCESS; 6]);
         }
     }
 }
