@@ -13,21 +13,8 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use chd_process::chd_bin;
+use chd_process::{chd_bin, run_chd as chd, text};
 use serde_json::Value;
-
-fn chd(args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(chd_bin())
-        .args(args)
-        .envs(env.iter().copied())
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run chd")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 fn assert_ok(out: &Output) {
     assert!(

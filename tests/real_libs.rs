@@ -14,14 +14,14 @@ mod fake;
 mod real;
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use chd::runtime::collective::Nccl;
 use chd::runtime::cuda::{CudaBackend, CudaLoadError, CudaRuntime};
 use chd::runtime::gemm::Cublas;
 use chd::runtime::library::{record_lookups, Lookup};
-use chd_process::{chd_bin, Chd};
+use chd_process::{chd_bin, run_chd as chd, text, Chd};
 use real::{assert_no_driver, real_lib, RealLib};
 
 const INSUFFICIENT_DRIVER: &str =
@@ -59,19 +59,6 @@ fn assert_all_found(
         "chd's loader asked {lib} for only {} symbols: {lookups:?}",
         lookups.len()
     );
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn chd(args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(chd_bin())
-        .args(args)
-        .envs(env.iter().copied())
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run chd")
 }
 
 /// A CPU this process may run on (the probes below measure one CPU only).

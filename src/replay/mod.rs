@@ -7,9 +7,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use crate::format::cluster_health::RecordedCpu;
+use crate::format::cluster_health::{self, RecordedCpu};
 use crate::probe::record::MatrixKind;
-use crate::runtime::{Backend, CopyParams, DeviceInfo, Direction, ProbeError};
+use crate::runtime::{Backend, CopyParams, DeviceInfo, ProbeError};
 use crate::store::{persist, unix_now, Store};
 use crate::topology::{Cpu, NumaNode, Topology};
 
@@ -154,34 +154,19 @@ fn from_dataset(ds: crate::report::dataset::Dataset, keep: usize) -> Replay {
     let mut device_ids: BTreeSet<String> = ds.devices.iter().map(|d| d.id.clone()).collect();
     let pairs = add_cells_of(&store, &mut cpu_numa, &mut device_ids);
     // One error per failed sample of the served cells, as a live window counts them.
-    let served = ds.served_load();
-    let pair_sizes = ds.served_pair_sizes();
-    let mut errors = Vec::new();
-    for c in &ds.cells {
-        if Some(c.matrix.load.as_str()) != served {
-            continue;
-        }
-        let probe = match c.matrix.kind {
-            MatrixKind::H2d if c.matrix.direction.parse::<Direction>().is_ok() => "h2d",
-            MatrixKind::Pair if pair_sizes.get(c.device.as_str()) == Some(&c.matrix.size_bytes) => {
-                "pair"
-            }
-            _ => continue,
-        };
-        for _ in &c.errors {
-            errors.push(RecordedError {
+    let errors: Vec<RecordedError> = ds
+        .served_cells()
+        .flat_map(|c| {
+            let probe = match c.matrix.kind {
+                MatrixKind::H2d => "h2d",
+                MatrixKind::Pair => "pair",
+            };
+            c.errors.iter().map(move |_| RecordedError {
                 probe,
                 device: c.device.clone(),
-            });
-        }
-    }
-    let mut store = store;
-    if store.h2d.values().any(|c| !c.samples.is_empty()) {
-        store.record_success("h2d", now);
-    }
-    if store.pair.values().any(|c| !c.samples.is_empty()) {
-        store.record_success("pair", now);
-    }
+            })
+        })
+        .collect();
     let mut description = format!(
         "{}: {} h2d cells, {} pair cells, {} failed samples",
         ds.source,
@@ -189,26 +174,13 @@ fn from_dataset(ds: crate::report::dataset::Dataset, keep: usize) -> Replay {
         store.pair.len(),
         errors.len()
     );
-    let partial = ds
-        .notes
-        .iter()
-        .any(|n| n.starts_with("only the partial checkpoint"));
-    if partial {
+    if ds.partial.is_some() {
         description.push_str(", partial recording (the run did not finish)");
     }
-    let not_used: usize = ds.rejected.iter().map(|r| r.count).sum();
-    if not_used > 0 {
-        let reasons: Vec<String> = ds
-            .rejected
-            .iter()
-            .map(|r| format!("{} x{} (first: {})", r.reason, r.count, r.first))
-            .collect();
-        description.push_str(&format!(
-            ", {not_used} rows not used: {}",
-            reasons.join("; ")
-        ));
+    if let Some(summary) = cluster_health::rejected_summary(&ds.rejected) {
+        description.push_str(&format!(", {summary}"));
     }
-    let mut warnings: Vec<String> = ds.notes.clone();
+    let mut warnings: Vec<String> = ds.partial.iter().chain(&ds.notes).cloned().collect();
     warnings.extend(ds.unservable());
     let mut devices = devices_from(device_ids);
     for d in &mut devices {

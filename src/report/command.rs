@@ -15,7 +15,7 @@ pub struct ReportRequest {
 /// Run `chd report`.
 pub fn run(request: &ReportRequest) -> anyhow::Result<()> {
     let (ds, dir) = super::load(&request.input)?;
-    for note in &ds.notes {
+    for note in ds.partial.iter().chain(&ds.notes) {
         eprintln!("chd report: note: {note}");
     }
     for r in &ds.rejected {

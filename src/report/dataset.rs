@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::format::cluster_health::{RecordedCpu, Recording, Rejected};
+use crate::format::cluster_health::{self, RecordedCpu, Recording, Rejected};
 use crate::probe::record::{DeviceMeta, MatrixKind, RunFile, SampleRecord, SlotId};
 use crate::runtime::Direction;
 use crate::stats;
@@ -45,6 +45,17 @@ impl CellResult {
     }
 }
 
+/// What [`Dataset::to_store`] does with a cell.
+#[derive(Debug, Clone, Copy)]
+enum Fate {
+    H2d(Direction),
+    /// A pair cell; rank 1's CPU.
+    Pair(u32),
+    OtherLoad,
+    OtherDirection,
+    OtherPairSize,
+}
+
 /// Everything a report shows.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Dataset {
@@ -62,6 +73,8 @@ pub struct Dataset {
     pub cpu_records: Vec<RecordedCpu>,
     /// Rows of the input that could not be used, by reason.
     pub rejected: Vec<Rejected>,
+    /// Set when the input is a partial checkpoint of a run that did not finish: how far it got.
+    pub partial: Option<String>,
     /// What the reader did or found that the reader of a report should know.
     pub notes: Vec<String>,
 }
@@ -154,18 +167,15 @@ impl Dataset {
         let files: Vec<String> = rec.files.iter().map(|f| f.display().to_string()).collect();
         let mut meta = rec.meta.clone();
         meta.push(("samples".into(), rec.samples.len().to_string()));
-        if let Some(summary) = rec.rejected_summary() {
+        if let Some(summary) = cluster_health::rejected_summary(&rec.rejected) {
             meta.push(("rows not used".into(), summary));
         }
         if !rec.other_tests.is_empty() {
             meta.push((
                 "other tests (not shown)".into(),
-                crate::format::cluster_health::other_tests_text(&rec.other_tests),
+                cluster_health::other_tests_text(&rec.other_tests),
             ));
         }
-        let mut notes = Vec::new();
-        notes.extend(rec.partial.clone());
-        notes.extend(rec.notes.iter().cloned());
         let records: Vec<SampleRecord> = rec
             .samples
             .iter()
@@ -214,7 +224,8 @@ impl Dataset {
                 .collect(),
             cpu_records: rec.cpus.clone(),
             rejected: rec.rejected.clone(),
-            notes,
+            partial: rec.partial.clone(),
+            notes: rec.notes.clone(),
             cells: Vec::new(),
         };
         ds.add_records(&records);
@@ -361,7 +372,7 @@ impl Dataset {
 
     /// The size [`Dataset::to_store`] serves of each device pair: a store holds one pair
     /// matrix per pair (`chd serve` measures one size), so the largest recorded.
-    pub fn served_pair_sizes(&self) -> BTreeMap<&str, u64> {
+    fn served_pair_sizes(&self) -> BTreeMap<&str, u64> {
         let served = self.served_load();
         let mut sizes: BTreeMap<&str, u64> = BTreeMap::new();
         for c in &self.cells {
@@ -373,6 +384,43 @@ impl Dataset {
         sizes
     }
 
+    /// Every cell with what [`Dataset::to_store`] does with it.
+    fn fates(&self) -> Vec<(&CellResult, Fate)> {
+        let served = self.served_load();
+        let pair_sizes = self.served_pair_sizes();
+        self.cells
+            .iter()
+            .map(|c| {
+                let fate = if Some(c.matrix.load.as_str()) != served {
+                    Fate::OtherLoad
+                } else {
+                    match (c.matrix.kind, c.peer_cpu) {
+                        (MatrixKind::H2d, _) => match c.matrix.direction.parse::<Direction>() {
+                            Ok(d) => Fate::H2d(d),
+                            Err(_) => Fate::OtherDirection,
+                        },
+                        (MatrixKind::Pair, Some(peer))
+                            if pair_sizes.get(c.device.as_str()) == Some(&c.matrix.size_bytes) =>
+                        {
+                            Fate::Pair(peer)
+                        }
+                        (MatrixKind::Pair, Some(_)) => Fate::OtherPairSize,
+                        (MatrixKind::Pair, None) => Fate::OtherDirection,
+                    }
+                };
+                (c, fate)
+            })
+            .collect()
+    }
+
+    /// The cells [`Dataset::to_store`] serves.
+    pub fn served_cells(&self) -> impl Iterator<Item = &CellResult> {
+        self.fates()
+            .into_iter()
+            .filter(|(_, f)| matches!(f, Fate::H2d(_) | Fate::Pair(_)))
+            .map(|(c, _)| c)
+    }
+
     /// What [`Dataset::to_store`] leaves out, one line each: the cells of other load
     /// profiles, H2D cells whose direction is neither `h2d` nor `d2h`, and pair cells of
     /// other sizes than the served one.
@@ -382,19 +430,18 @@ impl Dataset {
         let mut other_loads: BTreeMap<&str, usize> = BTreeMap::new();
         let mut directions: BTreeMap<&str, usize> = BTreeMap::new();
         let mut other_pair_sizes: BTreeMap<(&str, u64), usize> = BTreeMap::new();
-        for c in &self.cells {
-            if Some(c.matrix.load.as_str()) != served {
-                *other_loads.entry(c.matrix.load.as_str()).or_default() += 1;
-            } else if c.matrix.kind == MatrixKind::H2d
-                && c.matrix.direction.parse::<Direction>().is_err()
-            {
-                *directions.entry(c.matrix.direction.as_str()).or_default() += 1;
-            } else if c.matrix.kind == MatrixKind::Pair
-                && pair_sizes.get(c.device.as_str()) != Some(&c.matrix.size_bytes)
-            {
-                *other_pair_sizes
-                    .entry((c.device.as_str(), c.matrix.size_bytes))
-                    .or_default() += 1;
+        for (c, fate) in self.fates() {
+            match fate {
+                Fate::OtherLoad => *other_loads.entry(c.matrix.load.as_str()).or_default() += 1,
+                Fate::OtherDirection => {
+                    *directions.entry(c.matrix.direction.as_str()).or_default() += 1
+                }
+                Fate::OtherPairSize => {
+                    *other_pair_sizes
+                        .entry((c.device.as_str(), c.matrix.size_bytes))
+                        .or_default() += 1
+                }
+                Fate::H2d(_) | Fate::Pair(_) => {}
             }
         }
         let mut out = Vec::new();
@@ -425,25 +472,17 @@ impl Dataset {
     }
 
     /// The `idle` (else first) load's cells as a [`Store`] (core x device and core-pair
-    /// matrices), each cell keeping at most `keep` samples stamped `at`: what
-    /// `chd serve --replay` can serve.
+    /// matrices, one size per pair), each cell keeping at most `keep` samples stamped `at`:
+    /// what `chd serve --replay` can serve.
     pub fn to_store(&self, keep: usize, at: f64) -> Store {
-        let load = self.served_load();
-        let pair_sizes = self.served_pair_sizes();
         let mut store = Store::default();
-        for c in &self.cells {
-            if Some(c.matrix.load.as_str()) != load {
-                continue;
-            }
+        for (c, fate) in self.fates() {
             let sample = |v: f64| Sample {
                 bytes_per_second: v,
                 at,
             };
-            match (c.matrix.kind, c.peer_cpu) {
-                (MatrixKind::H2d, _) => {
-                    let Ok(direction) = c.matrix.direction.parse::<Direction>() else {
-                        continue;
-                    };
+            match fate {
+                Fate::H2d(direction) => {
                     let key = CellKey {
                         cpu: c.cpu,
                         device: c.device.clone(),
@@ -457,9 +496,7 @@ impl Dataset {
                         store.record_sample(key.clone(), sample(v), keep);
                     }
                 }
-                (MatrixKind::Pair, Some(_))
-                    if pair_sizes.get(c.device.as_str()) != Some(&c.matrix.size_bytes) => {}
-                (MatrixKind::Pair, Some(peer)) => {
+                Fate::Pair(peer) => {
                     let key = PairKey {
                         pair: c.device.clone(),
                         cpu0: c.cpu,
@@ -472,7 +509,7 @@ impl Dataset {
                         store.record_pair_sample(key.clone(), sample(v), keep);
                     }
                 }
-                (MatrixKind::Pair, None) => {}
+                Fate::OtherLoad | Fate::OtherDirection | Fate::OtherPairSize => {}
             }
         }
         if store.measured_cells().next().is_some() {

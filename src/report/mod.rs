@@ -81,11 +81,6 @@ fn read_affinity(path: &Path) -> Result<Vec<(u32, bool)>, ReportError> {
     Ok(rows.into_iter().map(|r| (r.cpu, r.bindable)).collect())
 }
 
-/// Whether `dir` holds a ClusterHealthDetect recording rather than a chd run.
-fn is_cluster_health_dir(dir: &Path) -> bool {
-    !dir.join(record::RUN_FILE).is_file() && cluster_health::is_recording_dir(dir)
-}
-
 /// Load what `input` holds: a chd run directory (`run.json` + `cells.jsonl`, and
 /// `affinity.json` if present), a ClusterHealthDetect run directory or one of its files
 /// (see [`cluster_health::read`]), or a `run.json` file. Returns the dataset and the
@@ -110,9 +105,12 @@ pub fn load(input: &Path) -> Result<(Dataset, PathBuf), ReportError> {
             detail: "no such file or directory".into(),
         });
     }
-    if is_cluster_health_dir(input) {
-        let rec = cluster_health::read(input)?;
-        return Ok((Dataset::from_recording(&rec), input.to_path_buf()));
+    if !input.join(record::RUN_FILE).is_file() {
+        match cluster_health::read(input) {
+            Ok(rec) => return Ok((Dataset::from_recording(&rec), input.to_path_buf())),
+            Err(cluster_health::Error::NoRecording(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
     }
     let affinity_path = input.join(AFFINITY_FILE);
     let affinity = if affinity_path.is_file() {

@@ -429,9 +429,9 @@ pub fn render(ds: &Dataset, pictures: &BTreeMap<MatrixId, String>) -> String {
     for (k, v) in &ds.meta {
         let _ = writeln!(s, "| {k} | {} |", v.replace('|', "/"));
     }
-    if !ds.notes.is_empty() {
+    if ds.partial.is_some() || !ds.notes.is_empty() {
         s.push('\n');
-        for n in &ds.notes {
+        for n in ds.partial.iter().chain(&ds.notes) {
             let _ = writeln!(s, "> **Note:** {n}");
         }
     }

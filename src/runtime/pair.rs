@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use super::device_copy::DeviceApi;
 use super::pair_cell::{run_rank, Cell, Method, OpGate, Quiet, Rendezvous};
 pub use super::pair_hold::CommState;
-use super::pair_hold::PairHold;
+use super::pair_hold::{label, PairHold};
 use super::peer_access::{self, PeerRoute};
 use super::{DeviceInfo, ProbeError};
 
@@ -80,10 +80,6 @@ pub struct DevicePairProbe {
     hold: PairHold,
     /// Known method per pair (predicted, then what the last cell used).
     methods: Mutex<BTreeMap<[i32; 2], &'static str>>,
-}
-
-fn label(pair: [i32; 2]) -> String {
-    format!("{},{}", pair[0], pair[1])
 }
 
 impl DevicePairProbe {

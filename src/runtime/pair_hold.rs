@@ -97,7 +97,8 @@ pub(crate) struct PairHold {
     peers: Mutex<BTreeMap<[i32; 2], PeerHold>>,
 }
 
-fn label(pair: [i32; 2]) -> String {
+/// The `pair` label of two device indices: `0,5`.
+pub(crate) fn label(pair: [i32; 2]) -> String {
     format!("{},{}", pair[0], pair[1])
 }
 

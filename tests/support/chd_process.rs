@@ -6,13 +6,28 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Path of the binary cargo built for the integration tests.
 pub fn chd_bin() -> &'static str {
     env!("CARGO_BIN_EXE_chd")
+}
+
+/// Run `chd ARGS...` to completion with extra environment variables (logging at `warn`).
+pub fn run_chd(args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(chd_bin())
+        .args(args)
+        .envs(env.iter().copied())
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run chd")
+}
+
+/// Output bytes as text.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// A running `chd serve`.

@@ -147,34 +147,22 @@ pub struct Recording {
     pub notes: Vec<String>,
 }
 
-impl Recording {
-    /// Matrix rows read (used or not).
-    pub fn rejected_rows(&self) -> usize {
-        self.rejected.iter().map(|r| r.count).sum()
+/// Rows not used, in all: `3 rows not used: no host_cpu x2 (first: results.json metrics[4]);
+/// ...`, or `None` when every matrix row was used.
+pub fn rejected_summary(rejected: &[Rejected]) -> Option<String> {
+    if rejected.is_empty() {
+        return None;
     }
-
-    /// `3 rows not used: no host_cpu x2 (first: results.json metrics[4]); ...`, or `None`.
-    pub fn rejected_summary(&self) -> Option<String> {
-        if self.rejected.is_empty() {
-            return None;
-        }
-        let reasons: Vec<String> = self
-            .rejected
-            .iter()
-            .map(|r| format!("{} x{} (first: {})", r.reason, r.count, r.first))
-            .collect();
-        let n = self.rejected_rows();
-        Some(format!(
-            "{n} row{} not used: {}",
-            if n == 1 { "" } else { "s" },
-            reasons.join("; ")
-        ))
-    }
-}
-
-/// Whether `dir` holds a recording's results (final, per-rank or partial).
-pub fn is_recording_dir(dir: &Path) -> bool {
-    dir.is_dir() && document::choose(dir).is_ok()
+    let reasons: Vec<String> = rejected
+        .iter()
+        .map(|r| format!("{} x{} (first: {})", r.reason, r.count, r.first))
+        .collect();
+    let n: usize = rejected.iter().map(|r| r.count).sum();
+    Some(format!(
+        "{n} row{} not used: {}",
+        if n == 1 { "" } else { "s" },
+        reasons.join("; ")
+    ))
 }
 
 /// Read a recording: a run directory or one of its files. A file's directory also lends its
@@ -239,10 +227,9 @@ fn from_documents(docs: &[document::Document], partial_by_name: bool) -> Result<
     rec.notes = interpreted.notes;
     if rec.samples.is_empty() {
         let path = first.path.clone();
-        let rows = rec.rejected_rows();
-        let detail = match rec.rejected_summary() {
+        let detail = match rejected_summary(&rec.rejected) {
             Some(summary) => summary,
-            None if rec.other_tests.is_empty() => format!("{rows} matrix rows"),
+            None if rec.other_tests.is_empty() => "0 matrix rows".to_string(),
             None => format!(
                 "no core_h2d_matrix or core_pair_d2d_matrix rows, only {}",
                 other_tests_text(&rec.other_tests)

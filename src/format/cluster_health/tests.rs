@@ -202,8 +202,7 @@ fn unusable_rows_are_counted_by_reason_with_the_first_place() {
         ]
     );
     assert_eq!(rec.samples.len(), 1);
-    assert!(rec
-        .rejected_summary()
+    assert!(rejected_summary(&rec.rejected)
         .unwrap()
         .starts_with("7 rows not used: direction"));
 }
