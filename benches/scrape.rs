@@ -20,10 +20,10 @@ use std::time::Duration;
 use criterion::Criterion;
 use prometheus_client::registry::Registry;
 
-use chd::exposition::metrics::ProbeMetrics;
 use chd::exposition::store_collector::StoreView;
 use chd::exposition::{encode, Format};
 use chd::runtime::{DeviceInfo, Direction};
+use chd::schedule::metrics::ProbeMetrics;
 use chd::store::{unix_now, CellKey, Sample, SharedStore, Store};
 use chd::topology::{Cpu, NumaNode, Topology};
 

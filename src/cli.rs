@@ -173,8 +173,8 @@ pub struct RunArgs {
 impl RunArgs {
     /// These flags as the library's run options; the caller fills in `cpus`, `sizes`,
     /// `warmup`, `iterations` and `repeats` (their help differs per subcommand).
-    fn options(&self, cli: &Cli) -> chd::probe::command::RunOptions {
-        chd::probe::command::RunOptions {
+    fn options(&self, cli: &Cli) -> crate::commands::probe::RunOptions {
+        crate::commands::probe::RunOptions {
             layer: cli.runtime_layer(&self.runtime),
             out: self.out.clone(),
             resume: self.resume,
@@ -216,8 +216,8 @@ pub struct ReportArgs {
 
 impl ReportArgs {
     /// The library's request.
-    pub fn request(&self) -> chd::report::command::ReportRequest {
-        chd::report::command::ReportRequest {
+    pub fn request(&self) -> crate::commands::report::ReportRequest {
+        crate::commands::report::ReportRequest {
             input: self.input.clone(),
             out: self.out.clone(),
         }
@@ -443,8 +443,8 @@ impl Cli {
     }
 
     /// `chd probe`'s flags as the library's request.
-    pub fn probe_request(&self, probe: &ProbeCommand) -> chd::probe::command::ProbeRequest {
-        use chd::probe::command::{
+    pub fn probe_request(&self, probe: &ProbeCommand) -> crate::commands::probe::ProbeRequest {
+        use crate::commands::probe::{
             AffinityRequest, H2dRequest, PairRequest, ProbeRequest, RunOptions,
         };
         match probe {

@@ -1,6 +1,7 @@
 //! The `chd` binary: parses the command line, sets up logging and dispatches.
 
 mod cli;
+mod commands;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -54,8 +55,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .context("starting the async runtime")?;
             runtime.block_on(chd::serve::run(config))
         }
-        Command::Probe(probe) => chd::probe::command::run(cli.probe_request(probe)),
-        Command::Report(args) => chd::report::command::run(&args.request()),
+        Command::Probe(probe) => commands::probe::run(cli.probe_request(probe)),
+        Command::Report(args) => commands::report::run(&args.request()),
         Command::Topology(args) => {
             let config = Config::resolve([cli.runtime_layer(&args.runtime)])?;
             let topology = Topology::read(&config.roots)?;

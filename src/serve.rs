@@ -9,11 +9,11 @@ use tokio::sync::watch;
 
 use crate::collect::{self, device::DeviceCollector, PciDeviceRef};
 use crate::config::{Config, FALLBACK_STATE_DIR};
-use crate::exposition::metrics::ProbeMetrics;
 use crate::exposition::pair_probe_collector::PairProbeView;
 use crate::exposition::server;
 use crate::exposition::store_collector::StoreView;
 use crate::runtime::{self, Backend, DeviceInfo};
+use crate::schedule::metrics::ProbeMetrics;
 use crate::schedule::Scheduler;
 use crate::store::persist::{self, Loaded};
 use crate::store::{unix_now, CellKey, SharedStore, Store};

@@ -2,7 +2,6 @@
 //! store and pair-probe views) and its encoding in the Prometheus 0.0.4 text format (default) or OpenMetrics
 //! (when the scraper's Accept header asks for it). `server` serves it over HTTP.
 
-pub mod metrics;
 pub mod pair_probe_collector;
 pub mod server;
 pub mod store_collector;

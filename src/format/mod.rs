@@ -1,11 +1,17 @@
-//! File formats chd reads from other tools, kept apart from what chd does with them: each
-//! reader turns a file into plain values and typed errors and depends on nothing above it
+//! Every file chd reads or writes, kept apart from what chd does with them: each module turns
+//! a file into plain values and typed errors and back, and depends on nothing above it
 //! (`probe`, `report`, `replay` and `store` use it, never the other way round).
 //!
+//! - [`run_dir`]: a one-shot run directory (`run.json`, `cells.jsonl`).
+//! - [`state_file`]: `chd serve`'s `state.json`.
+//! - [`affinity_file`]: the `affinity.json` of `chd probe affinity --out DIR`.
 //! - [`cluster_health`]: ClusterHealthDetect's result directories (`results.json`, the partial
 //!   checkpoints, the per-rank files of pair runs, `affinity.json`).
 
+pub mod affinity_file;
 pub mod cluster_health;
+pub mod run_dir;
+pub mod state_file;
 
 use serde::{Deserialize, Serialize};
 

@@ -1,14 +1,13 @@
 //! Running a [`RunPlan`] to the end (or to Ctrl-C): load profile by load profile, starting
 //! and stopping the profile's burners around it, streaming every sample to the cell log and
-//! the progress display as it is measured. Independent of what a cell is: the caller passes
+//! the caller's [`Watcher`] (the progress display) as it is measured. Independent of what a cell is: the caller passes
 //! the measure function (the h2d probe today; the pair probe plugs in the same way).
 
 use std::collections::BTreeSet;
 use std::sync::atomic::AtomicBool;
 
 use super::oneshot;
-use super::progress::Progress;
-use super::record::{CellLog, RunPlan, SampleRecord, SlotId};
+use crate::format::run_dir::{CellLog, RunPlan, SampleRecord, SlotId};
 use crate::load::burner::{placements, Burners};
 use crate::load::LoadProfile;
 use crate::runtime::ProbeError;
@@ -24,6 +23,14 @@ pub struct Execution {
     pub write_error: Option<String>,
 }
 
+/// Told as the run goes (the CLI's progress display).
+pub trait Watcher {
+    /// Measuring under `load` starts.
+    fn load_started(&mut self, load: &str);
+    /// One more sample is measured and logged.
+    fn sample_done(&mut self);
+}
+
 /// Everything [`execute`] needs besides the plan.
 pub struct Context<'a> {
     /// CPUs burners may use (the process's allowed CPUs).
@@ -31,7 +38,7 @@ pub struct Context<'a> {
     /// Slots measured before (a resumed run).
     pub done: &'a BTreeSet<SlotId>,
     pub log: Option<&'a mut CellLog>,
-    pub progress: &'a mut Progress,
+    pub watcher: &'a mut (dyn Watcher + Send),
     pub stop: &'a AtomicBool,
 }
 
@@ -45,7 +52,7 @@ pub fn execute(
         allowed_cpus,
         done,
         mut log,
-        progress,
+        watcher,
         stop,
     } = ctx;
     let mut exec = Execution {
@@ -72,7 +79,7 @@ pub fn execute(
             }
             _ => None,
         };
-        progress.set_message(&format!("load {load}"));
+        watcher.load_started(load);
         let measure_here = |slot: &SlotId| {
             if let Some(b) = &burners {
                 b.avoid(slot.cpu);
@@ -87,7 +94,7 @@ pub fn execute(
                 }
             }
             exec.records.push(record);
-            progress.inc();
+            watcher.sample_done();
             true
         };
         let outcome = oneshot::run(&order, stop, &measure_here, &mut sink);

@@ -1,16 +1,11 @@
 //! Probes: measuring one cell of a matrix on a thread bound to the cell's CPU, and
 //! one-shot runs over a list of cells.
 
-pub mod bindable;
-pub mod command;
 pub mod execute;
 pub mod h2d;
 pub mod interrupt;
 pub mod oneshot;
 pub mod pairs;
-pub mod plan;
-pub mod progress;
-pub mod record;
 
 use crate::runtime::Direction;
 use crate::store::CellKey;

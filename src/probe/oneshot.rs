@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use rand::seq::SliceRandom;
 
-use super::record::{RunPlan, SampleRecord, SlotId};
+use crate::format::run_dir::{RunPlan, SampleRecord, SlotId};
 use crate::runtime::ProbeError;
 use crate::store::unix_now;
 
@@ -101,7 +101,7 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::record::MatrixKind;
+    use crate::format::run_dir::MatrixKind;
 
     fn plan() -> RunPlan {
         RunPlan {

@@ -1,12 +1,15 @@
 //! Resolving the configured device pairs of the core-pair probe to `pair` labels: two device
 //! labels in ascending order, comma-joined (`0,5`); `auto` is device 0 with its farthest peer
 //! by PCI topology (the fewest shared bridges in the sysfs device path, then another NUMA
-//! node, then the highest index).
+//! node, then the highest index). And measuring one pair slot with a pair probe.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::config::PairSelection;
-use crate::runtime::DeviceInfo;
+use crate::format::run_dir::SlotId;
+use crate::runtime::pair::{PairParams, PairProbe};
+use crate::runtime::{DeviceInfo, ProbeError};
 
 /// The `pair` label of two devices: ascending (numerically when both are numbers).
 pub fn pair_label(a: &str, b: &str) -> String {
@@ -85,6 +88,43 @@ pub fn resolve(
         }
     }
     Ok(labels)
+}
+
+/// What the pair matrix's cells measure with each pair probe method.
+pub fn pair_operation(method: &str) -> &'static str {
+    match method {
+        "copy" => "peer-copy",
+        _ => "allgather",
+    }
+}
+
+/// How each of `pairs` is measured: the probe's method per pair (asking the runtime, for peer
+/// copies, whether the devices can map each other).
+pub fn pair_methods(probe: &dyn PairProbe, pairs: &[String]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .filter_map(|p| {
+            let (a, b) = p.split_once(',')?;
+            let method = probe.pair_method([a, b]).ok()?;
+            Some((p.clone(), method.to_string()))
+        })
+        .collect()
+}
+
+/// One pair slot: its device pair with rank 0 on `slot.cpu` and rank 1 on `slot.peer_cpu`.
+pub fn measure_pair(
+    probe: &dyn PairProbe,
+    slot: &SlotId,
+    params: &PairParams,
+) -> Result<f64, ProbeError> {
+    let (a, b) = slot
+        .device
+        .split_once(',')
+        .ok_or_else(|| ProbeError::UnknownDevice(slot.device.clone()))?;
+    let peer = slot
+        .peer_cpu
+        .ok_or_else(|| ProbeError::Collective("a pair cell without a rank 1 CPU".into()))?;
+    probe.measure([a, b], [slot.cpu, peer], params)
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use crate::format::cluster_health::{self, RecordedCpu};
-use crate::probe::record::MatrixKind;
+use crate::format::run_dir::MatrixKind;
 use crate::runtime::{Backend, CopyParams, DeviceInfo, ProbeError};
 use crate::store::{persist, unix_now, Store};
 use crate::topology::{Cpu, NumaNode, Topology};

@@ -328,7 +328,7 @@ impl PairAnalysis {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::record::MatrixKind;
+    use crate::format::run_dir::MatrixKind;
     use crate::report::dataset::MatrixId;
 
     fn id(kind: MatrixKind) -> MatrixId {

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use crate::format::cluster_health::{self, RecordedCpu, Recording, Rejected};
-use crate::probe::record::{DeviceMeta, MatrixKind, RunFile, SampleRecord, SlotId};
+use crate::format::run_dir::{DeviceMeta, MatrixKind, RunFile, SampleRecord, SlotId};
 use crate::runtime::Direction;
 use crate::stats;
 use crate::store::{CellKey, PairKey, Sample, Store};
@@ -525,7 +525,7 @@ impl Dataset {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::record::SlotId;
+    use crate::format::run_dir::SlotId;
 
     fn record(cpu: u32, device: &str, v: Option<f64>, load: &str) -> SampleRecord {
         SampleRecord {

@@ -7,7 +7,6 @@
 //! other modules only render.
 
 pub mod analysis;
-pub mod command;
 pub mod csv;
 pub mod dataset;
 pub mod heatmap;
@@ -19,27 +18,16 @@ pub mod xlsx;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
+use crate::format::affinity_file::{self, AffinityFileError, AFFINITY_FILE};
 use crate::format::cluster_health;
-use crate::probe::record::{self, MatrixKind, RunDirError};
+use crate::format::run_dir::{self, MatrixKind, RunDirError};
 use dataset::Dataset;
 use heatmap::Heatmap;
 
-/// Affinity verdicts written by `chd probe affinity --out DIR`.
-pub const AFFINITY_FILE: &str = "affinity.json";
 /// The report's files.
 pub const SUMMARY_FILE: &str = "summary.md";
 pub const CSV_FILE: &str = "cells.csv";
 pub const XLSX_FILE: &str = "report.xlsx";
-
-/// One CPU's affinity verdict as stored in `affinity.json`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AffinityRow {
-    pub cpu: u32,
-    pub numa_node: Option<u32>,
-    pub bindable: bool,
-}
 
 /// Why a report could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -47,12 +35,14 @@ pub enum ReportError {
     #[error(transparent)]
     Run(#[from] RunDirError),
     #[error(transparent)]
+    Affinity(#[from] AffinityFileError),
+    #[error(transparent)]
     ClusterHealth(#[from] cluster_health::Error),
     #[error(
         "{0}: nothing to report (no {run}, results.json or {AFFINITY_FILE}) and no other \
          ClusterHealthDetect file (rank_NNNNN.json, partial_results.json, \
          rank_NNNNN_partial.json)",
-        run = record::RUN_FILE
+        run = run_dir::RUN_FILE
     )]
     Nothing(PathBuf),
     #[error("{path}: {detail}")]
@@ -70,14 +60,7 @@ pub enum ReportError {
 }
 
 fn read_affinity(path: &Path) -> Result<Vec<(u32, bool)>, ReportError> {
-    let text = std::fs::read_to_string(path).map_err(|e| ReportError::Read {
-        path: path.into(),
-        detail: e.to_string(),
-    })?;
-    let rows: Vec<AffinityRow> = serde_json::from_str(&text).map_err(|e| ReportError::Read {
-        path: path.into(),
-        detail: e.to_string(),
-    })?;
+    let rows = affinity_file::read(path)?;
     Ok(rows.into_iter().map(|r| (r.cpu, r.bindable)).collect())
 }
 
@@ -93,7 +76,7 @@ pub fn load(input: &Path) -> Result<(Dataset, PathBuf), ReportError> {
         } else {
             dir
         };
-        if input.file_name().is_some_and(|n| n == record::RUN_FILE) {
+        if input.file_name().is_some_and(|n| n == run_dir::RUN_FILE) {
             return load(&dir);
         }
         let rec = cluster_health::read(input)?;
@@ -105,7 +88,7 @@ pub fn load(input: &Path) -> Result<(Dataset, PathBuf), ReportError> {
             detail: "no such file or directory".into(),
         });
     }
-    if !input.join(record::RUN_FILE).is_file() {
+    if !input.join(run_dir::RUN_FILE).is_file() {
         match cluster_health::read(input) {
             Ok(rec) => return Ok((Dataset::from_recording(&rec), input.to_path_buf())),
             Err(cluster_health::Error::NoRecording(_)) => {}
@@ -118,8 +101,8 @@ pub fn load(input: &Path) -> Result<(Dataset, PathBuf), ReportError> {
     } else {
         Vec::new()
     };
-    let mut ds = if input.join(record::RUN_FILE).is_file() {
-        let (run, records) = record::read_run(input)?;
+    let mut ds = if input.join(run_dir::RUN_FILE).is_file() {
+        let (run, records) = run_dir::read_run(input)?;
         Dataset::from_run(&run, &records)
     } else if !affinity.is_empty() {
         Dataset {

@@ -11,7 +11,7 @@ use super::analysis::{
     SLOW_SEGMENT_RATIO,
 };
 use super::dataset::{Dataset, MatrixId};
-use crate::probe::record::MatrixKind;
+use crate::format::run_dir::MatrixKind;
 use crate::stats::{self, Summary};
 
 /// Rows shown in "slowest" lists.

@@ -114,13 +114,69 @@ fn candidates(cuda_source: &str) -> Vec<String> {
     names
 }
 
+/// Why cuBLAS could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum CublasLoadError {
+    /// The library named by path did not load.
+    #[error(transparent)]
+    Open(#[from] library::LoadError),
+    /// The library named by path lacks an entry point.
+    #[error(transparent)]
+    Symbol(#[from] library::SymbolError),
+    /// No candidate loaded with every entry point: each one tried and why.
+    #[error("cannot load the cuBLAS library: {}", .0.join("; "))]
+    NoCandidate(Vec<String>),
+}
+
+/// Why the device load cannot run on this backend.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceLoadError {
+    #[error(
+        "load profile \"device\" needs cuBLAS's sgemm, which the acl backend does not load \
+         (no aclblas support yet); use idle or cpu:N"
+    )]
+    AclBackend,
+    #[error("load profile \"device\" needs an accelerator; the {0} backend has none")]
+    NoAccelerator(String),
+    #[error("load profile \"device\" needs cuBLAS: {0}")]
+    Cublas(#[from] CublasLoadError),
+}
+
+/// Why a gemm loop failed (cloned: the first one also goes to the thread that started it).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum GemmError {
+    #[error("{call} failed: {name}: {text}")]
+    Status {
+        call: &'static str,
+        name: String,
+        text: String,
+    },
+    #[error("{call} failed: cuBLAS status {code}")]
+    StatusCode { call: &'static str, code: c_int },
+    #[error("device {device}: {source}")]
+    Device {
+        device: i32,
+        #[source]
+        source: super::device_copy::ApiError,
+    },
+    /// A device label the backend does not have (the probe error's text).
+    #[error("{0}")]
+    UnknownDevice(String),
+    #[error("matrix side {0} too big")]
+    TooBig(usize),
+    #[error("cannot start a device load thread: {0}")]
+    Thread(String),
+    #[error("a device load thread ended before its first gemm")]
+    ThreadEnded,
+}
+
 impl Cublas {
     /// Load cuBLAS from `path`, else from the first candidate (see the module documentation)
     /// that loads and has every entry point.
-    pub fn load(path: Option<&Path>, cuda_source: &str) -> Result<Cublas, String> {
+    pub fn load(path: Option<&Path>, cuda_source: &str) -> Result<Cublas, CublasLoadError> {
         if let Some(p) = path {
-            let (lib, source) = library::open("cuBLAS", Some(p), &[]).map_err(|e| e.to_string())?;
-            return resolve(lib, source).map_err(|e| e.to_string());
+            let (lib, source) = library::open("cuBLAS", Some(p), &[])?;
+            return Ok(resolve(lib, source)?);
         }
         let mut why = Vec::new();
         for name in candidates(cuda_source) {
@@ -139,22 +195,23 @@ impl Cublas {
                 })),
             }
         }
-        Err(format!(
-            "cannot load the cuBLAS library: {}",
-            why.join("; ")
-        ))
+        Err(CublasLoadError::NoCandidate(why))
     }
 
-    fn check(&self, call: &'static str, code: c_int) -> Result<(), String> {
+    fn check(&self, call: &'static str, code: c_int) -> Result<(), GemmError> {
         if code == CUBLAS_STATUS_SUCCESS {
             Ok(())
         } else if let Some((name, text)) = self.status_text {
             // SAFETY: both return static NUL-terminated strings for any status.
             let (name, text) =
                 unsafe { (library::c_text(name(code)), library::c_text(text(code))) };
-            Err(format!("{call} failed: {name}: {text}"))
+            Err(GemmError::Status {
+                call,
+                name: name.to_string(),
+                text: text.to_string(),
+            })
         } else {
-            Err(format!("{call} failed: cuBLAS status {code}"))
+            Err(GemmError::StatusCode { call, code })
         }
     }
 }
@@ -170,25 +227,17 @@ pub struct DeviceLoader {
 
 impl DeviceLoader {
     /// Load cuBLAS for the opened backend. Only the CUDA backend can run the device load.
-    pub fn open(opened: &Opened, cublas: Option<&Path>) -> Result<DeviceLoader, String> {
+    pub fn open(opened: &Opened, cublas: Option<&Path>) -> Result<DeviceLoader, DeviceLoadError> {
         let runtime = match &opened.runtime {
             Some(DeviceRuntime::Cuda(rt)) => rt.clone(),
-            Some(DeviceRuntime::Acl(_)) => {
-                return Err(
-                    "load profile \"device\" needs cuBLAS's sgemm, which the acl backend does \
-                     not load (no aclblas support yet); use idle or cpu:N"
-                        .into(),
-                )
-            }
+            Some(DeviceRuntime::Acl(_)) => return Err(DeviceLoadError::AclBackend),
             None => {
-                return Err(format!(
-                    "load profile \"device\" needs an accelerator; the {} backend has none",
-                    opened.backend.name()
+                return Err(DeviceLoadError::NoAccelerator(
+                    opened.backend.name().to_string(),
                 ))
             }
         };
-        let cublas = Cublas::load(cublas, &runtime.source)
-            .map_err(|e| format!("load profile \"device\" needs cuBLAS: {e}"))?;
+        let cublas = Cublas::load(cublas, &runtime.source)?;
         Ok(DeviceLoader {
             runtime,
             cublas: Arc::new(cublas),
@@ -212,16 +261,17 @@ impl DeviceLoader {
     /// where the caller's thread may run); returns once every loop ran its first gemm (so the
     /// load is on when the first cell is measured), or the first error (the loops already
     /// started are stopped).
-    pub fn start(&self, devices: &[String], cpus: &[u32]) -> Result<DeviceLoad, String> {
+    pub fn start(&self, devices: &[String], cpus: &[u32]) -> Result<DeviceLoad, GemmError> {
         let mut load = DeviceLoad {
             stop: Arc::new(AtomicBool::new(false)),
             gemms: Arc::new(AtomicU64::new(0)),
             handles: Vec::new(),
             devices: devices.to_vec(),
         };
-        let (tx, rx) = mpsc::channel::<Result<(), String>>();
+        let (tx, rx) = mpsc::channel::<Result<(), GemmError>>();
         for label in devices {
-            let index = device_index(&self.devices, label).map_err(|e| e.to_string())?;
+            let index = device_index(&self.devices, label)
+                .map_err(|e| GemmError::UnknownDevice(e.to_string()))?;
             let ctx = LoopContext {
                 runtime: self.runtime.clone(),
                 cublas: self.cublas.clone(),
@@ -235,7 +285,7 @@ impl DeviceLoader {
             let handle = std::thread::Builder::new()
                 .name(format!("chd-gemm-{label}"))
                 .spawn(move || gemm_loop(&ctx, &tx))
-                .map_err(|e| format!("cannot start a device load thread: {e}"))?;
+                .map_err(|e| GemmError::Thread(e.to_string()))?;
             load.handles.push(handle);
         }
         drop(tx);
@@ -243,7 +293,7 @@ impl DeviceLoader {
             match rx.recv() {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => return Err(e),
-                Err(_) => return Err("a device load thread ended before its first gemm".into()),
+                Err(_) => return Err(GemmError::ThreadEnded),
             }
         }
         Ok(load)
@@ -319,9 +369,9 @@ fn confine(cpus: &[u32]) {
 }
 
 /// One device's loop: reports the first gemm's outcome on `ready`, then runs until stopped.
-fn gemm_loop(ctx: &LoopContext, ready: &mpsc::Sender<Result<(), String>>) {
+fn gemm_loop(ctx: &LoopContext, ready: &mpsc::Sender<Result<(), GemmError>>) {
     confine(&ctx.cpus);
-    let result = run_loop(ctx, &mut |first: Result<(), String>| {
+    let result = run_loop(ctx, &mut |first: Result<(), GemmError>| {
         let _ = ready.send(first);
     });
     if let Err(e) = result {
@@ -345,14 +395,20 @@ impl Drop for HandleGuard<'_> {
     }
 }
 
-fn run_loop(ctx: &LoopContext, ready: &mut dyn FnMut(Result<(), String>)) -> Result<(), String> {
+fn run_loop(
+    ctx: &LoopContext,
+    ready: &mut dyn FnMut(Result<(), GemmError>),
+) -> Result<(), GemmError> {
     let mut reported = false;
-    let result = (|| -> Result<(), String> {
+    let result = (|| -> Result<(), GemmError> {
         let api = &*ctx.runtime;
         let cublas = &*ctx.cublas;
-        let on = |e: super::device_copy::ApiError| format!("device {}: {e}", ctx.device);
+        let on = |source| GemmError::Device {
+            device: ctx.device,
+            source,
+        };
         api.set_device(ctx.device).map_err(on)?;
-        let n = c_int::try_from(ctx.n).map_err(|_| format!("matrix side {} too big", ctx.n))?;
+        let n = c_int::try_from(ctx.n).map_err(|_| GemmError::TooBig(ctx.n))?;
         let bytes = ctx.n * ctx.n * std::mem::size_of::<f32>();
         let a = guard(api, api.device_alloc(bytes), CudaRuntime::device_free).map_err(on)?;
         let b = guard(api, api.device_alloc(bytes), CudaRuntime::device_free).map_err(on)?;
@@ -442,10 +498,13 @@ mod tests {
 
     #[test]
     fn a_library_without_sgemm_is_not_cublas() {
-        let err = Cublas::load(Some(Path::new("libc.so.6")), "libc.so.6").unwrap_err();
+        let err = Cublas::load(Some(Path::new("libc.so.6")), "libc.so.6")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("lacks symbol cublasCreate_v2"), "{err}");
         // On a machine with a real cuBLAS installed the sonames find it.
-        if let Err(err) = Cublas::load(None, "/nonexistent/libcudart.so") {
+        if let Err(err) = Cublas::load(None, "/nonexistent/libcudart.so").map_err(|e| e.to_string())
+        {
             assert!(err.starts_with("cannot load the cuBLAS library: "), "{err}");
             assert!(err.contains("/nonexistent/libcudart.so: "), "{err}");
         }

@@ -6,6 +6,7 @@
 //! 2/60 = 3.3 % of one core, plus the cell in flight when the budget runs out.
 
 pub mod gate;
+pub mod metrics;
 pub mod pair_window;
 pub mod planner;
 pub mod window;
@@ -18,13 +19,13 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::config::Config;
-use crate::exposition::metrics::ProbeMetrics;
 use crate::runtime::pair::{PairParams, PairProbe};
 use crate::runtime::telemetry::DeviceTelemetry;
 use crate::runtime::Backend;
 use crate::store::{persist, unix_now, CellKey, SharedStore};
 use crate::topology::Topology;
 use gate::{CpuGate, CpuTimes};
+use metrics::ProbeMetrics;
 use pair_window::PairWindowSpec;
 use window::{WindowReport, WindowSpec};
 

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::metrics::ProbeMetrics;
 use super::window::{WindowEnd, WindowReport, SUSPECT_RATIO};
-use crate::exposition::metrics::ProbeMetrics;
 use crate::runtime::pair::{PairParams, PairProbe};
 use crate::stats;
 use crate::store::{unix_now, PairKey, Sample, SharedStore, Store};

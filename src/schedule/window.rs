@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
+use super::metrics::ProbeMetrics;
 use crate::affinity;
-use crate::exposition::metrics::ProbeMetrics;
 use crate::probe::h2d;
 use crate::runtime::Backend;
 use std::collections::BTreeMap;
@@ -356,7 +356,7 @@ mod tests {
 
     fn rechecks(m: &ProbeMetrics, outcome: &str) -> u64 {
         m.rechecks
-            .get_or_create(&crate::exposition::metrics::RecheckLabels {
+            .get_or_create(&crate::schedule::metrics::RecheckLabels {
                 probe: "h2d".into(),
                 outcome: outcome.into(),
             })

@@ -7,13 +7,11 @@ pub mod persist;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, RwLock};
 
-use serde::{Deserialize, Serialize};
-
 use crate::runtime::Direction;
 use crate::stats;
 
 /// One cell of the core x device copy matrix.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CellKey {
     pub cpu: u32,
     pub device: String,
@@ -22,7 +20,7 @@ pub struct CellKey {
 }
 
 /// One cell of a core-pair matrix: rank 0 on `cpu0`, rank 1 on `cpu1`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PairKey {
     /// The two devices, as the `pair` label spells them (`0,5`).
     pub pair: String,
@@ -31,7 +29,7 @@ pub struct PairKey {
 }
 
 /// One measurement of a cell.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Sample {
     /// Bytes per second.
     pub bytes_per_second: f64,
@@ -40,13 +38,12 @@ pub struct Sample {
 }
 
 /// A cell's history: its last K samples and when it was last tried.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Cell {
     pub samples: VecDeque<Sample>,
     /// Unix time of the last attempt, successful or not (the planner's "oldest first").
     pub last_attempt: f64,
     /// Consecutive failed attempts since the last success.
-    #[serde(default)]
     pub consecutive_errors: u32,
 }
 
@@ -80,7 +77,7 @@ impl Cell {
 }
 
 /// The affinity probe's verdict for one CPU.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Bindable {
     pub bindable: bool,
     pub at: f64,

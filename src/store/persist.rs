@@ -1,69 +1,16 @@
-//! The state file: the store written atomically (temp file, fsync, rename, fsync of the
-//! directory) after every window and read back at start. A file that does not parse is
-//! renamed aside (`state.json.corrupt-<unix time>`) with a warning; it never stops chd.
+//! The store saved to and restored from the state file ([`crate::format::state_file`]) after
+//! every window and at start. A file that does not parse is renamed aside
+//! (`state.json.corrupt-<unix time>`) with a warning; it never stops chd.
 
 use std::fs::{self, File};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
-use super::{Bindable, Cell, CellKey, PairKey, Store};
-
-/// File name of the state file inside the state directory.
-pub const STATE_FILE: &str = "state.json";
-const FORMAT_VERSION: u32 = 1;
-
-/// Why the state could not be saved (loading never fails: see [`load`]).
-#[derive(Debug, thiserror::Error)]
-pub enum PersistError {
-    #[error("cannot write state file {path}: {source}")]
-    Write {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("cannot encode state: {0}")]
-    Encode(#[from] serde_json::Error),
-}
-
-#[derive(Serialize, Deserialize)]
-struct StateFile {
-    version: u32,
-    saved_at: f64,
-    h2d: Vec<PersistedCell>,
-    bindable: Vec<PersistedBindable>,
-    last_success: std::collections::BTreeMap<String, f64>,
-    /// Core-pair cells (absent in files written before the pair probe).
-    #[serde(default)]
-    pair: Vec<PersistedPairCell>,
-    /// CPU -> NUMA node of the measuring machine.
-    #[serde(default)]
-    cpu_numa: std::collections::BTreeMap<u32, u32>,
-}
-
-#[derive(Serialize, Deserialize)]
-struct PersistedPairCell {
-    #[serde(flatten)]
-    key: PairKey,
-    #[serde(flatten)]
-    cell: Cell,
-}
-
-#[derive(Serialize, Deserialize)]
-struct PersistedCell {
-    #[serde(flatten)]
-    key: CellKey,
-    #[serde(flatten)]
-    cell: Cell,
-}
-
-#[derive(Serialize, Deserialize)]
-struct PersistedBindable {
-    cpu: u32,
-    #[serde(flatten)]
-    verdict: Bindable,
-}
+use super::{Bindable, Cell, CellKey, PairKey, Sample, Store};
+use crate::format::state_file::{
+    self, BindableRecord, CopyCellRecord, History, PairCellRecord, SampleRecord, StateFile,
+    FORMAT_VERSION,
+};
+pub use crate::format::state_file::{state_path, StateWriteError as PersistError, STATE_FILE};
 
 /// What [`load`] found.
 #[derive(Debug, PartialEq)]
@@ -76,117 +23,141 @@ pub enum Loaded {
     SetAside { moved_to: PathBuf, problem: String },
 }
 
-/// Path of the state file in `dir`.
-pub fn state_path(dir: &Path) -> PathBuf {
-    dir.join(STATE_FILE)
+fn history(cell: &Cell) -> History {
+    History {
+        samples: cell
+            .samples
+            .iter()
+            .map(|s| SampleRecord {
+                bytes_per_second: s.bytes_per_second,
+                at: s.at,
+            })
+            .collect(),
+        last_attempt: cell.last_attempt,
+        consecutive_errors: cell.consecutive_errors,
+    }
 }
 
-/// Encode the store as the state file's JSON.
-pub fn encode(store: &Store, saved_at: f64) -> Result<Vec<u8>, PersistError> {
-    let file = StateFile {
+fn cell(history: History) -> Cell {
+    Cell {
+        samples: history
+            .samples
+            .into_iter()
+            .map(|s| Sample {
+                bytes_per_second: s.bytes_per_second,
+                at: s.at,
+            })
+            .collect(),
+        last_attempt: history.last_attempt,
+        consecutive_errors: history.consecutive_errors,
+    }
+}
+
+/// The store as the state file's records.
+pub fn to_file(store: &Store, saved_at: f64) -> StateFile {
+    StateFile {
         version: FORMAT_VERSION,
         saved_at,
         h2d: store
             .h2d
             .iter()
-            .map(|(key, cell)| PersistedCell {
-                key: key.clone(),
-                cell: cell.clone(),
+            .map(|(key, c)| CopyCellRecord {
+                cpu: key.cpu,
+                device: key.device.clone(),
+                size_bytes: key.size_bytes,
+                direction: key.direction.as_str().to_string(),
+                history: history(c),
             })
             .collect(),
         bindable: store
             .bindable
             .iter()
-            .map(|(&cpu, &verdict)| PersistedBindable { cpu, verdict })
+            .map(|(&cpu, v)| BindableRecord {
+                cpu,
+                bindable: v.bindable,
+                at: v.at,
+            })
             .collect(),
         last_success: store.last_success.clone(),
         pair: store
             .pair
             .iter()
-            .map(|(key, cell)| PersistedPairCell {
-                key: key.clone(),
-                cell: cell.clone(),
+            .map(|(key, c)| PairCellRecord {
+                pair: key.pair.clone(),
+                cpu0: key.cpu0,
+                cpu1: key.cpu1,
+                history: history(c),
             })
             .collect(),
         cpu_numa: store.cpu_numa.clone(),
-    };
-    Ok(serde_json::to_vec(&file)?)
+    }
 }
 
-/// Decode a state file's JSON.
-pub fn decode(bytes: &[u8]) -> Result<Store, String> {
-    let file: StateFile = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
-    if file.version != FORMAT_VERSION {
-        return Err(format!(
-            "format version {} (this chd reads {FORMAT_VERSION})",
-            file.version
-        ));
-    }
+/// The store the state file's records describe.
+pub fn from_file(file: StateFile) -> Result<Store, String> {
     let mut store = Store::default();
-    for PersistedCell { key, cell } in file.h2d {
-        if cell.samples.iter().any(|s| !s.bytes_per_second.is_finite()) {
-            return Err(format!("cell {key:?} holds a non-finite sample"));
-        }
-        store.h2d.insert(key, cell);
+    for c in file.h2d {
+        let direction = c
+            .direction
+            .parse()
+            .map_err(|e| format!("cell cpu {} device {}: {e}", c.cpu, c.device))?;
+        let key = CellKey {
+            cpu: c.cpu,
+            device: c.device,
+            size_bytes: c.size_bytes,
+            direction,
+        };
+        store.h2d.insert(key, cell(c.history));
     }
-    for PersistedBindable { cpu, verdict } in file.bindable {
-        store.bindable.insert(cpu, verdict);
+    for b in file.bindable {
+        store.bindable.insert(
+            b.cpu,
+            Bindable {
+                bindable: b.bindable,
+                at: b.at,
+            },
+        );
     }
-    for PersistedPairCell { key, cell } in file.pair {
-        if cell.samples.iter().any(|s| !s.bytes_per_second.is_finite()) {
-            return Err(format!("pair cell {key:?} holds a non-finite sample"));
-        }
-        store.pair.insert(key, cell);
+    for c in file.pair {
+        let key = PairKey {
+            pair: c.pair,
+            cpu0: c.cpu0,
+            cpu1: c.cpu1,
+        };
+        store.pair.insert(key, cell(c.history));
     }
     store.last_success = file.last_success;
     store.cpu_numa = file.cpu_numa;
     Ok(store)
 }
 
+/// Encode the store as the state file's JSON.
+pub fn encode(store: &Store, saved_at: f64) -> Result<Vec<u8>, PersistError> {
+    Ok(state_file::encode(&to_file(store, saved_at))?)
+}
+
+/// Decode a state file's JSON.
+pub fn decode(bytes: &[u8]) -> Result<Store, String> {
+    from_file(state_file::decode(bytes)?)
+}
+
 /// Write the store to `dir/state.json` atomically.
 pub fn save(dir: &Path, store: &Store, saved_at: f64) -> Result<(), PersistError> {
-    let bytes = encode(store, saved_at)?;
-    let path = state_path(dir);
-    let tmp = dir.join(format!("{STATE_FILE}.tmp"));
-    let write_err = |source| PersistError::Write {
-        path: path.clone(),
-        source,
-    };
-    let mut f = File::create(&tmp).map_err(write_err)?;
-    f.write_all(&bytes).map_err(write_err)?;
-    f.sync_all().map_err(write_err)?;
-    drop(f);
-    fs::rename(&tmp, &path).map_err(write_err)?;
-    // Make the rename itself durable.
-    if let Ok(d) = File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
+    state_file::save(dir, &to_file(store, saved_at))
 }
 
 /// Read `dir/state.json`. A corrupt file is renamed aside and reported, never an error.
 pub fn load(dir: &Path, now: f64) -> Loaded {
-    let path = state_path(dir);
-    let bytes = match fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Loaded::Missing,
-        Err(e) => return set_aside(&path, format!("unreadable: {e}"), now),
-    };
-    match decode(&bytes) {
-        Ok(store) => Loaded::Restored(store),
-        Err(problem) => set_aside(&path, problem, now),
-    }
-}
-
-fn set_aside(path: &Path, problem: String, now: f64) -> Loaded {
-    let moved_to = path.with_file_name(format!("{STATE_FILE}.corrupt-{}", now as u64));
-    match fs::rename(path, &moved_to) {
-        Ok(()) => Loaded::SetAside { moved_to, problem },
-        Err(e) => Loaded::SetAside {
-            moved_to: path.to_path_buf(),
-            problem: format!("{problem}; could not rename it aside either: {e}"),
+    let problem = match state_file::read(dir) {
+        state_file::Read::Missing => return Loaded::Missing,
+        state_file::Read::Bytes(bytes) => match decode(&bytes) {
+            Ok(store) => return Loaded::Restored(store),
+            Err(problem) => problem,
         },
-    }
+        state_file::Read::Unreadable(problem) => problem,
+    };
+    let (moved_to, problem) = state_file::set_aside(&state_path(dir), problem, now);
+    Loaded::SetAside { moved_to, problem }
 }
 
 /// Pick the state directory: `preferred` when it can be created and written, else

@@ -4,29 +4,31 @@
 //! Ctrl-C handling, stream samples to `--out DIR`, and finish with the report. The two
 //! subcommands differ only in how they plan and what measures one slot.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context as _};
 
-use super::execute::{execute, Context};
-use super::interrupt::InterruptGuard;
 use super::plan::{differences, pair_plan_from, plan_from};
 use super::progress::Progress;
-use super::record::{
-    self, CellLog, DeviceMeta, Machine, MatrixKind, RunFile, RunPlan, SampleRecord, SlotId,
+use chd::config::{Config, Layer, PairSelection, RuntimeLayer};
+use chd::format::run_dir::{
+    self as record, CellLog, DeviceMeta, Machine, MatrixKind, RunFile, RunPlan,
+    RuntimeOptions as StoredRuntime, SampleRecord, SlotId,
 };
-use crate::config::{Config, Layer, PairSelection};
-use crate::load::device::{self, DeviceProfile};
-use crate::report::{self, dataset::Dataset};
-use crate::runtime::gemm::DeviceLoader;
-use crate::runtime::pair::{PairParams, PairProbe};
-use crate::runtime::select::Opened;
-use crate::runtime::{self, Direction, HostMemory, ProbeError};
-use crate::store::{unix_now, CellKey};
-use crate::topology::Topology;
+use chd::load::device::{self, DeviceProfile};
+use chd::probe::execute::{execute, Context};
+use chd::probe::interrupt::InterruptGuard;
+use chd::probe::pairs::{measure_pair, pair_methods, pair_operation};
+use chd::report::{self, dataset::Dataset};
+use chd::runtime::gemm::DeviceLoader;
+use chd::runtime::pair::{PairParams, PairProbe};
+use chd::runtime::select::Opened;
+use chd::runtime::{self, Direction, HostMemory, ProbeError};
+use chd::store::{unix_now, CellKey};
+use chd::topology::Topology;
 
 /// A `chd probe` subcommand.
 #[derive(Debug, Clone)]
@@ -103,7 +105,7 @@ pub fn run(request: ProbeRequest) -> anyhow::Result<()> {
     match request {
         ProbeRequest::H2d(r) => run_h2d(&r),
         ProbeRequest::Pair(r) => run_pair(&r),
-        ProbeRequest::Affinity(r) => super::bindable::run_affinity(&r),
+        ProbeRequest::Affinity(r) => super::affinity::run(&r),
     }
 }
 
@@ -185,7 +187,7 @@ fn run_h2d(req: &H2dRequest) -> anyhow::Result<()> {
                     size_bytes: slot.size_bytes,
                     direction,
                 };
-                super::h2d::measure_cell(&*backend, &cell, warmup, iterations, memory)
+                chd::probe::h2d::measure_cell(&*backend, &cell, warmup, iterations, memory)
             });
             Ok(Prepared {
                 plan,
@@ -195,27 +197,6 @@ fn run_h2d(req: &H2dRequest) -> anyhow::Result<()> {
             })
         },
     )
-}
-
-/// What the pair matrix's cells measure with each pair probe method.
-fn pair_operation(method: &str) -> &'static str {
-    match method {
-        "copy" => "peer-copy",
-        _ => "allgather",
-    }
-}
-
-/// How each of `pairs` is measured: the probe's method per pair (asking the runtime, for peer
-/// copies, whether the devices can map each other).
-fn pair_methods(probe: &dyn PairProbe, pairs: &[String]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .filter_map(|p| {
-            let (a, b) = p.split_once(',')?;
-            let method = probe.pair_method([a, b]).ok()?;
-            Some((p.clone(), method.to_string()))
-        })
-        .collect()
 }
 
 /// `chd probe pair`.
@@ -245,7 +226,7 @@ fn run_pair(req: &PairRequest) -> anyhow::Result<()> {
                         .map(|t| PairSelection::parse(t))
                         .collect::<Result<Vec<_>, _>>()
                         .map_err(|e| anyhow!("--pair: {e}"))?;
-                    super::pairs::resolve(
+                    chd::probe::pairs::resolve(
                         &selections,
                         opened.backend.devices(),
                         &config.roots.sysfs,
@@ -289,20 +270,35 @@ fn run_pair(req: &PairRequest) -> anyhow::Result<()> {
     )
 }
 
-/// One pair slot: its device pair with rank 0 on `slot.cpu` and rank 1 on `slot.peer_cpu`.
-fn measure_pair(
-    probe: &dyn PairProbe,
-    slot: &SlotId,
-    params: &PairParams,
-) -> Result<f64, ProbeError> {
-    let (a, b) = slot
-        .device
-        .split_once(',')
-        .ok_or_else(|| ProbeError::UnknownDevice(slot.device.clone()))?;
-    let peer = slot
-        .peer_cpu
-        .ok_or_else(|| ProbeError::Collective("a pair cell without a rank 1 CPU".into()))?;
-    probe.measure([a, b], [slot.cpu, peer], params)
+/// The resumed run's runtime choices under the flags given now (a flag given wins); the
+/// host memory kinds are part of the plan, not taken from there.
+fn resume_runtime(now: &mut RuntimeLayer, stored: &StoredRuntime) {
+    fn pick<T: Clone>(given: &mut Option<T>, kept: &Option<T>) {
+        if given.is_none() {
+            given.clone_from(kept);
+        }
+    }
+    pick(&mut now.backend, &stored.backend);
+    pick(&mut now.cuda_runtime, &stored.cuda_runtime);
+    pick(&mut now.acl_runtime, &stored.acl_runtime);
+    pick(&mut now.nvml, &stored.nvml);
+    pick(&mut now.collective, &stored.collective);
+    pick(&mut now.nccl, &stored.nccl);
+    pick(&mut now.hccl, &stored.hccl);
+}
+
+/// The runtime choices as run.json stores them.
+fn stored_runtime(layer: &RuntimeLayer) -> StoredRuntime {
+    StoredRuntime {
+        backend: layer.backend.clone(),
+        cuda_runtime: layer.cuda_runtime.clone(),
+        acl_runtime: layer.acl_runtime.clone(),
+        nvml: layer.nvml.clone(),
+        host_memory: layer.host_memory.clone(),
+        collective: layer.collective.clone(),
+        nccl: layer.nccl.clone(),
+        hccl: layer.hccl.clone(),
+    }
 }
 
 /// The one-shot driver: resume or start the run directory, open the backend, let `prepare`
@@ -339,15 +335,7 @@ fn run_matrix(
                 out.unwrap_or(Path::new("?")).display()
             );
         }
-        let r = &mut layer.runtime;
-        let s = &run.runtime;
-        r.backend = r.backend.take().or_else(|| s.backend.clone());
-        r.cuda_runtime = r.cuda_runtime.take().or_else(|| s.cuda_runtime.clone());
-        r.acl_runtime = r.acl_runtime.take().or_else(|| s.acl_runtime.clone());
-        r.nvml = r.nvml.take().or_else(|| s.nvml.clone());
-        r.collective = r.collective.take().or_else(|| s.collective.clone());
-        r.nccl = r.nccl.take().or_else(|| s.nccl.clone());
-        r.hccl = r.hccl.take().or_else(|| s.hccl.clone());
+        resume_runtime(&mut layer.runtime, &run.runtime);
     }
     let config = Config::resolve([layer.clone()])?;
     let topology = Topology::read(&config.roots).context("reading the host topology")?;
@@ -406,7 +394,7 @@ fn run_matrix(
                 format: record::FORMAT_VERSION,
                 plan: prepared.plan.clone(),
                 machine: machine(&layer, &topology, &opened),
-                runtime: runtime_layer,
+                runtime: stored_runtime(&runtime_layer),
                 pair_methods: prepared
                     .pair_probe
                     .as_deref()
@@ -476,7 +464,7 @@ fn run_matrix(
             allowed_cpus: &allowed,
             done: &done,
             log: log.as_mut(),
-            progress: &mut progress,
+            watcher: &mut progress,
             stop: guard.flag(),
         },
         &measure,

@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail};
 
-use super::command::{H2dRequest, PairRequest, RunOptions};
-use super::record::{MatrixKind, RunPlan};
-use crate::config::CpuSelection;
-use crate::load::LoadProfile;
-use crate::runtime::{self, Direction, HostMemory};
-use crate::topology::Topology;
+use super::probe::{H2dRequest, PairRequest, RunOptions};
+use chd::config::CpuSelection;
+use chd::format::run_dir::{MatrixKind, RunPlan};
+use chd::load::LoadProfile;
+use chd::runtime::{self, Direction, HostMemory};
+use chd::topology::Topology;
 
 /// Defaults of `chd probe h2d`.
 pub const DEFAULT_SIZES: &str = "64MiB";

@@ -14,7 +14,7 @@ pub struct ReportRequest {
 
 /// Run `chd report`.
 pub fn run(request: &ReportRequest) -> anyhow::Result<()> {
-    let (ds, dir) = super::load(&request.input)?;
+    let (ds, dir) = chd::report::load(&request.input)?;
     for note in ds.partial.iter().chain(&ds.notes) {
         eprintln!("chd report: note: {note}");
     }
@@ -28,7 +28,7 @@ pub fn run(request: &ReportRequest) -> anyhow::Result<()> {
         );
     }
     let out = request.out.clone().unwrap_or(dir);
-    let written = super::write(&ds, &out)?;
+    let written = chd::report::write(&ds, &out)?;
     for f in &written.files {
         println!("wrote {}", f.display());
     }

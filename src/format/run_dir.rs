@@ -1,4 +1,4 @@
-//! The on-disk form of a one-shot run (`chd probe ... --out DIR`): `run.json` says what was
+//! `run.json` and `cells.jsonl`: the on-disk form of a one-shot run (`chd probe ... --out DIR`): `run.json` says what was
 //! asked (the plan) and where it ran; `cells.jsonl` gets one JSON object per measured sample,
 //! appended and flushed as it is measured. A run killed at any point can be resumed exactly
 //! where it stopped (every sample slot is identified, so none is measured twice or lost) and
@@ -11,8 +11,6 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::RuntimeLayer;
-
 /// The plan and machine description.
 pub const RUN_FILE: &str = "run.json";
 /// One line per measured sample.
@@ -20,7 +18,7 @@ pub const CELLS_FILE: &str = "cells.jsonl";
 /// Version of the run directory layout.
 pub const FORMAT_VERSION: u32 = 1;
 
-pub use crate::format::MatrixKind;
+pub use super::MatrixKind;
 
 /// One sample slot: which cell, under which load profile, in which pass.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -184,6 +182,31 @@ pub struct Machine {
     pub started_at: f64,
 }
 
+/// The runtime choices of a run (`[runtime]` of the config, as run.json stores them): the
+/// backend and the libraries it loaded, so `--resume` opens the same ones. Its own type, so
+/// the file format does not change when the config schema does.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeOptions {
+    /// `auto`, `cuda`, `acl`, `host`.
+    pub backend: Option<String>,
+    /// libcudart loaded instead of the standard sonames.
+    pub cuda_runtime: Option<PathBuf>,
+    /// libascendcl loaded instead of the standard soname.
+    pub acl_runtime: Option<PathBuf>,
+    /// libnvidia-ml loaded instead of libnvidia-ml.so.1.
+    pub nvml: Option<PathBuf>,
+    /// Host side of accelerator copies: `pinned` or `pageable` (unused by one-shot runs,
+    /// whose plan holds the host memory kinds).
+    pub host_memory: Option<String>,
+    /// Pair probe transport: `auto`, `nccl`, `hccl`, `copy`.
+    pub collective: Option<String>,
+    /// libnccl loaded instead of libnccl.so / libnccl.so.2.
+    pub nccl: Option<PathBuf>,
+    /// libhccl loaded instead of libhccl.so.
+    pub hccl: Option<PathBuf>,
+}
+
 /// `run.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunFile {
@@ -192,7 +215,7 @@ pub struct RunFile {
     pub machine: Machine,
     /// Runtime options the run was started with, reused on `--resume`.
     #[serde(default)]
-    pub runtime: RuntimeLayer,
+    pub runtime: RuntimeOptions,
     /// Pair runs: how each pair was measured (`nccl`, `hccl`, `copy`, or `copy-staged` where
     /// peer access was refused and the copies were staged through host memory), as known at
     /// the end of the last run over this directory.
@@ -406,7 +429,7 @@ mod tests {
                 numa_nodes: BTreeMap::from([(0, vec![0, 1])]),
                 started_at: 1.0,
             },
-            runtime: RuntimeLayer::default(),
+            runtime: RuntimeOptions::default(),
             pair_methods: BTreeMap::new(),
         }
     }

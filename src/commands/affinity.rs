@@ -4,13 +4,13 @@
 
 use anyhow::{anyhow, bail, Context as _};
 
-use super::command::AffinityRequest;
-use crate::config::{Config, CpuSelection};
-use crate::report::{self, AffinityRow};
-use crate::topology::Topology;
+use super::probe::AffinityRequest;
+use chd::config::{Config, CpuSelection};
+use chd::format::affinity_file::{self, AffinityRow};
+use chd::topology::Topology;
 
 /// Run `chd probe affinity`.
-pub fn run_affinity(req: &AffinityRequest) -> anyhow::Result<()> {
+pub fn run(req: &AffinityRequest) -> anyhow::Result<()> {
     let format = req.format.clone().unwrap_or_else(|| "table".into());
     if !["table", "csv", "json"].contains(&format.as_str()) {
         bail!("--format: {format:?} is not one of table, csv, json");
@@ -26,7 +26,7 @@ pub fn run_affinity(req: &AffinityRequest) -> anyhow::Result<()> {
     if cpus.is_empty() {
         bail!("--cpus selects no online CPU");
     }
-    let rows: Vec<AffinityRow> = crate::affinity::probe_bindable(&cpus)
+    let rows: Vec<AffinityRow> = chd::affinity::probe_bindable(&cpus)
         .into_iter()
         .map(|(cpu, bindable)| AffinityRow {
             cpu,
@@ -35,7 +35,7 @@ pub fn run_affinity(req: &AffinityRequest) -> anyhow::Result<()> {
         })
         .collect();
     match format.as_str() {
-        "json" => println!("{}", serde_json::to_string_pretty(&rows)?),
+        "json" => println!("{}", affinity_file::encode(&rows)),
         "csv" => {
             println!("cpu,numa_node,allowed,bindable");
             for r in &rows {
@@ -76,14 +76,11 @@ pub fn run_affinity(req: &AffinityRequest) -> anyhow::Result<()> {
         if bad.is_empty() {
             String::new()
         } else {
-            format!("; not bindable: {}", crate::topology::cpulist::format(&bad))
+            format!("; not bindable: {}", chd::topology::cpulist::format(&bad))
         }
     );
     if let Some(dir) = &req.out {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let path = dir.join(report::AFFINITY_FILE);
-        std::fs::write(&path, serde_json::to_string_pretty(&rows)? + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
+        let path = affinity_file::write(dir, &rows)?;
         println!("wrote {}", path.display());
     }
     Ok(())

@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use chd::probe::execute::Watcher;
+
 /// Reports progress on stderr.
 pub struct Progress {
     bar: Option<ProgressBar>,
@@ -53,7 +55,8 @@ impl Progress {
         }
     }
 
-    /// Change how often plain lines are printed.
+    /// Change how often plain lines are printed (tests).
+    #[cfg(test)]
     pub fn with_interval(mut self, every: Duration) -> Progress {
         self.every = every;
         self
@@ -129,6 +132,16 @@ impl Drop for Progress {
         if let Some(bar) = self.bar.take() {
             bar.abandon();
         }
+    }
+}
+
+impl Watcher for Progress {
+    fn load_started(&mut self, load: &str) {
+        self.set_message(&format!("load {load}"));
+    }
+
+    fn sample_done(&mut self) {
+        self.inc();
     }
 }
 

@@ -1,0 +1,15 @@
+//! The CLI's verbs other than `serve`: each takes the request `cli` filled (nothing here knows
+//! clap), runs it through the library and prints. With `main.rs`, the only code that writes to
+//! stdout; the library returns values and typed errors.
+//!
+//! - [`probe`]: `chd probe h2d` and `chd probe pair`, the one-shot driver.
+//! - [`plan`]: a run's plan from its flags (or the resumed run's plan).
+//! - [`affinity`]: `chd probe affinity`.
+//! - [`progress`]: the progress bar or lines of a one-shot run.
+//! - [`report`]: `chd report`.
+
+pub mod affinity;
+pub mod plan;
+pub mod probe;
+pub mod progress;
+pub mod report;

@@ -1,0 +1,242 @@
+//! `state.json`: what `chd serve` has measured, written atomically (temp file, fsync, rename,
+//! fsync of the directory) after every window and read back at start. Plain records only:
+//! the store turns them into its cells ([`crate::store::persist`]), so this file's shape
+//! changes only on purpose, with [`FORMAT_VERSION`].
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// File name of the state file inside the state directory.
+pub const STATE_FILE: &str = "state.json";
+/// The layout version this chd writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Why the state file could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum StateWriteError {
+    #[error("cannot write state file {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot encode state: {0}")]
+    Encode(#[from] serde_json::Error),
+}
+
+/// The whole file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StateFile {
+    pub version: u32,
+    /// Unix time of the save.
+    pub saved_at: f64,
+    /// Core x device copy cells.
+    pub h2d: Vec<CopyCellRecord>,
+    /// Affinity verdicts.
+    pub bindable: Vec<BindableRecord>,
+    /// Probe name -> unix time of the end of its last window that measured something.
+    pub last_success: BTreeMap<String, f64>,
+    /// Core-pair cells (absent in files written before the pair probe).
+    #[serde(default)]
+    pub pair: Vec<PairCellRecord>,
+    /// CPU -> NUMA node of the measuring machine.
+    #[serde(default)]
+    pub cpu_numa: BTreeMap<u32, u32>,
+}
+
+/// One sample of a cell.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SampleRecord {
+    pub bytes_per_second: f64,
+    pub at: f64,
+}
+
+/// A cell's history, as every cell kind stores it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct History {
+    pub samples: Vec<SampleRecord>,
+    /// Unix time of the last attempt, successful or not.
+    pub last_attempt: f64,
+    /// Consecutive failed attempts since the last success.
+    #[serde(default)]
+    pub consecutive_errors: u32,
+}
+
+/// One core x device copy cell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CopyCellRecord {
+    pub cpu: u32,
+    pub device: String,
+    pub size_bytes: u64,
+    /// `h2d` or `d2h`.
+    pub direction: String,
+    #[serde(flatten)]
+    pub history: History,
+}
+
+/// One core-pair cell: rank 0 on `cpu0`, rank 1 on `cpu1`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PairCellRecord {
+    /// The device pair as the `pair` label spells it (`0,5`).
+    pub pair: String,
+    pub cpu0: u32,
+    pub cpu1: u32,
+    #[serde(flatten)]
+    pub history: History,
+}
+
+/// One CPU's affinity verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct BindableRecord {
+    pub cpu: u32,
+    pub bindable: bool,
+    pub at: f64,
+}
+
+/// Path of the state file in `dir`.
+pub fn state_path(dir: &Path) -> PathBuf {
+    dir.join(STATE_FILE)
+}
+
+/// The file's JSON.
+pub fn encode(file: &StateFile) -> Result<Vec<u8>, serde_json::Error> {
+    serde_json::to_vec(file)
+}
+
+/// Parse a state file: the JSON, the version, and every sample finite. The error says what
+/// is wrong, for the warning that sets the file aside.
+pub fn decode(bytes: &[u8]) -> Result<StateFile, String> {
+    let file: StateFile = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    if file.version != FORMAT_VERSION {
+        return Err(format!(
+            "format version {} (this chd reads {FORMAT_VERSION})",
+            file.version
+        ));
+    }
+    let finite = |h: &History| h.samples.iter().all(|s| s.bytes_per_second.is_finite());
+    if let Some(c) = file.h2d.iter().find(|c| !finite(&c.history)) {
+        return Err(format!(
+            "cell cpu {} device {} size {} {} holds a non-finite sample",
+            c.cpu, c.device, c.size_bytes, c.direction
+        ));
+    }
+    if let Some(c) = file.pair.iter().find(|c| !finite(&c.history)) {
+        return Err(format!(
+            "pair cell {} cpu0 {} cpu1 {} holds a non-finite sample",
+            c.pair, c.cpu0, c.cpu1
+        ));
+    }
+    Ok(file)
+}
+
+/// Write `dir/state.json` atomically.
+pub fn save(dir: &Path, file: &StateFile) -> Result<(), StateWriteError> {
+    let bytes = encode(file)?;
+    let path = state_path(dir);
+    let tmp = dir.join(format!("{STATE_FILE}.tmp"));
+    let write_err = |source| StateWriteError::Write {
+        path: path.clone(),
+        source,
+    };
+    let mut f = File::create(&tmp).map_err(write_err)?;
+    f.write_all(&bytes).map_err(write_err)?;
+    f.sync_all().map_err(write_err)?;
+    drop(f);
+    fs::rename(&tmp, &path).map_err(write_err)?;
+    // Make the rename itself durable.
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// What reading `dir/state.json` found.
+#[derive(Debug, PartialEq)]
+pub enum Read {
+    /// No state file yet.
+    Missing,
+    /// The file's bytes.
+    Bytes(Vec<u8>),
+    /// The file exists but could not be read: why.
+    Unreadable(String),
+}
+
+/// Read `dir/state.json`'s bytes.
+pub fn read(dir: &Path) -> Read {
+    match fs::read(state_path(dir)) {
+        Ok(b) => Read::Bytes(b),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Read::Missing,
+        Err(e) => Read::Unreadable(format!("unreadable: {e}")),
+    }
+}
+
+/// Rename a state file that cannot be used to `state.json.corrupt-<now>`, so it is kept for
+/// a post-mortem and never read again. Returns where it went (the original path when even
+/// the rename failed) and the problem, with the rename's failure added.
+pub fn set_aside(path: &Path, problem: String, now: f64) -> (PathBuf, String) {
+    let moved_to = path.with_file_name(format!("{STATE_FILE}.corrupt-{}", now as u64));
+    match fs::rename(path, &moved_to) {
+        Ok(()) => (moved_to, problem),
+        Err(e) => (
+            path.to_path_buf(),
+            format!("{problem}; could not rename it aside either: {e}"),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file() -> StateFile {
+        StateFile {
+            version: FORMAT_VERSION,
+            saved_at: 2.0,
+            h2d: vec![CopyCellRecord {
+                cpu: 1,
+                device: "0".into(),
+                size_bytes: 64 << 20,
+                direction: "h2d".into(),
+                history: History {
+                    samples: vec![SampleRecord {
+                        bytes_per_second: 2.5e10,
+                        at: 1.0,
+                    }],
+                    last_attempt: 1.0,
+                    consecutive_errors: 0,
+                },
+            }],
+            bindable: vec![BindableRecord {
+                cpu: 1,
+                bindable: true,
+                at: 1.0,
+            }],
+            last_success: BTreeMap::from([("h2d".into(), 1.5)]),
+            pair: vec![],
+            cpu_numa: BTreeMap::from([(1, 0)]),
+        }
+    }
+
+    #[test]
+    fn the_layout_is_the_one_version_1_files_have() {
+        let text = String::from_utf8(encode(&file()).unwrap()).unwrap();
+        assert_eq!(
+            text,
+            r#"{"version":1,"saved_at":2.0,"h2d":[{"cpu":1,"device":"0","size_bytes":67108864,"direction":"h2d","samples":[{"bytes_per_second":25000000000.0,"at":1.0}],"last_attempt":1.0,"consecutive_errors":0}],"bindable":[{"cpu":1,"bindable":true,"at":1.0}],"last_success":{"h2d":1.5},"pair":[],"cpu_numa":{"1":0}}"#
+        );
+        assert_eq!(decode(text.as_bytes()).unwrap(), file());
+    }
+
+    #[test]
+    fn an_out_of_range_sample_is_refused() {
+        let text = String::from_utf8(encode(&file()).unwrap())
+            .unwrap()
+            .replace("25000000000.0", "1e999");
+        let err = decode(text.as_bytes()).unwrap_err();
+        assert!(err.contains("out of range"), "{err}");
+    }
+}
