@@ -1,6 +1,6 @@
 //! `state.json`: what `chd serve` has measured, written atomically (temp file, fsync, rename,
 //! fsync of the directory) after every window and read back at start. Plain records only:
-//! the store turns them into its cells ([`crate::store::persist`]), so this file's shape
+//! the store turns them into its cells (`store::persist`), so this file's shape
 //! changes only on purpose, with [`FORMAT_VERSION`].
 
 use std::collections::BTreeMap;

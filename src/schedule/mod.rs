@@ -5,6 +5,7 @@
 //! Duty cycle: with the defaults (a 2 s window budget every 60 s) probing uses at most
 //! 2/60 = 3.3 % of one core, plus the cell in flight when the budget runs out.
 
+pub mod cell_loop;
 pub mod gate;
 pub mod metrics;
 pub mod pair_window;

@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::cell_loop::{self, Cells};
 use super::metrics::ProbeMetrics;
-use super::window::{WindowEnd, WindowReport, SUSPECT_RATIO};
+use super::window::{WindowReport, SUSPECT_RATIO};
 use crate::runtime::pair::{PairParams, PairProbe};
 use crate::stats;
 use crate::store::{unix_now, PairKey, Sample, SharedStore, Store};
@@ -44,6 +45,69 @@ fn devices(pair: &str) -> [&str; 2] {
     [it.next().unwrap_or(""), it.next().unwrap_or("")]
 }
 
+/// The pair cells of one window.
+struct PairCells<'a> {
+    spec: &'a PairWindowSpec,
+    store: &'a SharedStore,
+    metrics: &'a ProbeMetrics,
+    typical: BTreeMap<String, f64>,
+}
+
+impl Cells for PairCells<'_> {
+    type Key = PairKey;
+
+    fn measure(&mut self, key: &PairKey) -> Option<f64> {
+        match self
+            .spec
+            .probe
+            .measure(devices(&key.pair), [key.cpu0, key.cpu1], &self.spec.params)
+        {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::warn!(pair = %key.pair, cpu0 = key.cpu0, cpu1 = key.cpu1, "pair cell failed: {e}");
+                self.store
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .record_pair_error(key.clone(), unix_now());
+                self.metrics.error("pair", &key.pair, e.reason());
+                None
+            }
+        }
+    }
+
+    fn is_suspect(&self, key: &PairKey, value: f64) -> bool {
+        let history = self
+            .store
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .pair
+            .get(key)
+            .and_then(|c| c.median());
+        self.is_slow(key, value) && history.is_none_or(|h| value < SUSPECT_RATIO * h)
+    }
+
+    fn is_slow(&self, key: &PairKey, value: f64) -> bool {
+        self.typical
+            .get(&key.pair)
+            .is_some_and(|t| value < SUSPECT_RATIO * t)
+    }
+
+    fn record(&mut self, key: &PairKey, values: &[f64]) {
+        let at = unix_now();
+        let mut s = self.store.write().unwrap_or_else(|p| p.into_inner());
+        for &bytes_per_second in values {
+            s.record_pair_sample(
+                key.clone(),
+                Sample {
+                    bytes_per_second,
+                    at,
+                },
+                self.spec.keep,
+            );
+        }
+    }
+}
+
 /// Run the pair cells on the calling (dedicated) thread.
 pub fn run(
     spec: &PairWindowSpec,
@@ -52,105 +116,21 @@ pub fn run(
     keep_going: &mut dyn FnMut() -> bool,
 ) -> WindowReport {
     let started = Instant::now();
-    let typical = typical(&store.read().unwrap_or_else(|p| p.into_inner()));
-    let slow = |key: &PairKey, v: f64| {
-        typical
-            .get(&key.pair)
-            .is_some_and(|t| v < SUSPECT_RATIO * t)
+    let mut cells = PairCells {
+        spec,
+        store,
+        metrics,
+        typical: typical(&store.read().unwrap_or_else(|p| p.into_inner())),
     };
-    let mut report = WindowReport {
-        measured: 0,
-        errors: 0,
-        end: WindowEnd::Completed,
-        elapsed: Duration::ZERO,
-    };
-    let measure = |key: &PairKey, report: &mut WindowReport| -> Option<f64> {
-        match spec
-            .probe
-            .measure(devices(&key.pair), [key.cpu0, key.cpu1], &spec.params)
-        {
-            Ok(v) => Some(v),
-            Err(e) => {
-                tracing::warn!(pair = %key.pair, cpu0 = key.cpu0, cpu1 = key.cpu1, "pair cell failed: {e}");
-                store
-                    .write()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .record_pair_error(key.clone(), unix_now());
-                metrics.error("pair", &key.pair, e.reason());
-                report.errors += 1;
-                None
-            }
-        }
-    };
-    let record = |key: &PairKey, values: &[f64], report: &mut WindowReport| {
-        let at = unix_now();
-        let mut s = store.write().unwrap_or_else(|p| p.into_inner());
-        for &bytes_per_second in values {
-            s.record_pair_sample(
-                key.clone(),
-                Sample {
-                    bytes_per_second,
-                    at,
-                },
-                spec.keep,
-            );
-        }
-        report.measured += 1;
-    };
-
-    let mut suspects: Vec<(&PairKey, f64)> = Vec::new();
-    for key in &spec.cells {
-        if started.elapsed() >= spec.budget {
-            report.end = WindowEnd::BudgetSpent;
-            break;
-        }
-        if !keep_going() {
-            report.end = WindowEnd::Aborted;
-            break;
-        }
-        let Some(v) = measure(key, &mut report) else {
-            continue;
-        };
-        let history = store
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .pair
-            .get(key)
-            .and_then(|c| c.median());
-        let suspect =
-            suspects.len() < 16 && slow(key, v) && history.is_none_or(|h| v < SUSPECT_RATIO * h);
-        if suspect {
-            suspects.push((key, v));
-        } else {
-            record(key, &[v], &mut report);
-        }
-    }
-    for (key, first) in suspects.into_iter().rev() {
-        if report.end == WindowEnd::Aborted || !keep_going() {
-            report.end = WindowEnd::Aborted;
-            break;
-        }
-        let Some(second) = measure(key, &mut report) else {
-            continue;
-        };
-        if slow(key, second) {
-            metrics.recheck("pair", "confirmed");
-            record(key, &[first, second], &mut report);
-        } else {
-            metrics.recheck("pair", "rejected");
-            record(key, &[second], &mut report);
-        }
-    }
+    let report = cell_loop::run(
+        "pair",
+        &spec.cells,
+        spec.budget,
+        &mut cells,
+        metrics,
+        keep_going,
+    );
     // Nothing the pair probe holds (communicators, peer access) outlives the window.
     spec.probe.release_idle();
-    report.elapsed = started.elapsed();
-    if report.measured > 0 {
-        store
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .record_success("pair", unix_now());
-    }
-    metrics.run("pair", report.result());
-    metrics.observe_duration("pair", report.elapsed.as_secs_f64());
-    report
+    cell_loop::finish("pair", report, started.elapsed(), store, metrics)
 }

@@ -2,15 +2,14 @@
 //! planned copy cells until the time budget is spent, the idle gate closes, or chd is
 //! shutting down. Every result goes to the store as soon as it is measured.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use super::cell_loop::{self, Cells};
 use super::metrics::ProbeMetrics;
 use crate::affinity;
 use crate::probe::h2d;
-use crate::runtime::Backend;
-use std::collections::BTreeMap;
-
-use crate::runtime::{Direction, HostMemory};
+use crate::runtime::{Backend, Direction, HostMemory};
 use crate::stats;
 use crate::store::{unix_now, CellKey, Sample, SharedStore, Store};
 
@@ -65,8 +64,6 @@ impl WindowReport {
 /// suspect: it counts only after a re-measurement later in the window, in another order,
 /// is slow too (the seed's first-device-after-a-fresh-buffer artefact).
 pub const SUSPECT_RATIO: f64 = 0.5;
-/// Most suspects re-measured in one window.
-const MAX_RECHECKS: usize = 16;
 
 /// The node's typical cell value per (size, direction) at window start: the median of all
 /// measured cells' medians.
@@ -112,16 +109,18 @@ impl Typical {
     }
 }
 
-/// Runs the cells of one window and records what they give.
-struct Prober<'a> {
+/// The copy cells of one window.
+struct CopyCells<'a> {
     spec: &'a WindowSpec,
     backend: &'a dyn Backend,
     store: &'a SharedStore,
     metrics: &'a ProbeMetrics,
-    report: WindowReport,
+    typical: Typical,
 }
 
-impl Prober<'_> {
+impl Cells for CopyCells<'_> {
+    type Key = CellKey;
+
     fn measure(&mut self, cell: &CellKey) -> Option<f64> {
         match h2d::measure_cell(
             self.backend,
@@ -139,10 +138,21 @@ impl Prober<'_> {
                     .unwrap_or_else(|p| p.into_inner())
                     .record_error(cell.clone(), unix_now());
                 self.metrics.error("h2d", &cell.device, e.reason());
-                self.report.errors += 1;
                 None
             }
         }
+    }
+
+    fn is_suspect(&self, cell: &CellKey, value: f64) -> bool {
+        self.typical.is_suspect(
+            &self.store.read().unwrap_or_else(|p| p.into_inner()),
+            cell,
+            value,
+        )
+    }
+
+    fn is_slow(&self, cell: &CellKey, value: f64) -> bool {
+        self.typical.is_slow(cell, value)
     }
 
     fn record(&mut self, cell: &CellKey, values: &[f64]) {
@@ -158,7 +168,11 @@ impl Prober<'_> {
                 self.spec.keep,
             );
         }
-        self.report.measured += 1;
+    }
+
+    fn rejected(&self, cell: &CellKey, first: f64, second: f64) {
+        tracing::info!(cpu = cell.cpu, device = %cell.device,
+            "slow sample {first:.3e} B/s not confirmed by re-measurement ({second:.3e} B/s)");
     }
 }
 
@@ -174,77 +188,23 @@ pub fn run(
     keep_going: &mut dyn FnMut() -> bool,
 ) -> WindowReport {
     run_affinity_scan(&spec.affinity_cpus, store, metrics);
-
-    let started = Instant::now();
-    let typical = Typical::of(&store.read().unwrap_or_else(|p| p.into_inner()));
-    let mut prober = Prober {
+    let mut cells = CopyCells {
         spec,
         backend,
         store,
         metrics,
-        report: WindowReport {
-            measured: 0,
-            errors: 0,
-            end: WindowEnd::Completed,
-            elapsed: Duration::ZERO,
-        },
+        typical: Typical::of(&store.read().unwrap_or_else(|p| p.into_inner())),
     };
-    let mut suspects: Vec<(&CellKey, f64)> = Vec::new();
-    for cell in &spec.cells {
-        if started.elapsed() >= spec.budget {
-            prober.report.end = WindowEnd::BudgetSpent;
-            break;
-        }
-        if !keep_going() {
-            prober.report.end = WindowEnd::Aborted;
-            break;
-        }
-        let Some(value) = prober.measure(cell) else {
-            continue;
-        };
-        let suspect = suspects.len() < MAX_RECHECKS
-            && typical.is_suspect(
-                &store.read().unwrap_or_else(|p| p.into_inner()),
-                cell,
-                value,
-            );
-        if suspect {
-            suspects.push((cell, value));
-        } else {
-            prober.record(cell, &[value]);
-        }
-    }
-    for (cell, first) in suspects.into_iter().rev() {
-        if prober.report.end != WindowEnd::Aborted && !keep_going() {
-            prober.report.end = WindowEnd::Aborted;
-        }
-        if prober.report.end == WindowEnd::Aborted {
-            break;
-        }
-        let Some(second) = prober.measure(cell) else {
-            continue;
-        };
-        if typical.is_slow(cell, second) {
-            metrics.recheck("h2d", "confirmed");
-            prober.record(cell, &[first, second]);
-        } else {
-            tracing::info!(cpu = cell.cpu, device = %cell.device,
-                "slow sample {first:.3e} B/s not confirmed by re-measurement ({second:.3e} B/s)");
-            metrics.recheck("h2d", "rejected");
-            prober.record(cell, &[second]);
-        }
-    }
-    let mut report = prober.report;
-    report.elapsed = started.elapsed();
-    if report.measured > 0 {
-        store
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .record_success("h2d", unix_now());
-    }
-    metrics.run("h2d", report.result());
-    metrics.observe_duration("h2d", report.elapsed.as_secs_f64());
-    report
+    let report = cell_loop::run(
+        "h2d",
+        &spec.cells,
+        spec.budget,
+        &mut cells,
+        metrics,
+        keep_going,
+    );
+    let elapsed = report.elapsed;
+    cell_loop::finish("h2d", report, elapsed, store, metrics)
 }
 
 fn run_affinity_scan(cpus: &[u32], store: &SharedStore, metrics: &ProbeMetrics) {
