@@ -4,12 +4,10 @@
 
 use std::time::Duration;
 
-use anyhow::{anyhow, bail};
-
 use super::probe::{H2dRequest, PairRequest, RunOptions};
 use chd::config::CpuSelection;
 use chd::format::run_dir::{MatrixKind, RunPlan};
-use chd::load::LoadProfile;
+use chd::load::{LoadError, LoadProfile};
 use chd::runtime::{self, Direction, HostMemory};
 use chd::topology::Topology;
 
@@ -22,6 +20,36 @@ pub const DEFAULT_REPEATS: u32 = 3;
 pub const DEFAULT_PAIR_TIMEOUT: &str = "30s";
 /// `host_memory` of pair slots: both ranks' buffers are device memory.
 pub const PAIR_MEMORY: &str = "device";
+
+/// Why the flags give no plan. Each message names the flag.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// A flag's value is not usable.
+    #[error("{flag}: {problem}")]
+    Flag { flag: &'static str, problem: String },
+    #[error("--iterations and --repeats must be at least 1")]
+    ZeroCount,
+    #[error("--timeout must be longer than 0")]
+    ZeroTimeout,
+    #[error(
+        "--host-memory {memory} (runtime.host_memory): the {backend} backend refuses it: {why}"
+    )]
+    HostMemoryRefused {
+        memory: String,
+        backend: &'static str,
+        why: String,
+    },
+    #[error("--load {0} is given twice")]
+    LoadTwice(String),
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    #[error("nothing to measure: {0}")]
+    Nothing(String),
+}
+
+fn flag(flag: &'static str) -> impl Fn(String) -> PlanError {
+    move |problem| PlanError::Flag { flag, problem }
+}
 
 /// A size: a bare number is MiB; `KiB`, `MiB`, `GiB` (or `K`, `M`, `G`) suffixes are binary.
 pub fn parse_size(text: &str) -> Result<u64, String> {
@@ -63,18 +91,18 @@ fn list(values: &[String]) -> Vec<String> {
 }
 
 /// `--sizes` as given, else the resumed run's, else the default.
-fn sizes_from(given: Option<&[String]>, base: Option<&RunPlan>) -> anyhow::Result<Vec<u64>> {
+fn sizes_from(given: Option<&[String]>, base: Option<&RunPlan>) -> Result<Vec<u64>, PlanError> {
     let sizes = match (given, base) {
         (Some(s), _) => list(s)
             .iter()
             .map(|s| parse_size(s))
             .collect::<Result<Vec<u64>, _>>()
-            .map_err(|e| anyhow!("--sizes: {e}"))?,
+            .map_err(flag("--sizes"))?,
         (None, Some(b)) => b.sizes_bytes.clone(),
-        (None, None) => vec![parse_size(DEFAULT_SIZES).map_err(|e| anyhow!(e))?],
+        (None, None) => vec![parse_size(DEFAULT_SIZES).map_err(flag("--sizes"))?],
     };
     if sizes.is_empty() {
-        bail!("--sizes: no size given");
+        return Err(flag("--sizes")("no size given".into()));
     }
     Ok(sizes)
 }
@@ -84,10 +112,10 @@ fn cpus_from(
     given: Option<&str>,
     base: Option<&RunPlan>,
     topology: &Topology,
-) -> anyhow::Result<Vec<u32>> {
+) -> Result<Vec<u32>, PlanError> {
     Ok(match (given, base) {
         (Some(text), _) => CpuSelection::parse(text)
-            .map_err(|e| anyhow!("--cpus: {e}"))?
+            .map_err(flag("--cpus"))?
             .resolve(topology),
         (None, Some(b)) => b.cpus.clone(),
         (None, None) => CpuSelection::All.resolve(topology),
@@ -96,7 +124,7 @@ fn cpus_from(
 
 /// `--warmup`, `--iterations` and `--repeats` as given, else the resumed run's, else the
 /// defaults; iterations and repeats must be at least 1.
-fn counts_from(run: &RunOptions, base: Option<&RunPlan>) -> anyhow::Result<(u32, u32, u32)> {
+fn counts_from(run: &RunOptions, base: Option<&RunPlan>) -> Result<(u32, u32, u32), PlanError> {
     let pick =
         |given: Option<u32>, stored: Option<u32>, default: u32| given.or(stored).unwrap_or(default);
     let warmup = pick(run.warmup, base.map(|b| b.warmup), DEFAULT_WARMUP);
@@ -107,7 +135,7 @@ fn counts_from(run: &RunOptions, base: Option<&RunPlan>) -> anyhow::Result<(u32,
     );
     let repeats = pick(run.repeats, base.map(|b| b.repeats), DEFAULT_REPEATS);
     if iterations == 0 || repeats == 0 {
-        bail!("--iterations and --repeats must be at least 1");
+        return Err(PlanError::ZeroCount);
     }
     Ok((warmup, iterations, repeats))
 }
@@ -119,7 +147,7 @@ pub fn plan_from(
     base: Option<&RunPlan>,
     topology: &Topology,
     backend: &dyn runtime::Backend,
-) -> anyhow::Result<RunPlan> {
+) -> Result<RunPlan, PlanError> {
     let cpus = cpus_from(req.run.cpus.as_deref(), base, topology)?;
     let known: Vec<String> = backend.devices().iter().map(|d| d.id.clone()).collect();
     let devices = match (&req.devices, base) {
@@ -129,19 +157,18 @@ pub fn plan_from(
         (None, None) => known.clone(),
     };
     if let Some(bad) = devices.iter().find(|d| !known.contains(d)) {
-        bail!(
-            "--devices: {bad:?} is not a device of the {} backend ({})",
+        return Err(flag("--devices")(format!(
+            "{bad:?} is not a device of the {} backend ({})",
             backend.name(),
             known.join(", ")
-        );
+        )));
     }
     let sizes_bytes = sizes_from(req.run.sizes.as_deref(), base)?;
     let directions = match (&req.directions, base) {
         (Some(d), _) => {
             let d = list(d);
             for x in &d {
-                x.parse::<Direction>()
-                    .map_err(|e| anyhow!("--directions: {e}"))?;
+                x.parse::<Direction>().map_err(flag("--directions"))?;
             }
             d
         }
@@ -156,8 +183,7 @@ pub fn plan_from(
             (Some(m), _) => {
                 let m = list(std::slice::from_ref(m));
                 for x in &m {
-                    x.parse::<HostMemory>()
-                        .map_err(|e| anyhow!("--host-memory: {e}"))?;
+                    x.parse::<HostMemory>().map_err(flag("--host-memory"))?;
                 }
                 m
             }
@@ -166,15 +192,14 @@ pub fn plan_from(
         }
     };
     for x in &host_memories {
-        let memory = x
-            .parse::<HostMemory>()
-            .map_err(|e| anyhow!("--host-memory: {e}"))?;
-        backend.check_host_memory(memory).map_err(|why| {
-            anyhow!(
-                "--host-memory {x} (runtime.host_memory): the {} backend refuses it: {why}",
-                backend.name()
-            )
-        })?;
+        let memory = x.parse::<HostMemory>().map_err(flag("--host-memory"))?;
+        backend
+            .check_host_memory(memory)
+            .map_err(|why| PlanError::HostMemoryRefused {
+                memory: x.clone(),
+                backend: backend.name(),
+                why,
+            })?;
     }
     let loads = match (req.loads.is_empty(), base) {
         // Not split on commas: `cpu:4@0-3,8` keeps its list.
@@ -188,7 +213,7 @@ pub fn plan_from(
         p.check_supported(backend.name())?;
         let name = p.to_string();
         if normalised.contains(&name) {
-            bail!("--load {name} is given twice");
+            return Err(PlanError::LoadTwice(name));
         }
         normalised.push(name);
     }
@@ -208,25 +233,27 @@ pub fn plan_from(
         timeout_ms: None,
     };
     if plan.cpus.is_empty() || plan.devices.is_empty() {
-        bail!(
-            "nothing to measure: {} CPUs x {} devices",
+        return Err(PlanError::Nothing(format!(
+            "{} CPUs x {} devices",
             plan.cpus.len(),
             plan.devices.len()
-        );
+        )));
     }
     Ok(plan)
 }
 
 /// `--timeout` as given, else the resumed run's, else [`DEFAULT_PAIR_TIMEOUT`].
-pub fn pair_timeout(given: Option<&str>, base: Option<&RunPlan>) -> anyhow::Result<Duration> {
+pub fn pair_timeout(given: Option<&str>, base: Option<&RunPlan>) -> Result<Duration, PlanError> {
     let timeout = match (given, base.and_then(|b| b.timeout_ms)) {
-        (Some(text), _) => humantime::parse_duration(text.trim())
-            .map_err(|e| anyhow!("--timeout: {text:?} is not a duration like 30s or 500ms: {e}"))?,
+        (Some(text), _) => humantime::parse_duration(text.trim()).map_err(|e| {
+            flag("--timeout")(format!("{text:?} is not a duration like 30s or 500ms: {e}"))
+        })?,
         (None, Some(ms)) => Duration::from_millis(ms),
-        (None, None) => humantime::parse_duration(DEFAULT_PAIR_TIMEOUT)?,
+        (None, None) => humantime::parse_duration(DEFAULT_PAIR_TIMEOUT)
+            .map_err(|e| flag("--timeout")(e.to_string()))?,
     };
     if timeout.is_zero() {
-        bail!("--timeout must be longer than 0");
+        return Err(PlanError::ZeroTimeout);
     }
     Ok(timeout)
 }
@@ -240,7 +267,7 @@ pub fn pair_plan_from(
     topology: &Topology,
     pairs: Vec<String>,
     operation: &str,
-) -> anyhow::Result<RunPlan> {
+) -> Result<RunPlan, PlanError> {
     let cpus = cpus_from(req.run.cpus.as_deref(), base, topology)?;
     let timeout = pair_timeout(req.timeout.as_deref(), base)?;
     let sizes_bytes = sizes_from(req.run.sizes.as_deref(), base)?;
@@ -260,10 +287,12 @@ pub fn pair_plan_from(
         timeout_ms: Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
     };
     if plan.cpus.is_empty() {
-        bail!("nothing to measure: --cpus selects no online CPU this process may use");
+        return Err(PlanError::Nothing(
+            "--cpus selects no online CPU this process may use".into(),
+        ));
     }
     if plan.pairs.is_empty() {
-        bail!("nothing to measure: no device pair");
+        return Err(PlanError::Nothing("no device pair".into()));
     }
     Ok(plan)
 }
