@@ -1,6 +1,6 @@
-//! `run.json` and `cells.jsonl`: the on-disk form of a one-shot run (`chd probe ... --out DIR`): `run.json` says what was
-//! asked (the plan) and where it ran; `cells.jsonl` gets one JSON object per measured sample,
-//! appended and flushed as it is measured. A run killed at any point can be resumed exactly
+//! A one-shot run directory (`chd probe ... --out DIR`): `run.json` says what was asked (the
+//! plan) and where it ran; `cells.jsonl` gets one JSON object per measured sample, appended
+//! and flushed as it is measured. A run killed at any point can be resumed exactly
 //! where it stopped (every sample slot is identified, so none is measured twice or lost) and
 //! re-rendered by `chd report` at any time.
 
