@@ -1,11 +1,14 @@
 //! Command-line interface: the raw clap arguments and their translation into a
 //! configuration layer. Validation happens in `chd::config`, never here.
 
+mod collector_args;
+
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
 use chd::config::Layer;
+use collector_args::CollectorArgs;
 
 /// chd keeps accelerator nodes honest: it measures, in idle windows, how fast each CPU core
 /// feeds each device, which cores can really be bound, and serves it all to Prometheus.
@@ -265,78 +268,6 @@ pub struct RuntimeArgs {
     pub hccl: Option<PathBuf>,
 }
 
-/// Scrape-time collectors: `--collector.NAME` / `--no-collector.NAME` turn one on or off
-/// [collectors.NAME] (all default on).
-#[derive(Debug, Args)]
-#[command(next_help_heading = "Collectors")]
-pub struct CollectorArgs {
-    /// RDMA ports: state, rate, data, error and hw counters [collectors.rdma].
-    #[arg(long = "collector.rdma", overrides_with = "no_rdma")]
-    pub rdma: bool,
-    #[arg(long = "no-collector.rdma", hide = true)]
-    pub no_rdma: bool,
-    /// NUMA numastat events and per-node memory [collectors.numa].
-    #[arg(long = "collector.numa", overrides_with = "no_numa")]
-    pub numa: bool,
-    #[arg(long = "no-collector.numa", hide = true)]
-    pub no_numa: bool,
-    /// /proc/net/dev for the netdevs behind RDMA ports [collectors.netdev].
-    #[arg(long = "collector.netdev", overrides_with = "no_netdev")]
-    pub netdev: bool,
-    #[arg(long = "no-collector.netdev", hide = true)]
-    pub no_netdev: bool,
-    /// PCIe link width/speed and AER counters of accelerators and HCAs [collectors.pcie].
-    #[arg(long = "collector.pcie", overrides_with = "no_pcie")]
-    pub pcie: bool,
-    #[arg(long = "no-collector.pcie", hide = true)]
-    pub no_pcie: bool,
-    /// Accelerator utilization and memory from NVML / ACL [collectors.device].
-    #[arg(long = "collector.device", overrides_with = "no_device")]
-    pub device: bool,
-    #[arg(long = "no-collector.device", hide = true)]
-    pub no_device: bool,
-    /// Export every netdev, not only those behind RDMA ports [collectors.netdev_all].
-    #[arg(long = "collector.netdev-all")]
-    pub netdev_all: bool,
-    /// Only HCAs whose name matches (unanchored regex) [collectors.hca_include].
-    #[arg(long = "collector.hca-include", value_name = "REGEX")]
-    pub hca_include: Option<String>,
-    /// Skip HCAs whose name matches [collectors.hca_exclude].
-    #[arg(long = "collector.hca-exclude", value_name = "REGEX")]
-    pub hca_exclude: Option<String>,
-    /// Only netdevs whose name matches [collectors.netdev_include].
-    #[arg(long = "collector.netdev-include", value_name = "REGEX")]
-    pub netdev_include: Option<String>,
-    /// Skip netdevs whose name matches [collectors.netdev_exclude].
-    #[arg(long = "collector.netdev-exclude", value_name = "REGEX")]
-    pub netdev_exclude: Option<String>,
-}
-
-/// `Some(true)` for `--collector.X`, `Some(false)` for `--no-collector.X`, else unset.
-fn switch(on: bool, off: bool) -> Option<bool> {
-    match (on, off) {
-        (true, _) => Some(true),
-        (_, true) => Some(false),
-        _ => None,
-    }
-}
-
-impl CollectorArgs {
-    fn apply(&self, l: &mut Layer) {
-        let c = &mut l.collectors;
-        c.rdma = switch(self.rdma, self.no_rdma);
-        c.numa = switch(self.numa, self.no_numa);
-        c.netdev = switch(self.netdev, self.no_netdev);
-        c.pcie = switch(self.pcie, self.no_pcie);
-        c.device = switch(self.device, self.no_device);
-        c.netdev_all = self.netdev_all.then_some(true);
-        c.hca_include = self.hca_include.clone();
-        c.hca_exclude = self.hca_exclude.clone();
-        c.netdev_include = self.netdev_include.clone();
-        c.netdev_exclude = self.netdev_exclude.clone();
-    }
-}
-
 impl RuntimeArgs {
     fn apply(&self, l: &mut Layer) {
         l.runtime.backend = self.backend.clone();
@@ -498,7 +429,7 @@ impl Cli {
         let mut l = self.global_layer();
         if let Some(a) = serve {
             a.runtime.apply(&mut l);
-            a.collectors.apply(&mut l);
+            l.collectors = a.collectors.layer.clone();
             l.schedule.device_busy_threshold = a.device_busy_threshold;
             l.server.listen = a.listen.clone();
             l.server.replay = a.replay.clone();
