@@ -99,13 +99,17 @@ pub struct H2dArgs {
     /// pageable; the acl backend refuses it) [default: pinned]. Same as --host-memory.
     #[arg(long, value_name = "KIND,...")]
     pub memory: Option<String>,
-    /// Untimed copies before each sample [default: 2].
+    /// Untimed copies before each sample [default: 2]. More than chd serve's 1 + 4: a
+    /// one-shot run has the node to itself and takes a cell's samples back to back, so each
+    /// sample averages more copies.
     #[arg(long, value_name = "N")]
     pub warmup: Option<u32>,
-    /// Timed copies per sample [default: 10].
+    /// Timed copies per sample [default: 10] (chd serve: 4, see --warmup).
     #[arg(long, alias = "iters", value_name = "N")]
     pub iterations: Option<u32>,
     /// Samples per cell and load profile; the cell's value is their median [default: 3].
+    /// Fewer than chd serve keeps (5): these are taken now, one after another; serve's
+    /// accrue over days, one per window.
     #[arg(long, alias = "samples", value_name = "K")]
     pub repeats: Option<u32>,
     /// Background load while measuring, repeatable (one run per profile): idle, cpu:N (N
@@ -133,13 +137,17 @@ pub struct PairArgs {
     /// number is MiB) [default: 64MiB].
     #[arg(long, value_name = "SIZE,...", value_delimiter = ',')]
     pub sizes: Option<Vec<String>>,
-    /// Untimed operations before each sample [default: 2].
+    /// Untimed operations before each sample [default: 2]. More than chd serve's 1 + 4: a
+    /// one-shot run has the node to itself and takes a cell's samples back to back, so each
+    /// sample averages more operations.
     #[arg(long, value_name = "N")]
     pub warmup: Option<u32>,
-    /// Timed operations per sample [default: 10].
+    /// Timed operations per sample [default: 10] (chd serve: 4, see --warmup).
     #[arg(long, alias = "iters", value_name = "N")]
     pub iterations: Option<u32>,
-    /// Samples per cell; the cell's value is their median [default: 3].
+    /// Samples per cell; the cell's value is their median [default: 3]. Fewer than chd
+    /// serve keeps (5): these are taken now, one after another; serve's accrue over days,
+    /// one per window.
     #[arg(long, alias = "samples", value_name = "K")]
     pub repeats: Option<u32>,
     /// Longest one cell may take; a collective still running then is aborted and the cell
@@ -328,17 +336,22 @@ pub struct ServeArgs {
     /// Copy directions, comma-separated: h2d, d2h [probe.directions] (default h2d).
     #[arg(long, value_name = "DIR,...", value_delimiter = ',')]
     pub directions: Option<Vec<String>>,
-    /// Untimed copies before timing a cell [probe.warmup] (default 1).
+    /// Untimed copies before timing a cell [probe.warmup] (default 1). Fewer than chd
+    /// probe's 2 + 10 on purpose: serve measures between jobs and yields only between cells,
+    /// so a cell is kept short (1 + 4 copies of 64 MiB at 0.2 GB/s, the slowest cells seen,
+    /// fit a 2 s window; 2 + 10 would not), and the median of a cell's samples from separate
+    /// windows does the averaging.
     #[arg(long, value_name = "N")]
     pub warmup: Option<u32>,
-    /// Timed copies per sample [probe.iterations] (default 4).
+    /// Timed copies per sample [probe.iterations] (default 4; chd probe: 10, see --warmup).
     #[arg(long, value_name = "N")]
     pub iterations: Option<u32>,
     /// CPUs to probe: `all` (every CPU this process may use) or a list like 0-79,160
     /// [probe.cpus] (default all).
     #[arg(long, value_name = "LIST")]
     pub cpus: Option<String>,
-    /// Samples a cell keeps; its value is their median [probe.samples_per_cell] (default 5).
+    /// Samples a cell keeps; its value is their median [probe.samples_per_cell] (default 5;
+    /// one per window, so more than chd probe's 3 back-to-back repeats).
     #[arg(long, value_name = "K")]
     pub samples: Option<usize>,
     /// Age after which a cell counts as stale [probe.stale_after] (default 24h).
@@ -452,5 +465,82 @@ impl Cli {
             l.probe.pair_timeout = a.pair_timeout.clone();
         }
         l
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// The long help of `chd <path...>`, unwrapped.
+    fn long_help(path: &[&str]) -> String {
+        let mut cmd = Cli::command();
+        let mut sub = &mut cmd;
+        for name in path {
+            sub = sub.find_subcommand_mut(name).expect(name);
+        }
+        sub.clone()
+            .term_width(10_000)
+            .render_long_help()
+            .to_string()
+    }
+
+    /// A default as `serve --help` writes it: strings bare, lists comma-joined or `none`.
+    fn as_help(value: &toml::Value) -> Vec<String> {
+        match value {
+            toml::Value::String(s) => vec![s.clone()],
+            toml::Value::Array(items) if items.is_empty() => vec!["none".into()],
+            toml::Value::Array(items) => {
+                vec![items.iter().flat_map(as_help).collect::<Vec<_>>().join(",")]
+            }
+            toml::Value::Boolean(on) => vec![on.to_string(), if *on { "on" } else { "off" }.into()],
+            other => vec![other.to_string()],
+        }
+    }
+
+    #[test]
+    fn serve_help_states_the_real_defaults() {
+        let help = long_help(&["serve"]);
+        let defaults = toml::Value::try_from(Layer::defaults()).unwrap();
+        let stated = regex::Regex::new(r"\[([a-z_]+)\.([a-z_]+)\] \(default ([^),;]+)").unwrap();
+        let mut checked = 0;
+        for m in stated.captures_iter(&help) {
+            let (section, key, text) = (&m[1], &m[2], m[3].trim());
+            let value = defaults
+                .get(section)
+                .and_then(|s| s.get(key))
+                .unwrap_or_else(|| panic!("[{section}.{key}] states a default it does not have"));
+            assert!(
+                as_help(value).iter().any(|v| v == text),
+                "[{section}.{key}]: help says {text:?}, the default is {value}"
+            );
+            checked += 1;
+        }
+        assert!(checked >= 25, "only {checked} defaults found in:\n{help}");
+    }
+
+    #[test]
+    fn probe_help_states_its_measurement_defaults_and_why_serve_differs() {
+        use chd::probe::plan::{DEFAULT_ITERATIONS, DEFAULT_REPEATS, DEFAULT_WARMUP};
+        for kind in ["h2d", "pair"] {
+            let help = long_help(&["probe", kind]);
+            for stated in [
+                format!("before each sample [default: {DEFAULT_WARMUP}]. More than chd serve's"),
+                format!("per sample [default: {DEFAULT_ITERATIONS}] (chd serve: 4"),
+                format!("their median [default: {DEFAULT_REPEATS}]. Fewer than chd"),
+            ] {
+                assert!(
+                    help.contains(&stated),
+                    "probe {kind}: {stated:?} not in\n{help}"
+                );
+            }
+        }
+        let serve = Layer::defaults().probe;
+        assert_eq!(
+            (serve.warmup, serve.iterations, serve.samples_per_cell),
+            (Some(1), Some(4), Some(5)),
+            "the probe help quotes serve's 1 + 4 and 5"
+        );
     }
 }
