@@ -6,7 +6,7 @@
 
 use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
 
-use chd::collect::{registry, OptionField, COLLECTORS};
+use chd::collect::{registry, CollectorSpec, OptionField, COLLECTORS};
 use chd::config::{CollectorsLayer, RawOption};
 
 /// What the collector flags set: only what was given.
@@ -15,12 +15,14 @@ pub struct CollectorArgs {
     pub layer: CollectorsLayer,
 }
 
-fn on_off(on: bool) -> &'static str {
-    if on {
-        "on"
+/// `HELP [collectors.NAME] (default on; off with --no-collector.NAME)`, or `(default off)`.
+fn switch_help(spec: &CollectorSpec) -> String {
+    let default = if spec.default_enabled {
+        format!("default on; off with --{}", spec.no_flag())
     } else {
-        "off"
-    }
+        "default off".to_string()
+    };
+    format!("{} [collectors.{}] ({default})", spec.help, spec.name)
 }
 
 impl Args for CollectorArgs {
@@ -35,12 +37,7 @@ impl Args for CollectorArgs {
                         .long(flag)
                         .action(ArgAction::SetTrue)
                         .overrides_with(no_flag.clone())
-                        .help(format!(
-                            "{} [collectors.{}] (default {}; off with --{no_flag})",
-                            spec.help,
-                            spec.name,
-                            on_off(spec.default_enabled),
-                        )),
+                        .help(switch_help(spec)),
                 )
                 .arg(
                     Arg::new(no_flag.clone())
@@ -176,11 +173,10 @@ mod tests {
             .render_long_help()
             .to_string();
         for spec in COLLECTORS {
+            let default = if spec.default_enabled { "on" } else { "off" };
             let line = format!(
-                "{} [collectors.{}] (default {}",
-                spec.help,
-                spec.name,
-                on_off(spec.default_enabled)
+                "{} [collectors.{}] (default {default}",
+                spec.help, spec.name
             );
             assert!(help.contains(&format!("--{}", spec.flag())), "{help}");
             assert!(help.contains(&line), "{line} not in\n{help}");
