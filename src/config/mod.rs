@@ -160,4 +160,28 @@ mod tests {
         let again = Config::resolve([layer(&c.to_toml()).unwrap()]).unwrap();
         assert_eq!(c, again);
     }
+
+    #[test]
+    fn validation_invents_no_value_of_its_own() {
+        // Only the defaults layer supplies defaults: an unmerged empty layer is refused at
+        // its first key, and dropping any one default is noticed by name.
+        let err = Config::validate(Layer::default()).unwrap_err().to_string();
+        assert_eq!(err, "server.listen: no value and no default");
+        let mut l = Layer::defaults();
+        l.probe.iterations = None;
+        let err = Config::validate(l).unwrap_err().to_string();
+        assert_eq!(err, "probe.iterations: no value and no default");
+    }
+
+    #[test]
+    fn collector_keys_merge_like_the_others() {
+        let file = layer("[collectors]\nrdma = false\nnetdev_all = true\n").unwrap();
+        let flags = layer("[collectors]\nrdma = true\nhca_exclude = \"^bond\"\n").unwrap();
+        let c = Config::resolve([file, flags]).unwrap();
+        assert_eq!(c.collectors.enabled("rdma"), Some(true));
+        assert!(c.collectors.netdev_all);
+        assert_eq!(c.collectors.hca_exclude.as_ref().unwrap().as_str(), "^bond");
+        let again = Config::resolve([layer(&c.to_toml()).unwrap()]).unwrap();
+        assert_eq!(c, again);
+    }
 }
