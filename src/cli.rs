@@ -1,11 +1,14 @@
 //! Command-line interface: the raw clap arguments and their translation into a
 //! configuration layer. Validation happens in `chd::config`, never here.
 
+mod collector_args;
+
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
 use chd::config::Layer;
+use collector_args::CollectorArgs;
 
 /// chd keeps accelerator nodes honest: it measures, in idle windows, how fast each CPU core
 /// feeds each device, which cores can really be bound, and serves it all to Prometheus.
@@ -96,13 +99,17 @@ pub struct H2dArgs {
     /// pageable; the acl backend refuses it) [default: pinned]. Same as --host-memory.
     #[arg(long, value_name = "KIND,...")]
     pub memory: Option<String>,
-    /// Untimed copies before each sample [default: 2].
+    /// Untimed copies before each sample [default: 2]. More than chd serve's 1 + 4: a
+    /// one-shot run has the node to itself and takes a cell's samples back to back, so each
+    /// sample averages more copies.
     #[arg(long, value_name = "N")]
     pub warmup: Option<u32>,
-    /// Timed copies per sample [default: 10].
+    /// Timed copies per sample [default: 10] (chd serve: 4, see --warmup).
     #[arg(long, alias = "iters", value_name = "N")]
     pub iterations: Option<u32>,
     /// Samples per cell and load profile; the cell's value is their median [default: 3].
+    /// Fewer than chd serve keeps (5): these are taken now, one after another; serve's
+    /// accrue over days, one per window.
     #[arg(long, alias = "samples", value_name = "K")]
     pub repeats: Option<u32>,
     /// Background load while measuring, repeatable (one run per profile): idle, cpu:N (N
@@ -130,13 +137,17 @@ pub struct PairArgs {
     /// number is MiB) [default: 64MiB].
     #[arg(long, value_name = "SIZE,...", value_delimiter = ',')]
     pub sizes: Option<Vec<String>>,
-    /// Untimed operations before each sample [default: 2].
+    /// Untimed operations before each sample [default: 2]. More than chd serve's 1 + 4: a
+    /// one-shot run has the node to itself and takes a cell's samples back to back, so each
+    /// sample averages more operations.
     #[arg(long, value_name = "N")]
     pub warmup: Option<u32>,
-    /// Timed operations per sample [default: 10].
+    /// Timed operations per sample [default: 10] (chd serve: 4, see --warmup).
     #[arg(long, alias = "iters", value_name = "N")]
     pub iterations: Option<u32>,
-    /// Samples per cell; the cell's value is their median [default: 3].
+    /// Samples per cell; the cell's value is their median [default: 3]. Fewer than chd
+    /// serve keeps (5): these are taken now, one after another; serve's accrue over days,
+    /// one per window.
     #[arg(long, alias = "samples", value_name = "K")]
     pub repeats: Option<u32>,
     /// Longest one cell may take; a collective still running then is aborted and the cell
@@ -265,78 +276,6 @@ pub struct RuntimeArgs {
     pub hccl: Option<PathBuf>,
 }
 
-/// Scrape-time collectors: `--collector.NAME` / `--no-collector.NAME` turn one on or off
-/// [collectors.NAME] (all default on).
-#[derive(Debug, Args)]
-#[command(next_help_heading = "Collectors")]
-pub struct CollectorArgs {
-    /// RDMA ports: state, rate, data, error and hw counters [collectors.rdma].
-    #[arg(long = "collector.rdma", overrides_with = "no_rdma")]
-    pub rdma: bool,
-    #[arg(long = "no-collector.rdma", hide = true)]
-    pub no_rdma: bool,
-    /// NUMA numastat events and per-node memory [collectors.numa].
-    #[arg(long = "collector.numa", overrides_with = "no_numa")]
-    pub numa: bool,
-    #[arg(long = "no-collector.numa", hide = true)]
-    pub no_numa: bool,
-    /// /proc/net/dev for the netdevs behind RDMA ports [collectors.netdev].
-    #[arg(long = "collector.netdev", overrides_with = "no_netdev")]
-    pub netdev: bool,
-    #[arg(long = "no-collector.netdev", hide = true)]
-    pub no_netdev: bool,
-    /// PCIe link width/speed and AER counters of accelerators and HCAs [collectors.pcie].
-    #[arg(long = "collector.pcie", overrides_with = "no_pcie")]
-    pub pcie: bool,
-    #[arg(long = "no-collector.pcie", hide = true)]
-    pub no_pcie: bool,
-    /// Accelerator utilization and memory from NVML / ACL [collectors.device].
-    #[arg(long = "collector.device", overrides_with = "no_device")]
-    pub device: bool,
-    #[arg(long = "no-collector.device", hide = true)]
-    pub no_device: bool,
-    /// Export every netdev, not only those behind RDMA ports [collectors.netdev_all].
-    #[arg(long = "collector.netdev-all")]
-    pub netdev_all: bool,
-    /// Only HCAs whose name matches (unanchored regex) [collectors.hca_include].
-    #[arg(long = "collector.hca-include", value_name = "REGEX")]
-    pub hca_include: Option<String>,
-    /// Skip HCAs whose name matches [collectors.hca_exclude].
-    #[arg(long = "collector.hca-exclude", value_name = "REGEX")]
-    pub hca_exclude: Option<String>,
-    /// Only netdevs whose name matches [collectors.netdev_include].
-    #[arg(long = "collector.netdev-include", value_name = "REGEX")]
-    pub netdev_include: Option<String>,
-    /// Skip netdevs whose name matches [collectors.netdev_exclude].
-    #[arg(long = "collector.netdev-exclude", value_name = "REGEX")]
-    pub netdev_exclude: Option<String>,
-}
-
-/// `Some(true)` for `--collector.X`, `Some(false)` for `--no-collector.X`, else unset.
-fn switch(on: bool, off: bool) -> Option<bool> {
-    match (on, off) {
-        (true, _) => Some(true),
-        (_, true) => Some(false),
-        _ => None,
-    }
-}
-
-impl CollectorArgs {
-    fn apply(&self, l: &mut Layer) {
-        let c = &mut l.collectors;
-        c.rdma = switch(self.rdma, self.no_rdma);
-        c.numa = switch(self.numa, self.no_numa);
-        c.netdev = switch(self.netdev, self.no_netdev);
-        c.pcie = switch(self.pcie, self.no_pcie);
-        c.device = switch(self.device, self.no_device);
-        c.netdev_all = self.netdev_all.then_some(true);
-        c.hca_include = self.hca_include.clone();
-        c.hca_exclude = self.hca_exclude.clone();
-        c.netdev_include = self.netdev_include.clone();
-        c.netdev_exclude = self.netdev_exclude.clone();
-    }
-}
-
 impl RuntimeArgs {
     fn apply(&self, l: &mut Layer) {
         l.runtime.backend = self.backend.clone();
@@ -397,17 +336,22 @@ pub struct ServeArgs {
     /// Copy directions, comma-separated: h2d, d2h [probe.directions] (default h2d).
     #[arg(long, value_name = "DIR,...", value_delimiter = ',')]
     pub directions: Option<Vec<String>>,
-    /// Untimed copies before timing a cell [probe.warmup] (default 1).
+    /// Untimed copies before timing a cell [probe.warmup] (default 1). Fewer than chd
+    /// probe's 2 + 10 on purpose: serve measures between jobs and yields only between cells,
+    /// so a cell is kept short (1 + 4 copies of 64 MiB at 0.2 GB/s, the slowest cells seen,
+    /// fit a 2 s window; 2 + 10 would not), and the median of a cell's samples from separate
+    /// windows does the averaging.
     #[arg(long, value_name = "N")]
     pub warmup: Option<u32>,
-    /// Timed copies per sample [probe.iterations] (default 4).
+    /// Timed copies per sample [probe.iterations] (default 4; chd probe: 10, see --warmup).
     #[arg(long, value_name = "N")]
     pub iterations: Option<u32>,
     /// CPUs to probe: `all` (every CPU this process may use) or a list like 0-79,160
     /// [probe.cpus] (default all).
     #[arg(long, value_name = "LIST")]
     pub cpus: Option<String>,
-    /// Samples a cell keeps; its value is their median [probe.samples_per_cell] (default 5).
+    /// Samples a cell keeps; its value is their median [probe.samples_per_cell] (default 5;
+    /// one per window, so more than chd probe's 3 back-to-back repeats).
     #[arg(long, value_name = "K")]
     pub samples: Option<usize>,
     /// Age after which a cell counts as stale [probe.stale_after] (default 24h).
@@ -498,7 +442,7 @@ impl Cli {
         let mut l = self.global_layer();
         if let Some(a) = serve {
             a.runtime.apply(&mut l);
-            a.collectors.apply(&mut l);
+            l.collectors = a.collectors.layer.clone();
             l.schedule.device_busy_threshold = a.device_busy_threshold;
             l.server.listen = a.listen.clone();
             l.server.replay = a.replay.clone();
@@ -521,5 +465,82 @@ impl Cli {
             l.probe.pair_timeout = a.pair_timeout.clone();
         }
         l
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// The long help of `chd <path...>`, unwrapped.
+    fn long_help(path: &[&str]) -> String {
+        let mut cmd = Cli::command();
+        let mut sub = &mut cmd;
+        for name in path {
+            sub = sub.find_subcommand_mut(name).expect(name);
+        }
+        sub.clone()
+            .term_width(10_000)
+            .render_long_help()
+            .to_string()
+    }
+
+    /// A default as `serve --help` writes it: strings bare, lists comma-joined or `none`.
+    fn as_help(value: &toml::Value) -> Vec<String> {
+        match value {
+            toml::Value::String(s) => vec![s.clone()],
+            toml::Value::Array(items) if items.is_empty() => vec!["none".into()],
+            toml::Value::Array(items) => {
+                vec![items.iter().flat_map(as_help).collect::<Vec<_>>().join(",")]
+            }
+            toml::Value::Boolean(on) => vec![on.to_string(), if *on { "on" } else { "off" }.into()],
+            other => vec![other.to_string()],
+        }
+    }
+
+    #[test]
+    fn serve_help_states_the_real_defaults() {
+        let help = long_help(&["serve"]);
+        let defaults = toml::Value::try_from(Layer::defaults()).unwrap();
+        let stated = regex::Regex::new(r"\[([a-z_]+)\.([a-z_]+)\] \(default ([^),;]+)").unwrap();
+        let mut checked = 0;
+        for m in stated.captures_iter(&help) {
+            let (section, key, text) = (&m[1], &m[2], m[3].trim());
+            let value = defaults
+                .get(section)
+                .and_then(|s| s.get(key))
+                .unwrap_or_else(|| panic!("[{section}.{key}] states a default it does not have"));
+            assert!(
+                as_help(value).iter().any(|v| v == text),
+                "[{section}.{key}]: help says {text:?}, the default is {value}"
+            );
+            checked += 1;
+        }
+        assert!(checked >= 25, "only {checked} defaults found in:\n{help}");
+    }
+
+    #[test]
+    fn probe_help_states_its_measurement_defaults_and_why_serve_differs() {
+        use chd::probe::plan::{DEFAULT_ITERATIONS, DEFAULT_REPEATS, DEFAULT_WARMUP};
+        for kind in ["h2d", "pair"] {
+            let help = long_help(&["probe", kind]);
+            for stated in [
+                format!("before each sample [default: {DEFAULT_WARMUP}]. More than chd serve's"),
+                format!("per sample [default: {DEFAULT_ITERATIONS}] (chd serve: 4"),
+                format!("their median [default: {DEFAULT_REPEATS}]. Fewer than chd"),
+            ] {
+                assert!(
+                    help.contains(&stated),
+                    "probe {kind}: {stated:?} not in\n{help}"
+                );
+            }
+        }
+        let serve = Layer::defaults().probe;
+        assert_eq!(
+            (serve.warmup, serve.iterations, serve.samples_per_cell),
+            (Some(1), Some(4), Some(5)),
+            "the probe help quotes serve's 1 + 4 and 5"
+        );
     }
 }

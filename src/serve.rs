@@ -7,7 +7,7 @@ use anyhow::Context;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
-use crate::collect::{self, device::DeviceCollector, PciDeviceRef};
+use crate::collect::{self, PciDeviceRef};
 use crate::config::{Config, FALLBACK_STATE_DIR};
 use crate::exposition::pair_probe_collector::PairProbeView;
 use crate::exposition::server;
@@ -265,10 +265,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let store = Arc::new(RwLock::new(loaded));
     let mut registry = Registry::default();
     let metrics = ProbeMetrics::register(&mut registry);
-    let mut collectors = collect::build(&config.collectors, &config.roots, pci_devices(&*backend));
-    if config.device_collector {
-        collectors.push(Box::new(DeviceCollector::new(telemetry.clone())));
-    }
+    let collectors = collect::build_set(&collect::BuildContext {
+        settings: &config.collectors,
+        roots: &config.roots,
+        pci_devices: &pci_devices(&*backend),
+        telemetry: Some(telemetry.clone()),
+    });
     tracing::info!("scrape-time collectors: {}", collectors.names().join(", "));
     registry.register_collector(Box::new(collectors));
     if let Some(probe) = &pair_probe {

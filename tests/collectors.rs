@@ -440,11 +440,10 @@ fn hca_filters_apply_to_rdma_pcie_and_the_netdev_selection() {
 
 #[test]
 fn disabled_collectors_emit_nothing() {
-    let settings = CollectorSettings {
-        rdma: false,
-        numa: false,
-        ..Default::default()
-    };
+    let mut settings = CollectorSettings::default();
+    for name in ["rdma", "numa"] {
+        assert!(settings.set_enabled(name, false), "{name}");
+    }
     let s = scrape_with(&settings, "roce-dual-rail", roce_gpus());
     assert!(!s.text.contains("chd_rdma_"));
     assert!(!s.text.contains("chd_numa_"));

@@ -4,8 +4,21 @@
 
 use std::sync::Arc;
 
-use super::{CollectError, Sink, SysCollector};
+use super::{CollectError, CollectorSpec, Sink, SysCollector};
 use crate::runtime::telemetry::DeviceTelemetry;
+
+/// The `device` row of the collector table: built from the runtime backend's telemetry, so
+/// only where the context carries one (`chd serve`).
+pub const SPEC: CollectorSpec = CollectorSpec {
+    name: "device",
+    default_enabled: true,
+    help: "Accelerator utilization and memory from NVML / ACL",
+    options: &[],
+    build: |ctx| {
+        let telemetry = ctx.telemetry.clone()?;
+        Some(Box::new(DeviceCollector::new(telemetry)))
+    },
+};
 
 /// Exports [`DeviceTelemetry`] samples.
 pub struct DeviceCollector {

@@ -1,7 +1,10 @@
 //! Scrape-time collectors, one file each in the node_exporter manner: [`rdma`] (HCA ports
 //! and their counters), [`numa`] (per-node numastat and meminfo), [`netdev`]
-//! (`/proc/net/dev` for the netdevs behind RDMA ports, or all) and [`pcie`] (link width and
-//! speed, AER totals of the accelerators and HCAs).
+//! (`/proc/net/dev` for the netdevs behind RDMA ports, or all), [`pcie`] (link width and
+//! speed, AER totals of the accelerators and HCAs) and [`device`] (accelerator utilization
+//! and memory). [`COLLECTORS`] lists them; [`registry`] derives flags, config keys, defaults
+//! and construction from that table, so adding a collector is its file, its `pub mod` line
+//! and its row.
 //!
 //! A [`CollectorSet`] holds the enabled collectors and is a prometheus-client
 //! [`Collector`]: each scrape runs every collector in turn, times it, and emits the samples
@@ -38,6 +41,7 @@ pub mod numa;
 pub mod pcie;
 pub mod rdma;
 pub mod read;
+pub mod registry;
 
 use std::fmt;
 use std::io;
@@ -53,12 +57,20 @@ use prometheus_client::encoding::{
 use prometheus_client::metrics::MetricType;
 use regex::Regex;
 
-use crate::topology::Roots;
-
 pub use read::{ParseError, ReadError};
+pub use registry::{
+    build, build_set, BuildContext, CollectorSettings, CollectorSpec, OptionField, OptionSpec,
+    PciDeviceRef,
+};
 
-/// The collectors `build` knows, in the order a scrape runs them.
-pub const COLLECTOR_NAMES: [&str; 4] = ["rdma", "numa", "netdev", "pcie"];
+/// The collector table, in the order a scrape runs them. One row per collector file.
+pub const COLLECTORS: &[CollectorSpec] = &[
+    rdma::SPEC,
+    numa::SPEC,
+    netdev::SPEC,
+    pcie::SPEC,
+    device::SPEC,
+];
 
 /// One scrape-time collector: reads its sources and adds samples to `out`.
 pub trait SysCollector: fmt::Debug + Send + Sync {
@@ -326,135 +338,6 @@ impl NameFilter {
         self.include.as_ref().is_none_or(|r| r.is_match(name))
             && !self.exclude.as_ref().is_some_and(|r| r.is_match(name))
     }
-}
-
-/// Which collectors run and what they cover.
-#[derive(Debug, Clone)]
-pub struct CollectorSettings {
-    pub rdma: bool,
-    pub numa: bool,
-    pub netdev: bool,
-    pub pcie: bool,
-    /// Export every netdev of `/proc/net/dev`, not only those behind RDMA ports.
-    pub netdev_all: bool,
-    /// HCAs (`mlx5_0`, ...) the rdma and pcie collectors and the netdev selection cover.
-    pub hca_include: Option<Regex>,
-    pub hca_exclude: Option<Regex>,
-    /// Netdevs the netdev collector exports (applied after the RDMA / all selection).
-    pub netdev_include: Option<Regex>,
-    pub netdev_exclude: Option<Regex>,
-}
-
-impl Default for CollectorSettings {
-    /// Every collector on; netdev only for the netdevs behind RDMA ports; no filters.
-    fn default() -> Self {
-        CollectorSettings {
-            rdma: true,
-            numa: true,
-            netdev: true,
-            pcie: true,
-            netdev_all: false,
-            hca_include: None,
-            hca_exclude: None,
-            netdev_include: None,
-            netdev_exclude: None,
-        }
-    }
-}
-
-/// Equal when every switch and every pattern's text are equal.
-impl PartialEq for CollectorSettings {
-    fn eq(&self, other: &Self) -> bool {
-        let text = |r: &Option<Regex>| r.as_ref().map(|r| r.as_str().to_owned());
-        self.rdma == other.rdma
-            && self.numa == other.numa
-            && self.netdev == other.netdev
-            && self.pcie == other.pcie
-            && self.netdev_all == other.netdev_all
-            && text(&self.hca_include) == text(&other.hca_include)
-            && text(&self.hca_exclude) == text(&other.hca_exclude)
-            && text(&self.netdev_include) == text(&other.netdev_include)
-            && text(&self.netdev_exclude) == text(&other.netdev_exclude)
-    }
-}
-
-impl CollectorSettings {
-    /// Turn the collector called `name` (one of [`COLLECTOR_NAMES`]) on or off, as
-    /// `--collector.<name>` / `--no-collector.<name>` do; `false` for an unknown name.
-    pub fn set_enabled(&mut self, name: &str, on: bool) -> bool {
-        let flag = match name {
-            "rdma" => &mut self.rdma,
-            "numa" => &mut self.numa,
-            "netdev" => &mut self.netdev,
-            "pcie" => &mut self.pcie,
-            _ => return false,
-        };
-        *flag = on;
-        true
-    }
-
-    /// Whether the collector called `name` is on (`None` for an unknown name).
-    pub fn enabled(&self, name: &str) -> Option<bool> {
-        match name {
-            "rdma" => Some(self.rdma),
-            "numa" => Some(self.numa),
-            "netdev" => Some(self.netdev),
-            "pcie" => Some(self.pcie),
-            _ => None,
-        }
-    }
-
-    fn hcas(&self) -> NameFilter {
-        NameFilter::new(self.hca_include.clone(), self.hca_exclude.clone())
-    }
-
-    fn netdevs(&self) -> NameFilter {
-        NameFilter::new(self.netdev_include.clone(), self.netdev_exclude.clone())
-    }
-}
-
-/// An accelerator the runtime backend found, for the pcie collector.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PciDeviceRef {
-    /// Runtime index, the `device` label (`"0"`).
-    pub device: String,
-    /// PCI address as sysfs names it (`"0000:1a:00.0"`).
-    pub bdf: String,
-}
-
-/// The enabled collectors for `settings`, reading under `roots`, in [`COLLECTOR_NAMES`]
-/// order. `pci_devices` are the accelerators the pcie collector covers besides the HCAs.
-pub fn build(
-    settings: &CollectorSettings,
-    roots: &Roots,
-    pci_devices: Vec<PciDeviceRef>,
-) -> CollectorSet {
-    let mut set = CollectorSet::new();
-    if settings.rdma {
-        set.push(Box::new(rdma::RdmaCollector::new(
-            &roots.sysfs,
-            settings.hcas(),
-        )));
-    }
-    if settings.numa {
-        set.push(Box::new(numa::NumaCollector::new(&roots.sysfs)));
-    }
-    if settings.netdev {
-        set.push(Box::new(netdev::NetdevCollector::new(
-            roots,
-            settings.netdev_all,
-            settings.hcas(),
-            settings.netdevs(),
-        )));
-    }
-    if settings.pcie {
-        set.push(Box::new(pcie::PcieCollector::new(
-            &roots.sysfs,
-            pci_devices,
-            settings.hcas(),
-        )));
-    }
-    set
 }
 
 #[derive(Debug)]
@@ -767,6 +650,7 @@ mod tests {
 
     #[test]
     fn settings_switches() {
+        use crate::topology::Roots;
         let mut s = CollectorSettings::default();
         assert_eq!(s.enabled("netdev"), Some(true));
         assert!(s.set_enabled("netdev", false));

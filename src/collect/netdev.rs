@@ -22,7 +22,9 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use super::read::{self, ParseError};
-use super::{rdma, CollectError, NameFilter, Sink, SysCollector};
+use super::{
+    rdma, CollectError, CollectorSpec, NameFilter, OptionField, OptionSpec, Sink, SysCollector,
+};
 use crate::topology::Roots;
 
 const BYTES: &str = "chd_netdev_bytes_total";
@@ -63,6 +65,38 @@ impl NetdevCollector {
         }
     }
 }
+
+/// The `netdev` row of the collector table (it also applies the rdma row's HCA filter).
+pub const SPEC: CollectorSpec = CollectorSpec {
+    name: "netdev",
+    default_enabled: true,
+    help: "/proc/net/dev for the netdevs behind RDMA ports",
+    options: &[
+        OptionSpec {
+            key: "netdev_all",
+            help: "Export every netdev, not only those behind RDMA ports",
+            field: OptionField::Switch(|s| &mut s.netdev_all),
+        },
+        OptionSpec {
+            key: "netdev_include",
+            help: "Only netdevs whose name matches",
+            field: OptionField::Pattern(|s| &mut s.netdev_include),
+        },
+        OptionSpec {
+            key: "netdev_exclude",
+            help: "Skip netdevs whose name matches",
+            field: OptionField::Pattern(|s| &mut s.netdev_exclude),
+        },
+    ],
+    build: |ctx| {
+        Some(Box::new(NetdevCollector::new(
+            ctx.roots,
+            ctx.settings.netdev_all,
+            ctx.settings.hcas(),
+            ctx.settings.netdevs(),
+        )))
+    },
+};
 
 /// One interface row: its name and its 16 values, each parsed on its own (`Err` for the
 /// whole row when it has fewer).

@@ -20,7 +20,7 @@
 use std::path::{Path, PathBuf};
 
 use super::read::{self, list_dir, ParseError};
-use super::{CollectError, Sink, SysCollector};
+use super::{CollectError, CollectorSpec, Sink, SysCollector};
 
 const EVENTS: &str = "chd_numa_events_total";
 const MEMORY: &str = "chd_numa_memory_bytes";
@@ -38,6 +38,15 @@ impl NumaCollector {
         }
     }
 }
+
+/// The `numa` row of the collector table.
+pub const SPEC: CollectorSpec = CollectorSpec {
+    name: "numa",
+    default_enabled: true,
+    help: "NUMA numastat events and per-node memory",
+    options: &[],
+    build: |ctx| Some(Box::new(NumaCollector::new(&ctx.roots.sysfs))),
+};
 
 /// One row of `numastat`: `"numa_hit 123"` -> `("numa_hit", 123)`.
 pub fn parse_numastat(text: &str) -> Vec<Result<(String, u64), ParseError>> {

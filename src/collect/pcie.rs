@@ -26,7 +26,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use super::read::{self, content, list_dir, parse_u32, ParseError};
-use super::{CollectError, NameFilter, PciDeviceRef, ReadError, Sink, SysCollector};
+use super::{CollectError, CollectorSpec, NameFilter, PciDeviceRef, ReadError, Sink, SysCollector};
 
 const WIDTH: &str = "chd_device_pcie_link_width";
 const SPEED: &str = "chd_device_pcie_link_speed_transfers_per_second";
@@ -56,6 +56,21 @@ impl PcieCollector {
         }
     }
 }
+
+/// The `pcie` row of the collector table (it applies the rdma row's HCA filter).
+pub const SPEC: CollectorSpec = CollectorSpec {
+    name: "pcie",
+    default_enabled: true,
+    help: "PCIe link width/speed and AER counters of accelerators and HCAs",
+    options: &[],
+    build: |ctx| {
+        Some(Box::new(PcieCollector::new(
+            &ctx.roots.sysfs,
+            ctx.pci_devices.to_vec(),
+            ctx.settings.hcas(),
+        )))
+    },
+};
 
 /// `current_link_speed`: `"32.0 GT/s PCIe"` -> Some(3.2e10), `"8 GT/s"` (older kernels) ->
 /// Some(8e9), `"Unknown"` / `"Unknown speed"` -> None.

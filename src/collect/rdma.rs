@@ -46,7 +46,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use super::read::{self, content, list_dir, parse_u32, parse_u64, parse_word, ParseError};
-use super::{CollectError, NameFilter, Number, Sink, SysCollector};
+use super::{
+    CollectError, CollectorSpec, NameFilter, Number, OptionField, OptionSpec, Sink, SysCollector,
+};
 
 const INFO: &str = "chd_rdma_port_info";
 const STATE: &str = "chd_rdma_port_state";
@@ -80,6 +82,32 @@ impl RdmaCollector {
         }
     }
 }
+
+/// The `rdma` row of the collector table; it declares the HCA filter the pcie collector and
+/// the netdev selection apply too.
+pub const SPEC: CollectorSpec = CollectorSpec {
+    name: "rdma",
+    default_enabled: true,
+    help: "RDMA ports: state, rate, data, error and hw counters",
+    options: &[
+        OptionSpec {
+            key: "hca_include",
+            help: "Only HCAs whose name matches (unanchored regex)",
+            field: OptionField::Pattern(|s| &mut s.hca_include),
+        },
+        OptionSpec {
+            key: "hca_exclude",
+            help: "Skip HCAs whose name matches",
+            field: OptionField::Pattern(|s| &mut s.hca_exclude),
+        },
+    ],
+    build: |ctx| {
+        Some(Box::new(RdmaCollector::new(
+            &ctx.roots.sysfs,
+            ctx.settings.hcas(),
+        )))
+    },
+};
 
 /// A traffic counter of `counters/` and its `counters_ext/` replacement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

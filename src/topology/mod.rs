@@ -7,10 +7,13 @@ mod cpus;
 mod numa;
 pub mod pci;
 pub mod render;
+mod selection;
 
 use std::path::PathBuf;
 
 use serde::Serialize;
+
+pub use selection::{CpuSelection, PairSelection};
 
 /// Where the kernel's pseudo filesystems are mounted (`/sys`, `/proc`, or a fixture tree).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

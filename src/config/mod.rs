@@ -1,0 +1,187 @@
+//! Configuration, in the raw -> validated split: [`schema`] is the TOML file layer and the
+//! command-line layer (same shape, every key optional), [`defaults`] the bottom layer,
+//! [`validate`] turns the merged layers into the typed [`Config`] the rest of chd sees, with
+//! [`ConfigError`]s that name the key and the problem, and [`print`] is the inverse for
+//! `--print-config`. Layers merge as defaults < file < flags; unknown keys are errors. The
+//! `[collectors]` section ([`collectors`]) is derived from the collector table.
+
+mod collectors;
+mod defaults;
+mod error;
+mod print;
+mod schema;
+mod validate;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::collect::CollectorSettings;
+use crate::runtime::select::RuntimeConfig;
+use crate::runtime::Direction;
+use crate::topology::Roots;
+
+/// The selectors are topology types; re-exported here for the modules that name them so.
+pub use crate::topology::{CpuSelection, PairSelection};
+pub use defaults::{DEFAULT_LISTEN, DEFAULT_STATE_DIR, FALLBACK_STATE_DIR};
+pub use error::{ConfigError, Problem};
+pub use schema::{
+    CollectorsLayer, ExpositionLayer, Layer, PathsLayer, ProbeLayer, RawOption, RuntimeLayer,
+    ScheduleLayer, ServerLayer,
+};
+
+/// The validated configuration. Nothing past this point sees an unvalidated value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub listen: SocketAddr,
+    /// A recording to serve instead of probing.
+    pub replay: Option<PathBuf>,
+    pub roots: Roots,
+    pub state_dir: PathBuf,
+    pub runtime: RuntimeConfig,
+    pub schedule: ScheduleConfig,
+    pub probe: ProbeConfig,
+    pub exposition: ExpositionConfig,
+    /// Which scrape-time collectors run and what they cover.
+    pub collectors: CollectorSettings,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScheduleConfig {
+    pub enabled: bool,
+    pub interval: Duration,
+    pub window_budget: Duration,
+    pub cpu_busy_threshold: f64,
+    pub device_busy_threshold: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbeConfig {
+    pub sizes_bytes: Vec<u64>,
+    pub directions: Vec<Direction>,
+    pub warmup: u32,
+    pub iterations: u32,
+    pub cpus: CpuSelection,
+    pub samples_per_cell: usize,
+    pub stale_after: Duration,
+    pub pairs: Vec<PairSelection>,
+    pub pair_size_bytes: u64,
+    pub pair_timeout: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExpositionConfig {
+    pub cells: bool,
+    pub pair_cells: bool,
+}
+
+impl Config {
+    /// Merge `layers` (later wins) over the defaults and validate.
+    pub fn resolve(layers: impl IntoIterator<Item = Layer>) -> Result<Config, ConfigError> {
+        let merged = layers
+            .into_iter()
+            .fold(Layer::defaults(), |acc, l| acc.merge(l));
+        Config::validate(merged)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn layer(text: &str) -> Result<Layer, ConfigError> {
+        Layer::from_toml(Path::new("test.toml"), text)
+    }
+
+    #[test]
+    fn defaults_validate() {
+        let c = Config::resolve([]).unwrap();
+        assert_eq!(c.listen.port(), 9863);
+        assert_eq!(c.schedule.interval, Duration::from_secs(60));
+        assert_eq!(c.probe.sizes_bytes, vec![64 << 20]);
+        assert_eq!(c.probe.cpus, CpuSelection::All);
+    }
+
+    #[test]
+    fn flags_override_file() {
+        let file = layer("[schedule]\ninterval = \"10s\"\nwindow_budget = \"1s\"\n").unwrap();
+        let mut flags = Layer::default();
+        flags.schedule.interval = Some("5s".into());
+        let c = Config::resolve([file, flags]).unwrap();
+        assert_eq!(c.schedule.interval, Duration::from_secs(5));
+        assert_eq!(c.schedule.window_budget, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = layer("[probe]\nsizes = [64]\n").unwrap_err().to_string();
+        assert!(err.contains("sizes"), "{err}");
+        assert!(err.contains("test.toml"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        for (text, key) in [
+            ("[schedule]\ninterval = \"soon\"", "schedule.interval"),
+            (
+                "[schedule]\ncpu_busy_threshold = 2.0",
+                "schedule.cpu_busy_threshold",
+            ),
+            ("[probe]\ndirections = [\"up\"]", "probe.directions"),
+            ("[probe]\ncpus = \"0-x\"", "probe.cpus"),
+            ("[probe]\nsizes_mib = [0]", "probe.sizes_mib"),
+            ("[server]\nlisten = \"nowhere\"", "server.listen"),
+            (
+                "[schedule]\nwindow_budget = \"2m\"",
+                "schedule.window_budget",
+            ),
+        ] {
+            let err = Config::resolve([layer(text).unwrap()])
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with(key), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn wrong_type_is_reported_with_key() {
+        let err = layer("[probe]\niterations = \"many\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("iterations"), "{err}");
+    }
+
+    #[test]
+    fn print_config_round_trips() {
+        let c =
+            Config::resolve([layer("[probe]\ncpus = \"0-3,8\"\nsizes_mib = [16, 64]").unwrap()])
+                .unwrap();
+        let again = Config::resolve([layer(&c.to_toml()).unwrap()]).unwrap();
+        assert_eq!(c, again);
+    }
+
+    #[test]
+    fn validation_invents_no_value_of_its_own() {
+        // Only the defaults layer supplies defaults: an unmerged empty layer is refused at
+        // its first key, and dropping any one default is noticed by name.
+        let err = Config::validate(Layer::default()).unwrap_err().to_string();
+        assert_eq!(err, "server.listen: no value and no default");
+        let mut l = Layer::defaults();
+        l.probe.iterations = None;
+        let err = Config::validate(l).unwrap_err().to_string();
+        assert_eq!(err, "probe.iterations: no value and no default");
+    }
+
+    #[test]
+    fn collector_keys_merge_like_the_others() {
+        let file = layer("[collectors]\nrdma = false\nnetdev_all = true\n").unwrap();
+        let flags = layer("[collectors]\nrdma = true\nhca_exclude = \"^bond\"\n").unwrap();
+        let c = Config::resolve([file, flags]).unwrap();
+        assert_eq!(c.collectors.enabled("rdma"), Some(true));
+        assert!(c.collectors.netdev_all);
+        assert_eq!(c.collectors.hca_exclude.as_ref().unwrap().as_str(), "^bond");
+        let again = Config::resolve([layer(&c.to_toml()).unwrap()]).unwrap();
+        assert_eq!(c, again);
+    }
+}
