@@ -522,7 +522,7 @@ mod tests {
 
     #[test]
     fn probe_help_states_its_measurement_defaults_and_why_serve_differs() {
-        use chd::probe::plan::{DEFAULT_ITERATIONS, DEFAULT_REPEATS, DEFAULT_WARMUP};
+        use crate::commands::plan::{DEFAULT_ITERATIONS, DEFAULT_REPEATS, DEFAULT_WARMUP};
         for kind in ["h2d", "pair"] {
             let help = long_help(&["probe", kind]);
             for stated in [

@@ -306,7 +306,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         shutdown_rx.clone(),
     ));
     let scheduler = Scheduler {
-        config,
+        roots: config.roots.clone(),
+        schedule: config.schedule.clone(),
+        probe: config.probe.clone(),
+        host_memory: config.runtime.host_memory,
         topology,
         backend,
         store,

@@ -524,7 +524,6 @@ impl Collector for CollectorSet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exposition::{encode, Format};
     use prometheus_client::registry::Registry;
     use std::sync::Arc;
 
@@ -562,7 +561,10 @@ mod tests {
     fn scrape(set: Arc<CollectorSet>) -> String {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(set));
-        encode(&registry, Format::Prometheus).unwrap()
+        // The text format /metrics serves by default, encoded as the exposition does.
+        let mut body = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut body, &registry).unwrap();
+        body
     }
 
     fn set(fake: Fake) -> Arc<CollectorSet> {

@@ -14,13 +14,13 @@ mod validate;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use crate::collect::CollectorSettings;
 use crate::runtime::select::RuntimeConfig;
-use crate::runtime::Direction;
 use crate::topology::Roots;
 
+/// The prober's settings are the scheduler's types; re-exported here with the rest.
+pub use crate::schedule::settings::{ProbeConfig, ScheduleConfig};
 /// The selectors are topology types; re-exported here for the modules that name them so.
 pub use crate::topology::{CpuSelection, PairSelection};
 pub use defaults::{DEFAULT_LISTEN, DEFAULT_STATE_DIR, FALLBACK_STATE_DIR};
@@ -47,29 +47,6 @@ pub struct Config {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct ScheduleConfig {
-    pub enabled: bool,
-    pub interval: Duration,
-    pub window_budget: Duration,
-    pub cpu_busy_threshold: f64,
-    pub device_busy_threshold: f64,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct ProbeConfig {
-    pub sizes_bytes: Vec<u64>,
-    pub directions: Vec<Direction>,
-    pub warmup: u32,
-    pub iterations: u32,
-    pub cpus: CpuSelection,
-    pub samples_per_cell: usize,
-    pub stale_after: Duration,
-    pub pairs: Vec<PairSelection>,
-    pub pair_size_bytes: u64,
-    pub pair_timeout: Duration,
-}
-
-#[derive(Debug, Clone, PartialEq)]
 pub struct ExpositionConfig {
     pub cells: bool,
     pub pair_cells: bool,
@@ -89,6 +66,7 @@ impl Config {
 mod tests {
     use super::*;
     use std::path::Path;
+    use std::time::Duration;
 
     fn layer(text: &str) -> Result<Layer, ConfigError> {
         Layer::from_toml(Path::new("test.toml"), text)

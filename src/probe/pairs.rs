@@ -6,10 +6,10 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::config::PairSelection;
 use crate::format::run_dir::SlotId;
 use crate::runtime::pair::{PairParams, PairProbe};
 use crate::runtime::{DeviceInfo, ProbeError};
+use crate::topology::PairSelection;
 
 /// The `pair` label of two devices: ascending (numerically when both are numbers).
 pub fn pair_label(a: &str, b: &str) -> String {

@@ -10,6 +10,7 @@ pub mod gate;
 pub mod metrics;
 pub mod pair_window;
 pub mod planner;
+pub mod settings;
 pub mod window;
 
 use std::path::PathBuf;
@@ -19,15 +20,15 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use crate::config::Config;
 use crate::runtime::pair::{PairParams, PairProbe};
 use crate::runtime::telemetry::DeviceTelemetry;
-use crate::runtime::Backend;
+use crate::runtime::{Backend, HostMemory};
 use crate::store::{persist, unix_now, CellKey, SharedStore};
-use crate::topology::Topology;
+use crate::topology::{Roots, Topology};
 use gate::{CpuGate, CpuTimes};
 use metrics::ProbeMetrics;
 use pair_window::PairWindowSpec;
+use settings::{ProbeConfig, ScheduleConfig};
 use window::{WindowReport, WindowSpec};
 
 /// How often a window re-checks the idle gate between cells.
@@ -35,7 +36,12 @@ const GATE_RECHECK: Duration = Duration::from_millis(500);
 
 /// Everything the probe loop needs.
 pub struct Scheduler {
-    pub config: Config,
+    /// Where sysfs and procfs are.
+    pub roots: Roots,
+    pub schedule: ScheduleConfig,
+    pub probe: ProbeConfig,
+    /// Host side of copy cells.
+    pub host_memory: HostMemory,
     pub topology: Arc<Topology>,
     pub backend: Arc<dyn Backend>,
     pub store: SharedStore,
@@ -60,16 +66,13 @@ impl Scheduler {
     /// store is saved before returning.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         let stopping = Arc::new(AtomicBool::new(false));
-        let gate = CpuGate::new(
-            &self.config.roots.procfs,
-            self.config.schedule.cpu_busy_threshold,
-        );
+        let gate = CpuGate::new(&self.roots.procfs, self.schedule.cpu_busy_threshold);
         let mut previous = sample_or_warn(&gate);
         let mut first = true;
         loop {
             if !first {
                 tokio::select! {
-                    _ = tokio::time::sleep(self.config.schedule.interval) => {}
+                    _ = tokio::time::sleep(self.schedule.interval) => {}
                     // wait_for looks at the current value first: a stop seen mid-window counts.
                     _ = shutdown.wait_for(|stop| *stop) => {}
                 }
@@ -77,7 +80,7 @@ impl Scheduler {
             if *shutdown.borrow() {
                 break;
             }
-            if !self.config.schedule.enabled {
+            if !self.schedule.enabled {
                 self.metrics.idle_window("disabled");
                 first = false;
                 continue;
@@ -95,8 +98,7 @@ impl Scheduler {
                 previous = now;
                 continue;
             }
-            if let Some(busy) =
-                busy_devices(&*self.telemetry, self.config.schedule.device_busy_threshold)
+            if let Some(busy) = busy_devices(&*self.telemetry, self.schedule.device_busy_threshold)
             {
                 tracing::info!("skipping probe window: device {busy} busy");
                 self.metrics.idle_window("device_busy");
@@ -125,7 +127,7 @@ impl Scheduler {
         stopping: &Arc<AtomicBool>,
         shutdown: &mut watch::Receiver<bool>,
     ) -> WindowReport {
-        let budget = self.config.schedule.window_budget;
+        let budget = self.schedule.window_budget;
         // With a pair probe, copy cells and pair cells share the budget half and half.
         let (h2d_budget, pair_budget) = match self.pair_probe {
             Some(_) if !self.pairs.is_empty() => (budget / 2, budget / 2),
@@ -160,23 +162,23 @@ impl Scheduler {
                         cells,
                         probe: probe.clone(),
                         params: PairParams {
-                            bytes_per_rank: self.config.probe.pair_size_bytes,
-                            warmup: self.config.probe.warmup,
-                            iterations: self.config.probe.iterations,
-                            timeout: self.config.probe.pair_timeout,
+                            bytes_per_rank: self.probe.pair_size_bytes,
+                            warmup: self.probe.warmup,
+                            iterations: self.probe.iterations,
+                            timeout: self.probe.pair_timeout,
                         },
                         budget: pair_budget,
-                        keep: self.config.probe.samples_per_cell,
+                        keep: self.probe.samples_per_cell,
                     }
                 });
             let spec = WindowSpec {
                 cells,
                 affinity_cpus: self.affinity_cpus.to_vec(),
                 budget: h2d_budget,
-                warmup: self.config.probe.warmup,
-                iterations: self.config.probe.iterations,
-                host_memory: self.config.runtime.host_memory,
-                keep: self.config.probe.samples_per_cell,
+                warmup: self.probe.warmup,
+                iterations: self.probe.iterations,
+                host_memory: self.host_memory,
+                keep: self.probe.samples_per_cell,
             };
             (spec, pair_spec)
         };
@@ -186,7 +188,7 @@ impl Scheduler {
         let metrics = self.metrics.clone();
         let gate = gate.clone();
         let telemetry = self.telemetry.clone();
-        let device_threshold = self.config.schedule.device_busy_threshold;
+        let device_threshold = self.schedule.device_busy_threshold;
         let thread_stopping = stopping.clone();
         // A dedicated thread per window: affinity set here can never leak into tokio's pool.
         let spawned = std::thread::Builder::new()

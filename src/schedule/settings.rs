@@ -1,0 +1,32 @@
+//! What the prober is told to do, as validated configuration hands it over: when windows
+//! open ([`ScheduleConfig`]) and what they measure ([`ProbeConfig`]).
+
+use std::time::Duration;
+
+use crate::runtime::Direction;
+use crate::topology::{CpuSelection, PairSelection};
+
+/// When probe windows open and how long they may take.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScheduleConfig {
+    pub enabled: bool,
+    pub interval: Duration,
+    pub window_budget: Duration,
+    pub cpu_busy_threshold: f64,
+    pub device_busy_threshold: f64,
+}
+
+/// What the windows measure.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbeConfig {
+    pub sizes_bytes: Vec<u64>,
+    pub directions: Vec<Direction>,
+    pub warmup: u32,
+    pub iterations: u32,
+    pub cpus: CpuSelection,
+    pub samples_per_cell: usize,
+    pub stale_after: Duration,
+    pub pairs: Vec<PairSelection>,
+    pub pair_size_bytes: u64,
+    pub pair_timeout: Duration,
+}
