@@ -12,6 +12,9 @@
 //! CANN's open runtime header `include/external/acl/acl_rt.h` (hicann/runtime at 0bbc1964,
 //! `ACL_MINOR_VERSION` 17), which declares `aclrtUtilizationInfo` the same way.
 
+// FFI: libascendcl's C API, called through function pointers resolved at run time.
+#![allow(unsafe_code)]
+
 use std::ffi::{c_char, c_int, c_void};
 use std::path::Path;
 

@@ -15,6 +15,9 @@
 //!   in use, please try again later", CANN 8.0 HCCL API reference): such communicators come
 //!   back as busy, for the caller to keep and retry.
 
+// FFI: NCCL's and HCCL's C APIs, called through function pointers resolved at run time.
+#![allow(unsafe_code)]
+
 use std::ffi::{c_char, c_int, c_void};
 use std::path::Path;
 

@@ -3,6 +3,9 @@
 //! shared measurement routine uses, and device discovery (name, PCI bus id, NUMA node from
 //! sysfs).
 
+// FFI: libcudart's C API, called through function pointers resolved at run time.
+#![allow(unsafe_code)]
+
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::path::{Path, PathBuf};
 

@@ -8,6 +8,9 @@
 //! buffer a copy touches is runtime-allocated pinned memory (ACL's `aclrtMemcpyAsync` is
 //! undefined on pageable memory).
 
+// Views pinned host memory the runtime allocated (a raw pointer) as a byte slice.
+#![allow(unsafe_code)]
+
 use std::ffi::c_void;
 
 use super::pattern::{check_copy, fill_pattern};

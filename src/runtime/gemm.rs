@@ -7,6 +7,9 @@
 //! stream, binds a cuBLAS handle to it and loops `cublasSgemm_v2` + `cudaStreamSynchronize`
 //! until told to stop; everything is released on every path.
 
+// FFI: cuBLAS's C API, called through function pointers resolved at run time.
+#![allow(unsafe_code)]
+
 use std::ffi::{c_int, c_void};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -4,6 +4,9 @@
 //! [`record_lookups`] lists the symbols a loader asks for, so tests can check a loader's
 //! declarations against a real vendor library without a second copy of the list.
 
+// FFI: dlopen (runs the library's initialisers), typed symbol lookup, C strings.
+#![allow(unsafe_code)]
+
 use std::cell::RefCell;
 use std::error::Error as _;
 use std::path::Path;

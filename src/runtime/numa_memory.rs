@@ -17,6 +17,9 @@
 //! runs out of memory; the first touch then triggers the OOM killer. Keep buffers small
 //! relative to a node's memory (probes use MiBs, nodes have GiBs).
 
+// Syscalls on raw memory: mmap, mbind, move_pages, munmap, and slices over the mapping.
+#![allow(unsafe_code)]
+
 use std::ffi::c_void;
 use std::num::NonZeroUsize;
 use std::ptr::NonNull;
