@@ -89,6 +89,20 @@ impl Chd {
         self.log.lock().unwrap().clone()
     }
 
+    /// Wait until chd has logged a line containing `needle`; panics after `timeout`.
+    pub fn wait_for_log(&self, needle: &str, timeout: Duration) {
+        let start = Instant::now();
+        while !self.log().contains(needle) {
+            if start.elapsed() > timeout {
+                panic!(
+                    "chd did not log {needle:?} within {timeout:?}; log:\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// GET `path`; returns (status, headers lowercased, body).
     pub fn get(&self, path: &str, accept: Option<&str>) -> (u16, BTreeMap<String, String>, String) {
         http_get(self.addr, path, accept)
