@@ -151,7 +151,7 @@ fn golden_scrape(tree: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     let root = fixture(tree);
     let (sys, proc) = (root.join("sys"), root.join("proc"));
-    let lib = fake::fake_runtime().to_str().unwrap();
+    let lib = fake::fake_runtime_path();
     let mut args = vec![
         "--sysfs-root",
         sys.to_str().unwrap(),

@@ -82,12 +82,3 @@ pub(crate) fn cpu_count() -> usize {
         .filter(|c| c["allowed"].as_bool().unwrap_or(true))
         .count()
 }
-
-/// The CPUs this process may use, ascending.
-pub(crate) fn allowed_cpus() -> Vec<u32> {
-    chd::topology::Topology::read(&chd::topology::Roots::default())
-        .unwrap()
-        .allowed_cpus()
-        .map(|c| c.id)
-        .collect()
-}

@@ -3,9 +3,10 @@
 
 use std::collections::BTreeMap;
 
+use crate::chd_process::allowed_cpus;
 use crate::chd_process::run_chd as chd;
 use crate::chd_process::text;
-use crate::common::{allowed_cpus, assert_ok, cpu_count, records};
+use crate::common::{assert_ok, cpu_count, records};
 use crate::fake;
 
 pub(crate) fn fake_args(lib: &str) -> Vec<&str> {
@@ -19,7 +20,7 @@ pub(crate) const FAKE_ENV: [(&str, &str); 2] = [
 
 #[test]
 fn planted_slow_device_is_the_one_the_summary_names() {
-    let lib = fake::fake_runtime().to_str().unwrap();
+    let lib = fake::fake_runtime_path();
     let dir = tempfile::tempdir().unwrap();
     let mut args = vec![
         "probe",
@@ -78,7 +79,7 @@ fn planted_slow_device_is_the_one_the_summary_names() {
 
 #[test]
 fn load_profiles_run_once_each_and_the_report_compares_them_with_idle() {
-    let lib = fake::fake_runtime().to_str().unwrap();
+    let lib = fake::fake_runtime_path();
     let dir = tempfile::tempdir().unwrap();
     let mut args = vec![
         "probe",
@@ -129,7 +130,7 @@ fn load_profiles_run_once_each_and_the_report_compares_them_with_idle() {
 
 #[test]
 fn device_load_runs_gemms_on_every_device_and_the_report_shows_the_copy_slowdown() {
-    let lib = fake::fake_runtime().to_str().unwrap();
+    let lib = fake::fake_runtime_path();
     let dir = tempfile::tempdir().unwrap();
     let cpu = allowed_cpus()[0].to_string();
     let mut args = vec![
@@ -204,7 +205,7 @@ fn device_load_is_refused_with_the_reason() {
         "{stderr}"
     );
     // Nor does chd run one through the acl backend yet.
-    let lib = fake::fake_runtime().to_str().unwrap();
+    let lib = fake::fake_runtime_path();
     let out = chd(
         &[
             "probe",

@@ -6,9 +6,10 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
+use crate::chd_process::allowed_cpus;
 use crate::chd_process::run_chd as chd;
 use crate::chd_process::text;
-use crate::common::{allowed_cpus, assert_ok, records};
+use crate::common::{assert_ok, records};
 use crate::fake;
 use crate::xlsx::zip_names;
 
@@ -45,7 +46,7 @@ pub(crate) fn cpu_pairs(records: &[Value]) -> Vec<(u64, u64)> {
 
 #[test]
 fn pair_matrix_names_the_planted_slow_rank0_cpu_and_only_it() {
-    let lib = fake::fake_runtime().to_str().unwrap();
+    let lib = fake::fake_runtime_path();
     let cpus = allowed_cpus();
     assert!(cpus.len() >= 2, "this test needs two CPUs");
     let slow = *cpus.last().unwrap();
@@ -155,7 +156,7 @@ pub(crate) fn two_cpus() -> String {
 
 #[test]
 fn pair_failing_collective_lists_the_failed_cells_and_fails() {
-    let lib = fake::fake_runtime().to_str().unwrap();
+    let lib = fake::fake_runtime_path();
     let dir = tempfile::tempdir().unwrap();
     let cpus = two_cpus();
     let mut args = vec![
@@ -218,7 +219,7 @@ fn pair_failing_collective_lists_the_failed_cells_and_fails() {
 
 #[test]
 fn pair_table_without_out_and_pair_mistakes() {
-    let lib = fake::fake_runtime().to_str().unwrap();
+    let lib = fake::fake_runtime_path();
     let env = [("CHD_FAKE_DEVICE_COUNT", "2")];
     // What scripts/gpu-check.sh runs.
     let mut args = vec![
@@ -302,7 +303,7 @@ fn pair_table_without_out_and_pair_mistakes() {
 
 #[test]
 fn pair_peer_copies_without_peer_access_are_recorded_as_copy_staged() {
-    let lib = fake::fake_runtime().to_str().unwrap();
+    let lib = fake::fake_runtime_path();
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("staged");
     let out = chd(

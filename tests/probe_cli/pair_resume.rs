@@ -13,7 +13,7 @@ use crate::pair::{cpu_pairs, fake_pair_args, two_cpus};
 
 /// Start a long pair run (2 x 2 CPUs x `repeats` samples, each collective delayed 5 ms).
 pub(crate) fn start_long_pair_run(dir: &Path, cpus: &str, repeats: &str) -> Child {
-    let lib = fake::fake_runtime().to_str().unwrap();
+    let lib = fake::fake_runtime_path();
     Command::new(chd_bin())
         .args(["probe", "pair", "--pair", "0,1", "--cpus", cpus])
         .args([

@@ -25,6 +25,16 @@ pub fn run_chd(args: &[&str], env: &[(&str, &str)]) -> Output {
         .expect("run chd")
 }
 
+/// The CPUs this process, and a chd it starts, may run on: online and in the affinity
+/// mask, ascending, as chd's topology reads them.
+pub fn allowed_cpus() -> Vec<u32> {
+    chd::topology::Topology::read(&chd::topology::Roots::default())
+        .expect("live topology")
+        .allowed_cpus()
+        .map(|c| c.id)
+        .collect()
+}
+
 /// Output bytes as text.
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
