@@ -227,7 +227,8 @@ impl CollectiveApi for Nccl {
                     first.get_or_insert(e);
                 }
             }
-            // SAFETY: closes the group opened above.
+            // SAFETY: takes no arguments; it closes the group ncclGroupStart opened above, which
+            // NCCL requires for the destroys or aborts issued inside it to run.
             if let Err(e) = self.check("ncclGroupEnd", unsafe { (self.group_end)() }) {
                 first.get_or_insert(e);
             }

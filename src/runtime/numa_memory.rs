@@ -107,7 +107,9 @@ pub struct NodeBuffer {
 // SAFETY: NodeBuffer exclusively owns its mapping (like a Vec<u8>); nothing else aliases it,
 // `&self` only gives shared reads and `&mut self` exclusive writes.
 unsafe impl Send for NodeBuffer {}
-// SAFETY: see above; shared access is read-only.
+// SAFETY: the `&self` methods only read the bytes (`as_slice`) or ask the kernel where the
+// pages are (`move_pages` with nodes == NULL); `mbind` runs in the constructor, before the
+// buffer is shared, and writes need `&mut self`: shared references never race.
 unsafe impl Sync for NodeBuffer {}
 
 fn page_size() -> usize {
