@@ -151,7 +151,6 @@ fn golden_scrape(tree: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     let root = fixture(tree);
     let (sys, proc) = (root.join("sys"), root.join("proc"));
-    let lib = fake::fake_runtime_path();
     let mut args = vec![
         "--sysfs-root",
         sys.to_str().unwrap(),
@@ -165,10 +164,11 @@ fn golden_scrape(tree: &str) -> String {
     let mut env = Vec::new();
     let backend = match golden_accelerators(tree) {
         Some(ids) => {
+            let lib = fake::fake_runtime_path();
             args.extend(["--backend", "cuda", "--cuda-runtime", lib, "--nvml", lib]);
             env.push(("CHD_FAKE_DEVICE_COUNT", "2"));
             env.push(("CHD_FAKE_PCI_BUS_IDS", ids));
-            "cuda (the fake runtime: 2 devices at ".to_string() + ids + ")"
+            format!("cuda (the fake runtime: 2 devices at {ids})")
         }
         None => {
             args.extend(["--backend", "host"]);
