@@ -1,5 +1,7 @@
 //! The `chd` binary: parses the command line, sets up logging and dispatches.
 
+#![deny(unsafe_code)]
+
 mod cli;
 mod commands;
 

@@ -13,13 +13,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use chd_process::{chd_bin, promtool_check_metrics, Chd, Metrics};
-use fake::fake_runtime;
+use fake::fake_runtime_path as lib;
 
 const SIZE_64_MIB: &str = "67108864";
-
-fn lib() -> &'static str {
-    fake_runtime().to_str().unwrap()
-}
 
 /// Fast windows over the fake's devices; never skip for CPU load (tests run in parallel).
 fn fast(backend: &str) -> Vec<String> {

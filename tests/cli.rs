@@ -8,7 +8,7 @@ mod chd_process;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use chd_process::chd_bin;
+use chd_process::{chd_bin, text};
 
 fn chd(args: &[&str]) -> Output {
     Command::new(chd_bin())
@@ -19,10 +19,6 @@ fn chd(args: &[&str]) -> Output {
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 #[test]

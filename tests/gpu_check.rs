@@ -381,7 +381,7 @@ fn a_bundle_holds_chd_a_static_reference_and_libcudart_13_and_is_used_when_carri
             ("CHD_BIN", ""),
             ("NVCC", ""),
             ("PATH", &path),
-            ("CUDA_RUNTIME", fake::fake_runtime().to_str().unwrap()),
+            ("CUDA_RUNTIME", fake::fake_runtime_path()),
             ("CHD_FAKE_DEVICE_COUNT", "1"),
             ("CPUS", "per-node:1"),
             ("SIZES", "1"),

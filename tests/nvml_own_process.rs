@@ -9,7 +9,7 @@ mod fake;
 
 use std::ffi::{c_int, c_void};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, Once};
+use std::sync::{Mutex, MutexGuard};
 
 use chd::runtime::select::{self, BackendChoice, RuntimeConfig};
 use chd::runtime::telemetry::DeviceSample;
@@ -25,17 +25,11 @@ fn exclusive() -> MutexGuard<'static, ()> {
 }
 
 fn setup() -> &'static Path {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: called once, before any thread of this test binary reads the environment
-        // through the fake runtime.
-        unsafe {
-            std::env::set_var("CHD_FAKE_DEVICE_COUNT", "2");
-            std::env::set_var("CHD_FAKE_BUSY_DEVICES", "1");
-            std::env::set_var("CHD_FAKE_NVML_OWN_PID", HOST_PID.to_string());
-        }
-    });
-    fake::fake_runtime()
+    fake::fake_runtime_with(&[
+        ("CHD_FAKE_DEVICE_COUNT", "2"),
+        ("CHD_FAKE_BUSY_DEVICES", "1"),
+        ("CHD_FAKE_NVML_OWN_PID", &HOST_PID.to_string()),
+    ])
 }
 
 /// A procfs root whose `self/status` is this process's with `nspid` as its `NSpid:` line.

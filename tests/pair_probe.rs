@@ -12,19 +12,13 @@ mod fake;
 
 use std::time::Duration;
 
-use chd::topology::{Roots, Topology};
 use chd_process::{promtool_check_metrics, Chd, Metrics};
-use fake::fake_runtime;
-
-fn lib() -> &'static str {
-    fake_runtime().to_str().unwrap()
-}
+use fake::fake_runtime_path as lib;
 
 fn cpus() -> Vec<String> {
-    Topology::read(&Roots::default())
-        .unwrap()
-        .allowed_cpus()
-        .map(|c| c.id.to_string())
+    chd_process::allowed_cpus()
+        .iter()
+        .map(u32::to_string)
         .collect()
 }
 

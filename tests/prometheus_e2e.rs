@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use chd_process::Chd;
-use fake::fake_runtime;
+use fake::fake_runtime_path;
 use prometheus::{
     dashboard_queries, dashboards, free_port, rules_path, rules_with_for, substitute, Alert,
     Prometheus,
@@ -121,7 +121,7 @@ fn key(a: &Alert) -> String {
 #[test]
 fn alerts_fire_and_dashboards_return_data_in_a_real_prometheus() {
     let started = Instant::now();
-    let lib = fake_runtime().to_str().unwrap().to_string();
+    let lib = fake_runtime_path().to_string();
 
     // (a) A node probing the fake runtime.
     let tree = tempfile::tempdir().unwrap();

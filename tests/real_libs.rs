@@ -232,7 +232,7 @@ fn serve_on_real_cudart_12_9_79_fails_with_its_error_and_auto_falls_back_to_host
 fn probe_pair_with_real_nccl_2_32_3_reports_ncclcomminitall_own_error() {
     assert_no_driver();
     let lib = real_lib("nccl", "nvidia-nccl-cu12==2.32.3");
-    let fake = fake::fake_runtime().to_str().unwrap();
+    let fake = fake::fake_runtime_path();
     let cpu = one_cpu();
     let out = chd(
         &[
@@ -295,7 +295,7 @@ fn device_load_with_real_cublas_12_9_3_13_reports_cublascreate_own_error() {
             "--cuda-runtime",
             runtime.to_str().unwrap(),
             "--nvml",
-            fake::fake_runtime().to_str().unwrap(),
+            fake::fake_runtime_path(),
             "--cpus",
             &cpu,
             "--sizes",

@@ -5,11 +5,14 @@
 
 #[path = "support/chd_process.rs"]
 mod chd_process;
+#[path = "support/xlsx.rs"]
+mod xlsx;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use chd_process::chd_bin;
+use xlsx::zip_names;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -49,23 +52,6 @@ fn png_size(path: &Path) -> (u32, u32) {
     assert_eq!(&b[12..16], b"IHDR");
     let be = |s: &[u8]| u32::from_be_bytes([s[0], s[1], s[2], s[3]]);
     (be(&b[16..20]), be(&b[20..24]))
-}
-
-/// File names in a zip's central directory (an xlsx is a zip).
-fn zip_names(path: &Path) -> Vec<String> {
-    let b = std::fs::read(path).unwrap();
-    let mut names = Vec::new();
-    let mut i = 0;
-    while i + 46 <= b.len() {
-        if b[i..i + 4] == [0x50, 0x4b, 0x01, 0x02] {
-            let n = u16::from_le_bytes([b[i + 28], b[i + 29]]) as usize;
-            names.push(String::from_utf8_lossy(&b[i + 46..i + 46 + n]).into_owned());
-            i += 46 + n;
-        } else {
-            i += 1;
-        }
-    }
-    names
 }
 
 #[test]

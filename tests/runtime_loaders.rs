@@ -10,7 +10,7 @@
 mod fake;
 
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard, Once};
+use std::sync::{Mutex, MutexGuard};
 
 /// The fake's allocation counters are per process: tests that read them run one at a time.
 fn exclusive() -> MutexGuard<'static, ()> {
@@ -31,20 +31,14 @@ use chd::topology::{Roots, Topology};
 
 /// The fake reads its settings once per process: set them before the first load.
 fn setup() -> &'static Path {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: called once, before any thread of this test binary reads the environment
-        // through the fake runtime.
-        unsafe {
-            std::env::set_var("CHD_FAKE_DEVICE_COUNT", "3");
-            std::env::set_var("CHD_FAKE_H2D_GBPS", "50;1=25");
-            std::env::set_var("CHD_FAKE_FAIL_DEVICES", "2");
-            // Device 2 fails from the 4th copy of each stream on: in the middle of the timed
-            // copies, with earlier ones still queued.
-            std::env::set_var("CHD_FAKE_FAIL_AFTER", "3");
-        }
-    });
-    fake::fake_runtime()
+    fake::fake_runtime_with(&[
+        ("CHD_FAKE_DEVICE_COUNT", "3"),
+        ("CHD_FAKE_H2D_GBPS", "50;1=25"),
+        ("CHD_FAKE_FAIL_DEVICES", "2"),
+        // Device 2 fails from the 4th copy of each stream on: in the middle of the timed
+        // copies, with earlier ones still queued.
+        ("CHD_FAKE_FAIL_AFTER", "3"),
+    ])
 }
 
 fn live(symbol: &str) -> u64 {

@@ -8,14 +8,12 @@ mod chd_process;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use chd::topology::{Roots, Topology};
 use chd_process::{promtool_check_metrics, Chd, Metrics};
 
 fn allowed_cpus() -> Vec<String> {
-    Topology::read(&Roots::default())
-        .expect("live topology")
-        .allowed_cpus()
-        .map(|c| c.id.to_string())
+    chd_process::allowed_cpus()
+        .iter()
+        .map(u32::to_string)
         .collect()
 }
 

@@ -3,6 +3,9 @@
 //! measured is kept and the run can be resumed. A second signal gets the default action
 //! (the handler is installed with `SA_RESETHAND`), so a stuck run can still be killed.
 
+// sigaction: installing a signal handler is unsafe (it must be async-signal-safe).
+#![allow(unsafe_code)]
+
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};

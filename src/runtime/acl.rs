@@ -12,6 +12,9 @@
 //! CANN's open runtime header `include/external/acl/acl_rt.h` (hicann/runtime at 0bbc1964,
 //! `ACL_MINOR_VERSION` 17), which declares `aclrtUtilizationInfo` the same way.
 
+// FFI: libascendcl's C API, called through function pointers resolved at run time.
+#![allow(unsafe_code)]
+
 use std::ffi::{c_char, c_int, c_void};
 use std::path::Path;
 
@@ -247,7 +250,7 @@ impl AclRuntime {
     /// Number of NPUs visible to this process.
     pub fn device_count(&self) -> Result<u32, ApiError> {
         let mut n = 0u32;
-        // SAFETY: `n` is a valid out-pointer.
+        // SAFETY: `n` is a live local the runtime writes the count to.
         self.check("aclrtGetDeviceCount", unsafe {
             (self.get_device_count)(&mut n)
         })?;
@@ -326,13 +329,14 @@ impl Drop for AclRuntime {
 
 impl DeviceApi for AclRuntime {
     fn set_device(&self, device: i32) -> Result<(), ApiError> {
-        // SAFETY: plain value argument.
+        // SAFETY: takes the device id by value; an invalid one is an error code
+        // (ACL_ERROR_RT_INVALID_DEVICEID), not undefined behaviour.
         self.check("aclrtSetDevice", unsafe { (self.set_device)(device) })
     }
 
     fn host_alloc_pinned(&self, bytes: usize) -> Result<Handle, ApiError> {
         let mut p = std::ptr::null_mut();
-        // SAFETY: `p` is a valid out-pointer.
+        // SAFETY: `p` is a live local the runtime writes the host pointer to.
         self.check("aclrtMallocHost", unsafe {
             (self.malloc_host)(&mut p, bytes)
         })?;
@@ -340,13 +344,13 @@ impl DeviceApi for AclRuntime {
     }
 
     fn host_free_pinned(&self, ptr: Handle) -> Result<(), ApiError> {
-        // SAFETY: `ptr` came from aclrtMallocHost and is freed once.
+        // SAFETY: `ptr` came from aclrtMallocHost and is freed once (the `DeviceApi` handle contract).
         self.check("aclrtFreeHost", unsafe { (self.free_host)(ptr) })
     }
 
     fn device_alloc(&self, bytes: usize) -> Result<Handle, ApiError> {
         let mut p = std::ptr::null_mut();
-        // SAFETY: `p` is a valid out-pointer.
+        // SAFETY: `p` is a live local the runtime writes the device pointer to.
         self.check("aclrtMalloc", unsafe {
             (self.malloc)(&mut p, bytes, ACL_MEM_MALLOC_HUGE_FIRST)
         })?;
@@ -354,26 +358,27 @@ impl DeviceApi for AclRuntime {
     }
 
     fn device_free(&self, ptr: Handle) -> Result<(), ApiError> {
-        // SAFETY: `ptr` came from aclrtMalloc and is freed once.
+        // SAFETY: `ptr` came from aclrtMalloc and is freed once (the `DeviceApi` handle contract).
         self.check("aclrtFree", unsafe { (self.free)(ptr) })
     }
 
     fn stream_create(&self) -> Result<Handle, ApiError> {
         let mut s = std::ptr::null_mut();
-        // SAFETY: `s` is a valid out-pointer.
+        // SAFETY: `s` is a live local the runtime writes the stream handle to.
         self.check("aclrtCreateStream", unsafe { (self.create_stream)(&mut s) })?;
         Ok(s)
     }
 
     fn stream_destroy(&self, stream: Handle) -> Result<(), ApiError> {
-        // SAFETY: `stream` came from aclrtCreateStream and is destroyed once.
+        // SAFETY: `stream` came from aclrtCreateStream, its work is synchronized (CANN: never
+        // release what a stream may still use), and it is destroyed once (the `DeviceApi` handle contract).
         self.check("aclrtDestroyStream", unsafe {
             (self.destroy_stream)(stream)
         })
     }
 
     fn stream_synchronize(&self, stream: Handle) -> Result<(), ApiError> {
-        // SAFETY: `stream` is live.
+        // SAFETY: `stream` came from aclrtCreateStream and is not destroyed yet (the `DeviceApi` handle contract).
         self.check("aclrtSynchronizeStream", unsafe {
             (self.synchronize_stream)(stream)
         })
@@ -392,7 +397,8 @@ impl DeviceApi for AclRuntime {
             Direction::D2h => ACL_MEMCPY_DEVICE_TO_HOST,
         };
         // SAFETY: `dst` and `src` are live allocations of at least `bytes` bytes of the kinds
-        // `direction` names, owned by the caller until the stream is synchronized.
+        // `direction` names, owned by the caller until the stream is synchronized (the `DeviceApi` handle contract);
+        // host memory is aclrtMallocHost memory, as aclrtMemcpyAsync requires.
         self.check("aclrtMemcpyAsync", unsafe {
             (self.memcpy_async)(dst, bytes, src, bytes, kind, stream)
         })
@@ -405,7 +411,7 @@ impl DeviceApi for AclRuntime {
         bytes: usize,
         stream: Handle,
     ) -> Result<(), ApiError> {
-        // SAFETY: both are live device allocations of at least `bytes` bytes.
+        // SAFETY: both are live device allocations of at least `bytes` bytes (the `DeviceApi` handle contract).
         self.check("aclrtMemcpyAsync", unsafe {
             (self.memcpy_async)(dst, bytes, src, bytes, ACL_MEMCPY_DEVICE_TO_DEVICE, stream)
         })
@@ -413,25 +419,26 @@ impl DeviceApi for AclRuntime {
 
     fn event_create(&self) -> Result<Handle, ApiError> {
         let mut e = std::ptr::null_mut();
-        // SAFETY: `e` is a valid out-pointer.
+        // SAFETY: `e` is a live local the runtime writes the event handle to.
         self.check("aclrtCreateEvent", unsafe { (self.create_event)(&mut e) })?;
         Ok(e)
     }
 
     fn event_destroy(&self, event: Handle) -> Result<(), ApiError> {
-        // SAFETY: `event` came from aclrtCreateEvent and is destroyed once.
+        // SAFETY: `event` came from aclrtCreateEvent and is destroyed once (the `DeviceApi` handle contract).
         self.check("aclrtDestroyEvent", unsafe { (self.destroy_event)(event) })
     }
 
     fn event_record(&self, event: Handle, stream: Handle) -> Result<(), ApiError> {
-        // SAFETY: both handles are live.
+        // SAFETY: `event` and `stream` came from aclrtCreateEvent / aclrtCreateStream and are not
+        // released yet (the `DeviceApi` handle contract).
         self.check("aclrtRecordEvent", unsafe {
             (self.record_event)(event, stream)
         })
     }
 
     fn event_synchronize(&self, event: Handle) -> Result<(), ApiError> {
-        // SAFETY: `event` is live.
+        // SAFETY: `event` came from aclrtCreateEvent and is not destroyed yet (the `DeviceApi` handle contract).
         self.check("aclrtSynchronizeEvent", unsafe {
             (self.synchronize_event)(event)
         })
@@ -453,7 +460,7 @@ impl DeviceApi for AclRuntime {
     fn can_access_peer(&self, device: i32, peer: i32) -> Result<bool, ApiError> {
         let fns = self.peer_fns("aclrtDeviceCanAccessPeer")?;
         let mut can = 0i32;
-        // SAFETY: `can` is a valid out-pointer.
+        // SAFETY: `can` is a live local the runtime writes 0 or 1 to; the ids are values.
         self.check("aclrtDeviceCanAccessPeer", unsafe {
             (fns.can_access)(&mut can, device, peer)
         })?;
@@ -462,7 +469,8 @@ impl DeviceApi for AclRuntime {
 
     fn enable_peer_access(&self, peer: i32) -> Result<bool, ApiError> {
         let fns = self.peer_fns("aclrtDeviceEnablePeerAccess")?;
-        // SAFETY: plain values; flags must be 0.
+        // SAFETY: takes the peer id and flags by value (acl_rt.h: flags must be 0); a refused
+        // request is an error code.
         self.check("aclrtDeviceEnablePeerAccess", unsafe {
             (fns.enable)(peer, 0)
         })?;
@@ -471,7 +479,7 @@ impl DeviceApi for AclRuntime {
 
     fn disable_peer_access(&self, peer: i32) -> Result<(), ApiError> {
         let fns = self.peer_fns("aclrtDeviceDisablePeerAccess")?;
-        // SAFETY: plain value.
+        // SAFETY: takes the peer id by value; a refused request is an error code.
         self.check("aclrtDeviceDisablePeerAccess", unsafe {
             (fns.disable)(peer)
         })

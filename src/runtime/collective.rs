@@ -15,6 +15,9 @@
 //!   in use, please try again later", CANN 8.0 HCCL API reference): such communicators come
 //!   back as busy, for the caller to keep and retry.
 
+// FFI: NCCL's and HCCL's C APIs, called through function pointers resolved at run time.
+#![allow(unsafe_code)]
+
 use std::ffi::{c_char, c_int, c_void};
 use std::path::Path;
 
@@ -224,7 +227,8 @@ impl CollectiveApi for Nccl {
                     first.get_or_insert(e);
                 }
             }
-            // SAFETY: closes the group opened above.
+            // SAFETY: takes no arguments; it closes the group ncclGroupStart opened above, which
+            // NCCL requires for the destroys or aborts issued inside it to run.
             if let Err(e) = self.check("ncclGroupEnd", unsafe { (self.group_end)() }) {
                 first.get_or_insert(e);
             }

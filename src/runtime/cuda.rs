@@ -3,6 +3,9 @@
 //! shared measurement routine uses, and device discovery (name, PCI bus id, NUMA node from
 //! sysfs).
 
+// FFI: libcudart's C API, called through function pointers resolved at run time.
+#![allow(unsafe_code)]
+
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::path::{Path, PathBuf};
 
@@ -174,7 +177,7 @@ impl CudaRuntime {
     /// Number of visible devices (after CUDA_VISIBLE_DEVICES).
     pub fn device_count(&self) -> Result<u32, ApiError> {
         let mut n: c_int = 0;
-        // SAFETY: `n` is a valid out-pointer.
+        // SAFETY: `n` is a live local the runtime writes the count to.
         self.check("cudaGetDeviceCount", unsafe {
             (self.get_device_count)(&mut n)
         })?;
@@ -184,7 +187,7 @@ impl CudaRuntime {
     /// The runtime version, e.g. 12040.
     pub fn runtime_version(&self) -> Result<i32, ApiError> {
         let mut v: c_int = 0;
-        // SAFETY: `v` is a valid out-pointer.
+        // SAFETY: `v` is a live local the runtime writes the version to.
         self.check("cudaRuntimeGetVersion", unsafe {
             (self.runtime_get_version)(&mut v)
         })?;
@@ -217,7 +220,8 @@ impl CudaRuntime {
 
 impl DeviceApi for CudaRuntime {
     fn set_device(&self, device: i32) -> Result<(), ApiError> {
-        // SAFETY: plain value argument.
+        // SAFETY: takes the device ordinal by value; an invalid one is cudaErrorInvalidDevice,
+        // an error code.
         self.check("cudaSetDevice", unsafe { (self.set_device)(device) })
     }
 
@@ -231,25 +235,25 @@ impl DeviceApi for CudaRuntime {
     }
 
     fn host_free_pinned(&self, ptr: Handle) -> Result<(), ApiError> {
-        // SAFETY: `ptr` came from cudaHostAlloc and is freed once.
+        // SAFETY: `ptr` came from cudaHostAlloc and is freed once (the `DeviceApi` handle contract).
         self.check("cudaFreeHost", unsafe { (self.free_host)(ptr) })
     }
 
     fn device_alloc(&self, bytes: usize) -> Result<Handle, ApiError> {
         let mut p = std::ptr::null_mut();
-        // SAFETY: `p` is a valid out-pointer.
+        // SAFETY: `p` is a live local the runtime writes the device pointer to.
         self.check("cudaMalloc", unsafe { (self.malloc)(&mut p, bytes) })?;
         Ok(p)
     }
 
     fn device_free(&self, ptr: Handle) -> Result<(), ApiError> {
-        // SAFETY: `ptr` came from cudaMalloc and is freed once.
+        // SAFETY: `ptr` came from cudaMalloc and is freed once (the `DeviceApi` handle contract).
         self.check("cudaFree", unsafe { (self.free)(ptr) })
     }
 
     fn stream_create(&self) -> Result<Handle, ApiError> {
         let mut s = std::ptr::null_mut();
-        // SAFETY: `s` is a valid out-pointer.
+        // SAFETY: `s` is a live local the runtime writes the stream handle to.
         self.check("cudaStreamCreateWithFlags", unsafe {
             (self.stream_create_with_flags)(&mut s, CUDA_STREAM_NON_BLOCKING)
         })?;
@@ -257,14 +261,15 @@ impl DeviceApi for CudaRuntime {
     }
 
     fn stream_destroy(&self, stream: Handle) -> Result<(), ApiError> {
-        // SAFETY: `stream` came from cudaStreamCreateWithFlags and is destroyed once.
+        // SAFETY: `stream` came from cudaStreamCreateWithFlags, its work is synchronized, and it
+        // is destroyed once (the `DeviceApi` handle contract).
         self.check("cudaStreamDestroy", unsafe {
             (self.stream_destroy)(stream)
         })
     }
 
     fn stream_synchronize(&self, stream: Handle) -> Result<(), ApiError> {
-        // SAFETY: `stream` is live.
+        // SAFETY: `stream` came from cudaStreamCreateWithFlags and is not destroyed yet (the `DeviceApi` handle contract).
         self.check("cudaStreamSynchronize", unsafe {
             (self.stream_synchronize)(stream)
         })
@@ -283,7 +288,7 @@ impl DeviceApi for CudaRuntime {
             Direction::D2h => CUDA_MEMCPY_DEVICE_TO_HOST,
         };
         // SAFETY: `dst` and `src` are live allocations of at least `bytes` bytes of the kinds
-        // `direction` names, owned by the caller until the stream is synchronized.
+        // `direction` names, owned by the caller until the stream is synchronized (the `DeviceApi` handle contract).
         self.check("cudaMemcpyAsync", unsafe {
             (self.memcpy_async)(dst, src, bytes, kind, stream)
         })
@@ -305,25 +310,26 @@ impl DeviceApi for CudaRuntime {
 
     fn event_create(&self) -> Result<Handle, ApiError> {
         let mut e = std::ptr::null_mut();
-        // SAFETY: `e` is a valid out-pointer.
+        // SAFETY: `e` is a live local the runtime writes the event handle to.
         self.check("cudaEventCreate", unsafe { (self.event_create)(&mut e) })?;
         Ok(e)
     }
 
     fn event_destroy(&self, event: Handle) -> Result<(), ApiError> {
-        // SAFETY: `event` came from cudaEventCreate and is destroyed once.
+        // SAFETY: `event` came from cudaEventCreate and is destroyed once (the `DeviceApi` handle contract).
         self.check("cudaEventDestroy", unsafe { (self.event_destroy)(event) })
     }
 
     fn event_record(&self, event: Handle, stream: Handle) -> Result<(), ApiError> {
-        // SAFETY: both handles are live.
+        // SAFETY: `event` and `stream` came from cudaEventCreate / cudaStreamCreateWithFlags and
+        // are not released yet (the `DeviceApi` handle contract).
         self.check("cudaEventRecord", unsafe {
             (self.event_record)(event, stream)
         })
     }
 
     fn event_synchronize(&self, event: Handle) -> Result<(), ApiError> {
-        // SAFETY: `event` is live.
+        // SAFETY: `event` came from cudaEventCreate and is not destroyed yet (the `DeviceApi` handle contract).
         self.check("cudaEventSynchronize", unsafe {
             (self.event_synchronize)(event)
         })
@@ -340,7 +346,8 @@ impl DeviceApi for CudaRuntime {
 
     fn can_access_peer(&self, device: i32, peer: i32) -> Result<bool, ApiError> {
         let mut can: c_int = 0;
-        // SAFETY: `can` is a valid out-pointer.
+        // SAFETY: `can` is a live local the runtime writes 0 or 1 to; the ordinals are values
+        // (an invalid one is cudaErrorInvalidDevice, not undefined behaviour).
         self.check("cudaDeviceCanAccessPeer", unsafe {
             (self.peer.can_access)(&mut can, device, peer)
         })?;
@@ -359,7 +366,8 @@ impl DeviceApi for CudaRuntime {
     }
 
     fn disable_peer_access(&self, peer: i32) -> Result<(), ApiError> {
-        // SAFETY: plain value.
+        // SAFETY: takes the peer ordinal by value; disabling access that is not enabled is
+        // cudaErrorPeerAccessNotEnabled, an error code.
         self.check("cudaDeviceDisablePeerAccess", unsafe {
             (self.peer.disable)(peer)
         })

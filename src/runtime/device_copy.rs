@@ -8,6 +8,9 @@
 //! buffer a copy touches is runtime-allocated pinned memory (ACL's `aclrtMemcpyAsync` is
 //! undefined on pageable memory).
 
+// Views pinned host memory the runtime allocated (a raw pointer) as a byte slice.
+#![allow(unsafe_code)]
+
 use std::ffi::c_void;
 
 use super::pattern::{check_copy, fill_pattern};
@@ -26,6 +29,13 @@ pub struct ApiError {
 }
 
 /// The runtime calls the measurement needs. Implemented by the CUDA and ACL loaders.
+///
+/// Handle contract (what the implementations' `// SAFETY:` comments rely on): every
+/// [`Handle`] passed in was returned by the matching create/alloc call of the same runtime,
+/// has not been released yet, and a memory handle spans at least the `bytes` passed with
+/// it; each handle is released exactly once, after the work queued on it is synchronized.
+/// Callers hold handles in [`Guard`]s and [`HostBuffer`]s (released on drop) or, in the
+/// pair probe, in its per-cell owners, which keep to this.
 pub(crate) trait DeviceApi: Send + Sync {
     fn set_device(&self, device: i32) -> Result<(), ApiError>;
     fn host_alloc_pinned(&self, bytes: usize) -> Result<Handle, ApiError>;

@@ -7,6 +7,9 @@
 //! stream, binds a cuBLAS handle to it and loops `cublasSgemm_v2` + `cudaStreamSynchronize`
 //! until told to stop; everything is released on every path.
 
+// FFI: cuBLAS's C API, called through function pointers resolved at run time.
+#![allow(unsafe_code)]
+
 use std::ffi::{c_int, c_void};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -416,13 +419,14 @@ fn run_loop(
         // Synchronized before it is destroyed and before the matrices go, on error paths too.
         let stream = stream_guard(api).map_err(on)?;
         let mut raw = std::ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer.
+        // SAFETY: `raw` is a live local cublasCreate_v2 writes the handle to.
         cublas.check("cublasCreate_v2", unsafe { (cublas.create)(&mut raw) })?;
         let handle = HandleGuard {
             cublas,
             handle: raw,
         };
-        // SAFETY: both handles are live.
+        // SAFETY: `handle` (cublasCreate_v2) and `stream` (stream_create) are held by their
+        // guards, released only after this thread's loop ends.
         cublas.check("cublasSetStream_v2", unsafe {
             (cublas.set_stream)(handle.handle, stream.handle)
         })?;

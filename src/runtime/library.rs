@@ -4,6 +4,9 @@
 //! [`record_lookups`] lists the symbols a loader asks for, so tests can check a loader's
 //! declarations against a real vendor library without a second copy of the list.
 
+// FFI: dlopen (runs the library's initialisers), typed symbol lookup, C strings.
+#![allow(unsafe_code)]
+
 use std::cell::RefCell;
 use std::error::Error as _;
 use std::path::Path;
@@ -71,7 +74,8 @@ pub(crate) unsafe fn c_text(p: *const std::ffi::c_char) -> String {
     if p.is_null() {
         return String::new();
     }
-    // SAFETY: guaranteed by the caller.
+    // SAFETY: `p` is not NULL (checked above) and, by this function's contract, points to a
+    // NUL-terminated string; the borrow ends here, the text is copied.
     unsafe { std::ffi::CStr::from_ptr(p) }
         .to_string_lossy()
         .into_owned()
@@ -140,7 +144,8 @@ pub unsafe fn symbol<T: Copy>(
     let mut bytes = Vec::with_capacity(name.len() + 1);
     bytes.extend_from_slice(name.as_bytes());
     bytes.push(0);
-    // SAFETY: the caller guarantees `T` matches the symbol's type.
+    // SAFETY: `bytes` is NUL-terminated; by this function's contract `T` is the symbol's
+    // C function-pointer type and the copied pointer does not outlive `lib`.
     let found = unsafe { lib.get::<T>(&bytes) }.map(|s| *s);
     LOOKUPS.with(|l| {
         if let Some(lookups) = l.borrow_mut().as_mut() {
@@ -209,7 +214,8 @@ mod tests {
             unsafe { symbol(&lib, &name, "getpid") }.unwrap();
         // SAFETY: getpid has no preconditions.
         assert_eq!(unsafe { getpid() }, std::process::id() as libc::pid_t);
-        // SAFETY: never called.
+        // SAFETY: the lookup only reads libc's symbol table; the symbol is missing, nothing is
+        // called.
         let missing = unsafe { symbol::<unsafe extern "C" fn()>(&lib, &name, "chd_no_such_fn") };
         let text = missing.err().unwrap().to_string();
         assert!(text.contains("lacks symbol chd_no_such_fn"), "{text}");
@@ -218,7 +224,8 @@ mod tests {
     #[test]
     fn lookups_are_recorded_in_order_found_or_not_and_only_while_asked() {
         let (lib, name) = open("C library", None, &["libc.so.6"]).expect("libc loads");
-        // SAFETY: never called; the types are only carried.
+        // SAFETY: the lookups only read libc's symbol table; the `fn()` pointers are never
+        // called, the type is only carried.
         let look = |wanted| unsafe { symbol::<unsafe extern "C" fn()>(&lib, &name, wanted) };
         let _ = look("getpid");
         let ((), lookups) = record_lookups(|| {

@@ -17,6 +17,9 @@
 //! runs out of memory; the first touch then triggers the OOM killer. Keep buffers small
 //! relative to a node's memory (probes use MiBs, nodes have GiBs).
 
+// Syscalls on raw memory: mmap, mbind, move_pages, munmap, and slices over the mapping.
+#![allow(unsafe_code)]
+
 use std::ffi::c_void;
 use std::num::NonZeroUsize;
 use std::ptr::NonNull;
@@ -104,7 +107,9 @@ pub struct NodeBuffer {
 // SAFETY: NodeBuffer exclusively owns its mapping (like a Vec<u8>); nothing else aliases it,
 // `&self` only gives shared reads and `&mut self` exclusive writes.
 unsafe impl Send for NodeBuffer {}
-// SAFETY: see above; shared access is read-only.
+// SAFETY: the `&self` methods only read the bytes (`as_slice`) or ask the kernel where the
+// pages are (`move_pages` with nodes == NULL); `mbind` runs in the constructor, before the
+// buffer is shared, and writes need `&mut self`: shared references never race.
 unsafe impl Sync for NodeBuffer {}
 
 fn page_size() -> usize {

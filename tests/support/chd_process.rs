@@ -25,6 +25,16 @@ pub fn run_chd(args: &[&str], env: &[(&str, &str)]) -> Output {
         .expect("run chd")
 }
 
+/// The CPUs this process, and a chd it starts, may run on: online and in the affinity
+/// mask, ascending, as chd's topology reads them.
+pub fn allowed_cpus() -> Vec<u32> {
+    chd::topology::Topology::read(&chd::topology::Roots::default())
+        .expect("live topology")
+        .allowed_cpus()
+        .map(|c| c.id)
+        .collect()
+}
+
 /// Output bytes as text.
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -87,6 +97,20 @@ impl Chd {
     /// Everything chd logged so far.
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
+    }
+
+    /// Wait until chd has logged a line containing `needle`; panics after `timeout`.
+    pub fn wait_for_log(&self, needle: &str, timeout: Duration) {
+        let start = Instant::now();
+        while !self.log().contains(needle) {
+            if start.elapsed() > timeout {
+                panic!(
+                    "chd did not log {needle:?} within {timeout:?}; log:\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// GET `path`; returns (status, headers lowercased, body).

@@ -1,10 +1,11 @@
 //! Builds and locates `libchd_fake_runtime.so`, the workspace's stand-in for
-//! libcudart, NVML and libascendcl (tests/fake-runtime).
+//! libcudart, NVML and libascendcl (tests/fake-runtime), and configures it for tests that
+//! load it into their own process.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::{Once, OnceLock};
 
 /// Path of the fake runtime library next to the `chd` binary under test.
 pub fn fake_runtime() -> &'static PathBuf {
@@ -31,4 +32,27 @@ pub fn fake_runtime() -> &'static PathBuf {
         );
         lib
     })
+}
+
+/// [`fake_runtime`] as a `&str`, for command lines (`--cuda-runtime`, `--nvml`, ...).
+pub fn fake_runtime_path() -> &'static str {
+    fake_runtime().to_str().expect("UTF-8 path")
+}
+
+/// [`fake_runtime`] for a test binary that loads the fake into its own process: the fake
+/// reads its `CHD_FAKE_*` settings once per process, so `vars` are set before anything
+/// loads it. The first call of the process wins; every test of such a binary calls this
+/// with the same settings before it touches the fake.
+pub fn fake_runtime_with(vars: &[(&str, &str)]) -> &'static PathBuf {
+    static ENV: Once = Once::new();
+    ENV.call_once(|| {
+        for (k, v) in vars {
+            // SAFETY: `set_var` races with threads reading the environment. This runs once,
+            // inside `Once`, and every test of the binary calls it before loading the fake
+            // or reading the environment itself, so no thread reads while it writes (the
+            // test harness reads its own variables only before starting the tests).
+            unsafe { std::env::set_var(k, v) };
+        }
+    });
+    fake_runtime()
 }

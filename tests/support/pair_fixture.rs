@@ -2,7 +2,7 @@
 //! (live communicators, enabled peer access) in the same process as chd's probe.
 #![allow(dead_code)]
 
-use std::sync::{Arc, Mutex, MutexGuard, Once};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use chd::runtime::pair::{CommState, Holdings, PairParams, PairProbe};
@@ -15,16 +15,9 @@ mod fake;
 /// The fake reads its environment once per process: set `vars` before anything loads it,
 /// and take the process-wide lock (the fake's counters are global).
 pub fn setup(vars: &[(&str, &str)]) -> MutexGuard<'static, ()> {
-    static ENV: Once = Once::new();
     static SERIAL: Mutex<()> = Mutex::new(());
     let guard = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    ENV.call_once(|| {
-        for (k, v) in vars {
-            // SAFETY: set once, before any thread of this test binary loads the fake.
-            unsafe { std::env::set_var(k, v) };
-        }
-    });
-    fake::fake_runtime();
+    fake::fake_runtime_with(vars);
     guard
 }
 

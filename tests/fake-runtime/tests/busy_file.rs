@@ -32,10 +32,8 @@ fn acl_busy(device: i32) -> i32 {
         utilizationExtend: null_mut(),
     };
     // SAFETY: valid out-struct.
-    assert_eq!(
-        unsafe { aclrtGetDeviceUtilizationRate(device, &mut info) },
-        ACL_SUCCESS
-    );
+    let rc = unsafe { aclrtGetDeviceUtilizationRate(device, &mut info) };
+    assert_eq!(rc, ACL_SUCCESS);
     info.cubeUtilization
 }
 

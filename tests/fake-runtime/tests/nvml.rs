@@ -41,11 +41,9 @@ impl Drop for Init {
 
 fn handle(index: c_uint) -> nvmlDevice_t {
     let mut h = null_mut();
-    // SAFETY: valid out-pointer.
-    assert_eq!(
-        unsafe { nvmlDeviceGetHandleByIndex_v2(index, &mut h) },
-        NVML_SUCCESS
-    );
+    // SAFETY: `h` is a live local the call writes one handle to.
+    let rc = unsafe { nvmlDeviceGetHandleByIndex_v2(index, &mut h) };
+    assert_eq!(rc, NVML_SUCCESS);
     h
 }
 
@@ -239,10 +237,8 @@ fn processes(index: c_uint) -> Vec<nvmlProcessInfo_t> {
     let mut infos = vec![nvmlProcessInfo_t::default(); count as usize + 5];
     let mut cap = infos.len() as c_uint;
     // SAFETY: `infos` has `cap` entries.
-    assert_eq!(
-        unsafe { nvmlDeviceGetComputeRunningProcesses_v3(h, &mut cap, infos.as_mut_ptr()) },
-        NVML_SUCCESS
-    );
+    let rc = unsafe { nvmlDeviceGetComputeRunningProcesses_v3(h, &mut cap, infos.as_mut_ptr()) };
+    assert_eq!(rc, NVML_SUCCESS);
     infos.truncate(cap as usize);
     infos
 }

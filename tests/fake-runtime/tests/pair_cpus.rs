@@ -101,11 +101,10 @@ fn nccl_grouped(cpu: usize) -> f64 {
 fn hccl_threads(cpus: [usize; 2]) -> f64 {
     let mut comms = [null_mut(); 2];
     let mut devices = [0, 1];
-    // SAFETY: two devices, room for two handles.
-    assert_eq!(
-        unsafe { HcclCommInitAll(2, devices.as_mut_ptr(), comms.as_mut_ptr()) },
-        HCCL_SUCCESS
-    );
+    // SAFETY: `devices` lists the two devices and `comms` has room for the two
+    // handles HcclCommInitAll writes (hccl.h).
+    let rc = unsafe { HcclCommInitAll(2, devices.as_mut_ptr(), comms.as_mut_ptr()) };
+    assert_eq!(rc, HCCL_SUCCESS);
     let handles = comms.map(|c| c as usize);
     let threads: Vec<_> = (0..2)
         .map(|rank| {

@@ -22,11 +22,10 @@ fn setup() -> std::sync::MutexGuard<'static, ()> {
 fn nccl_collectives_fail_grouped_and_per_thread() {
     let _g = setup();
     let mut comms = [null_mut(); 2];
-    // SAFETY: room for two handles.
-    assert_eq!(
-        unsafe { ncclCommInitAll(comms.as_mut_ptr(), 2, null_mut()) },
-        NCCL_SUCCESS
-    );
+    // SAFETY: `comms` has room for the two handles ncclCommInitAll writes; a NULL
+    // devlist means the first two CUDA devices (nccl.h).
+    let rc = unsafe { ncclCommInitAll(comms.as_mut_ptr(), 2, null_mut()) };
+    assert_eq!(rc, NCCL_SUCCESS);
     let ranks = [CudaRank::new(0, 4096, 2, 1), CudaRank::new(1, 4096, 2, 2)];
     ranks.iter().for_each(CudaRank::start);
     // SAFETY: live buffers/streams/communicators.
@@ -85,11 +84,10 @@ fn hccl_collectives_fail() {
     let _g = setup();
     let mut comms = [null_mut(); 2];
     let mut devices = [0, 1];
-    // SAFETY: two devices, room for two handles.
-    assert_eq!(
-        unsafe { HcclCommInitAll(2, devices.as_mut_ptr(), comms.as_mut_ptr()) },
-        HCCL_SUCCESS
-    );
+    // SAFETY: `devices` lists the two devices and `comms` has room for the two
+    // handles HcclCommInitAll writes (hccl.h).
+    let rc = unsafe { HcclCommInitAll(2, devices.as_mut_ptr(), comms.as_mut_ptr()) };
+    assert_eq!(rc, HCCL_SUCCESS);
     let r = AclRank::new(0, 4096, 2, 1);
     r.start();
     // SAFETY: live buffers/stream/communicator.

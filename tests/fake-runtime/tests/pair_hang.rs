@@ -63,11 +63,10 @@ fn nccl_allgather_hangs_then_completes_with_exact_timing() {
 fn abort_cuts_a_hang_short() {
     let _g = setup();
     let mut comms = [null_mut(); 2];
-    // SAFETY: room for two handles.
-    assert_eq!(
-        unsafe { ncclCommInitAll(comms.as_mut_ptr(), 2, null_mut()) },
-        0
-    );
+    // SAFETY: `comms` has room for the two handles ncclCommInitAll writes; a NULL
+    // devlist means the first two CUDA devices (nccl.h).
+    let rc = unsafe { ncclCommInitAll(comms.as_mut_ptr(), 2, null_mut()) };
+    assert_eq!(rc, 0);
     let done = chd_fake_collectives(0);
     let handles = comms.map(|c| c as usize);
     let t = Instant::now();
@@ -104,11 +103,10 @@ fn hccl_allgather_and_peer_copies_hang_too() {
     let _g = setup();
     let mut comms = [null_mut(); 2];
     let mut devices = [0, 1];
-    // SAFETY: two devices, room for two handles.
-    assert_eq!(
-        unsafe { HcclCommInitAll(2, devices.as_mut_ptr(), comms.as_mut_ptr()) },
-        HCCL_SUCCESS
-    );
+    // SAFETY: `devices` lists the two devices and `comms` has room for the two
+    // handles HcclCommInitAll writes (hccl.h).
+    let rc = unsafe { HcclCommInitAll(2, devices.as_mut_ptr(), comms.as_mut_ptr()) };
+    assert_eq!(rc, HCCL_SUCCESS);
     let handles = comms.map(|c| c as usize);
     let threads: Vec<_> = (0..2)
         .map(|rank| {
@@ -151,11 +149,10 @@ fn hccl_allgather_and_peer_copies_hang_too() {
 fn a_buffer_freed_during_the_hang_fails_the_collective_instead_of_corrupting_memory() {
     let _g = setup();
     let mut comms = [null_mut(); 2];
-    // SAFETY: room for two handles.
-    assert_eq!(
-        unsafe { ncclCommInitAll(comms.as_mut_ptr(), 2, null_mut()) },
-        0
-    );
+    // SAFETY: `comms` has room for the two handles ncclCommInitAll writes; a NULL
+    // devlist means the first two CUDA devices (nccl.h).
+    let rc = unsafe { ncclCommInitAll(comms.as_mut_ptr(), 2, null_mut()) };
+    assert_eq!(rc, 0);
     let mut ranks = [CudaRank::new(0, 4096, 2, 1), CudaRank::new(1, 4096, 2, 2)];
     let args: Vec<[usize; 4]> = ranks
         .iter()

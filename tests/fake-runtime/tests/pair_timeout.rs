@@ -33,11 +33,10 @@ fn unique_id() -> ncclUniqueId {
 fn a_lone_nccl_rank_times_out_and_breaks_the_clique() {
     let _g = setup();
     let mut comms = [null_mut(); 2];
-    // SAFETY: room for two handles.
-    assert_eq!(
-        unsafe { ncclCommInitAll(comms.as_mut_ptr(), 2, null_mut()) },
-        0
-    );
+    // SAFETY: `comms` has room for the two handles ncclCommInitAll writes; a NULL
+    // devlist means the first two CUDA devices (nccl.h).
+    let rc = unsafe { ncclCommInitAll(comms.as_mut_ptr(), 2, null_mut()) };
+    assert_eq!(rc, 0);
     let ranks = [CudaRank::new(0, 4096, 2, 1), CudaRank::new(1, 4096, 2, 2)];
     // Calling rank 0 and then rank 1 from one thread without a group is a deadlock in real
     // NCCL; here rank 0's call gives up.
@@ -79,11 +78,10 @@ fn a_lone_nccl_rank_times_out_and_breaks_the_clique() {
 fn a_group_missing_a_rank_times_out() {
     let _g = setup();
     let mut comms = [null_mut(); 2];
-    // SAFETY: room for two handles.
-    assert_eq!(
-        unsafe { ncclCommInitAll(comms.as_mut_ptr(), 2, null_mut()) },
-        0
-    );
+    // SAFETY: `comms` has room for the two handles ncclCommInitAll writes; a NULL
+    // devlist means the first two CUDA devices (nccl.h).
+    let rc = unsafe { ncclCommInitAll(comms.as_mut_ptr(), 2, null_mut()) };
+    assert_eq!(rc, 0);
     let r = CudaRank::new(1, 4096, 2, 1);
     let t = Instant::now();
     // SAFETY: live buffers/stream/communicators.
@@ -105,21 +103,17 @@ fn init_rank_times_out_alone_and_works_afterwards() {
     let live = chd_fake_live_communicators();
     let mut comm = null_mut();
     let t = Instant::now();
-    // SAFETY: valid out-pointer.
-    assert_eq!(
-        unsafe { ncclCommInitRank(&mut comm, 2, unique_id(), 0) },
-        NCCL_SYSTEM_ERROR
-    );
+    // SAFETY: `comm` is a live local the call writes one handle to.
+    let rc = unsafe { ncclCommInitRank(&mut comm, 2, unique_id(), 0) };
+    assert_eq!(rc, NCCL_SYSTEM_ERROR);
     assert!(t.elapsed() >= TIMEOUT);
     assert_eq!(chd_fake_live_communicators(), live);
 
     // The same id, both ranks this time.
     let id = unique_id();
-    // SAFETY: valid out-pointer.
-    assert_eq!(
-        unsafe { ncclCommInitRank(&mut comm, 2, id, 1) },
-        NCCL_SYSTEM_ERROR
-    );
+    // SAFETY: `comm` is a live local the call writes one handle to.
+    let rc = unsafe { ncclCommInitRank(&mut comm, 2, id, 1) };
+    assert_eq!(rc, NCCL_SYSTEM_ERROR);
     let threads: Vec<_> = (0..2)
         .map(|rank| {
             std::thread::spawn(move || {
@@ -147,11 +141,10 @@ fn a_lone_hccl_rank_times_out() {
     let _g = setup();
     let mut comms = [null_mut(); 2];
     let mut devices = [0, 1];
-    // SAFETY: two devices, room for two handles.
-    assert_eq!(
-        unsafe { HcclCommInitAll(2, devices.as_mut_ptr(), comms.as_mut_ptr()) },
-        HCCL_SUCCESS
-    );
+    // SAFETY: `devices` lists the two devices and `comms` has room for the two
+    // handles HcclCommInitAll writes (hccl.h).
+    let rc = unsafe { HcclCommInitAll(2, devices.as_mut_ptr(), comms.as_mut_ptr()) };
+    assert_eq!(rc, HCCL_SUCCESS);
     let r = AclRank::new(0, 4096, 2, 1);
     let t = Instant::now();
     // SAFETY: live buffers/stream/communicators; valid out-pointers.

@@ -79,7 +79,8 @@ fn cuda_peer_copies_are_host_staged_until_peer_access_is_enabled() {
     let a = CudaRank::new(0, MIB32, 1, 1);
     let b = CudaRank::new(1, MIB32, 1, 2);
     let peer_copy = |stream| {
-        // SAFETY (all closures): live device buffers of MIB32 bytes, live streams.
+        // SAFETY: `a.recv` and `b.send` are MIB32-byte device buffers and `stream` one of the
+        // ranks' streams, all live until the ranks drop at the end of the test.
         cuda_ms(stream, || unsafe {
             cudaMemcpyPeerAsync(a.recv, 0, b.send, 1, MIB32, stream)
         })
@@ -111,7 +112,8 @@ fn cuda_peer_copies_are_host_staged_until_peer_access_is_enabled() {
     }
     assert_close(peer_copy(b.stream), expected_ms(MIB32, 20.0));
     // cudaMemcpyAsync device-to-device (kind 3) and default (kind 4) across devices.
-    // SAFETY (closures): live device buffers of MIB32 bytes, live streams.
+    // SAFETY: every buffer is a MIB32-byte device buffer of a
+    // rank and `b.stream` its stream, all live until the ranks drop at the end of the test.
     let ms = cuda_ms(b.stream, || unsafe {
         cudaMemcpyAsync(
             b.recv,
@@ -123,11 +125,13 @@ fn cuda_peer_copies_are_host_staged_until_peer_access_is_enabled() {
     });
     assert_close(ms, expected_ms(MIB32, 20.0));
     assert_eq!(b.recv_bytes(), pattern(MIB32, 1));
+    // SAFETY: as above.
     let ms = cuda_ms(b.stream, || unsafe {
         cudaMemcpyAsync(b.recv, a.send, MIB32, CUDA_MEMCPY_DEFAULT, b.stream)
     });
     assert_close(ms, expected_ms(MIB32, 20.0));
     // Same device: the device's own rate, peer access or not.
+    // SAFETY: as above.
     let ms = cuda_ms(b.stream, || unsafe {
         cudaMemcpyAsync(
             b.recv,
@@ -138,6 +142,7 @@ fn cuda_peer_copies_are_host_staged_until_peer_access_is_enabled() {
         )
     });
     assert_close(ms, expected_ms(MIB32, 12.3));
+    // SAFETY: as above.
     let ms = cuda_ms(b.stream, || unsafe {
         cudaMemcpyPeerAsync(b.recv, 1, b.send, 1, MIB32, b.stream)
     });

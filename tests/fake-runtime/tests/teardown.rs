@@ -161,11 +161,10 @@ fn hccl_destroy_says_try_again_while_an_allgather_is_in_flight() {
     let live = chd_fake_live_communicators();
     let mut comms = [null_mut(); 2];
     let mut devices = [0, 1];
-    // SAFETY: two devices, room for two handles.
-    assert_eq!(
-        unsafe { HcclCommInitAll(2, devices.as_mut_ptr(), comms.as_mut_ptr()) },
-        HCCL_SUCCESS
-    );
+    // SAFETY: `devices` lists the two devices and `comms` has room for the two
+    // handles HcclCommInitAll writes (hccl.h).
+    let rc = unsafe { HcclCommInitAll(2, devices.as_mut_ptr(), comms.as_mut_ptr()) };
+    assert_eq!(rc, HCCL_SUCCESS);
     let handles = comms.map(|c| c as usize);
     let threads: Vec<_> = (0..2)
         .map(|rank| {

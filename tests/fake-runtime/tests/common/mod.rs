@@ -156,11 +156,9 @@ impl CudaRank {
 
     /// Records the start event on the rank's stream.
     pub fn start(&self) {
-        // SAFETY: live handles.
-        assert_eq!(
-            unsafe { chd_fake_runtime::cuda::cudaEventRecord(self.start, self.stream) },
-            0
-        );
+        // SAFETY: `start` and `stream` were created in `new` and are destroyed only in `drop`.
+        let rc = unsafe { chd_fake_runtime::cuda::cudaEventRecord(self.start, self.stream) };
+        assert_eq!(rc, 0);
     }
 
     /// Records the end event and returns the elapsed milliseconds since [`Self::start`].
@@ -280,11 +278,9 @@ impl AclRank {
 
     /// Records the start event on the rank's stream.
     pub fn start(&self) {
-        // SAFETY: live handles.
-        assert_eq!(
-            unsafe { chd_fake_runtime::acl::aclrtRecordEvent(self.start, self.stream) },
-            0
-        );
+        // SAFETY: `start` and `stream` were created in `new` and are destroyed only in `drop`.
+        let rc = unsafe { chd_fake_runtime::acl::aclrtRecordEvent(self.start, self.stream) };
+        assert_eq!(rc, 0);
     }
 
     /// Records the end event and returns the elapsed milliseconds since [`Self::start`].

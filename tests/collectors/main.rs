@@ -1,0 +1,12 @@
+//! Scrape-time collectors on fixture trees (`tests/fixtures/collectors/<tree>/{sys,proc}`,
+//! described in that directory's README): exact exported values and labels, the error
+//! accounting of the `odd` tree over two scrapes, filters and switches, and
+//! `promtool check metrics` on every tree's output.
+
+mod exposition;
+mod filters;
+mod infiniband;
+mod odd;
+mod real_sources;
+mod roce_dual_rail;
+mod scrape;

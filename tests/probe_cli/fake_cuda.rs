@@ -1,0 +1,230 @@
+//! `chd probe h2d` through the fake CUDA runtime: a planted slow device, load profiles and
+//! the device load.
+
+use std::collections::BTreeMap;
+
+use crate::chd_process::allowed_cpus;
+use crate::chd_process::run_chd as chd;
+use crate::chd_process::text;
+use crate::common::{assert_ok, cpu_count, records};
+use crate::fake;
+
+pub(crate) fn fake_args(lib: &str) -> Vec<&str> {
+    vec!["--backend", "cuda", "--cuda-runtime", lib, "--nvml", lib]
+}
+
+pub(crate) const FAKE_ENV: [(&str, &str); 2] = [
+    ("CHD_FAKE_DEVICE_COUNT", "4"),
+    ("CHD_FAKE_H2D_GBPS", "58.9;0=12.3"),
+];
+
+#[test]
+fn planted_slow_device_is_the_one_the_summary_names() {
+    let lib = fake::fake_runtime_path();
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "probe",
+        "h2d",
+        "--cpus",
+        "auto",
+        "--sizes",
+        "1MiB,4MiB",
+        "--iters",
+        "2",
+        "--repeats",
+        "2",
+        "--out",
+    ];
+    let out_dir = dir.path().to_str().unwrap();
+    args.push(out_dir);
+    args.extend(fake_args(lib));
+    let out = chd(&args, &FAKE_ENV);
+    assert_ok(&out);
+    let stdout = text(&out.stdout);
+    let findings: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("finding: "))
+        .collect();
+    assert_eq!(findings.len(), 1, "{stdout}");
+    assert!(
+        findings[0]
+            .starts_with("finding: device 0 is slow in 2 of 2 matrices: 0.21 x the typical device"),
+        "{stdout}"
+    );
+    let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+    assert!(
+        summary.contains("- device 0 is slow in 2 of 2 matrices"),
+        "{summary}"
+    );
+    for d in ["1", "2", "3"] {
+        assert!(
+            !summary.contains(&format!("device {d} is slow")),
+            "{summary}"
+        );
+    }
+    let slow_rows: Vec<&str> = summary
+        .lines()
+        .filter(|l| l.ends_with("| **slow** |"))
+        .collect();
+    assert_eq!(slow_rows.len(), 2, "{summary}");
+    assert!(
+        slow_rows.iter().all(|l| l.starts_with("| 0 | Fake H200 |")),
+        "{slow_rows:?}"
+    );
+    // Pinned memory by default on an accelerator backend, recorded per sample.
+    assert!(records(dir.path())
+        .iter()
+        .all(|r| r["host_memory"] == "pinned" && r["bytes_per_second"].as_f64().is_some()));
+}
+
+#[test]
+fn load_profiles_run_once_each_and_the_report_compares_them_with_idle() {
+    let lib = fake::fake_runtime_path();
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "probe",
+        "h2d",
+        "--sizes",
+        "1MiB",
+        "--iters",
+        "1",
+        "--samples",
+        "2",
+        "--load",
+        "idle",
+        "--load",
+        "cpu:1",
+        "--memory",
+        "pinned,pageable",
+        "--out",
+    ];
+    args.push(dir.path().to_str().unwrap());
+    args.extend(fake_args(lib));
+    let out = chd(&args, &FAKE_ENV);
+    assert_ok(&out);
+    let all = records(dir.path());
+    let mut per_load: BTreeMap<String, usize> = BTreeMap::new();
+    for r in &all {
+        *per_load
+            .entry(r["load"].as_str().unwrap().to_string())
+            .or_default() += 1;
+    }
+    let per_profile = cpu_count() * 4 * 2 * 2;
+    assert_eq!(per_load.get("idle"), Some(&per_profile), "{per_load:?}");
+    assert_eq!(per_load.get("cpu:1"), Some(&per_profile), "{per_load:?}");
+    // Idle first, then the loaded profile.
+    let first_loaded = all.iter().position(|r| r["load"] == "cpu:1").unwrap();
+    assert!(all[..first_loaded].iter().all(|r| r["load"] == "idle"));
+    let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+    assert!(
+        summary.contains("## Load profiles against idle"),
+        "{summary}"
+    );
+    // The fake times copies on a virtual clock, so load changes nothing: +0.0%.
+    assert!(
+        summary.contains("| H2D 1MiB h2d, pinned memory | cpu:1 | 0 | 12.30 | 12.30 | +0.0% |"),
+        "{summary}"
+    );
+    assert!(dir.path().join("h2d_1MiB_pageable_cpu-1.png").is_file());
+}
+
+#[test]
+fn device_load_runs_gemms_on_every_device_and_the_report_shows_the_copy_slowdown() {
+    let lib = fake::fake_runtime_path();
+    let dir = tempfile::tempdir().unwrap();
+    let cpu = allowed_cpus()[0].to_string();
+    let mut args = vec![
+        "probe",
+        "h2d",
+        "--cpus",
+        &cpu,
+        "--sizes",
+        "1MiB",
+        "--iters",
+        "2",
+        "--repeats",
+        "2",
+        "--load",
+        "idle",
+        "--load",
+        "device",
+        "--out",
+    ];
+    args.push(dir.path().to_str().unwrap());
+    args.extend(fake_args(lib));
+    // The fake's cuBLAS halves a device's copy rate while a gemm is in flight on it.
+    let mut env = FAKE_ENV.to_vec();
+    env.push(("CHD_FAKE_LOAD_COPY_FACTOR", "0.5"));
+    let out = chd(&args, &env);
+    assert_ok(&out);
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("device load: cuBLAS from "), "{stderr}");
+    let all = records(dir.path());
+    let first_loaded = all.iter().position(|r| r["load"] == "device").unwrap();
+    assert!(all[..first_loaded].iter().all(|r| r["load"] == "idle"));
+    assert_eq!(all.len(), 2 * first_loaded);
+    let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+    for (device, idle, loaded) in [
+        ("0", "12.30", "6.15"),
+        ("1", "58.90", "29.45"),
+        ("2", "58.90", "29.45"),
+        ("3", "58.90", "29.45"),
+    ] {
+        let row = format!(
+            "| H2D 1MiB h2d, pinned memory | device | {device} | {idle} | {loaded} | -50.0% |"
+        );
+        assert!(summary.contains(&row), "{row} missing from\n{summary}");
+    }
+}
+
+#[test]
+fn device_load_is_refused_with_the_reason() {
+    // The host backend has no device to run a matrix multiply on.
+    let out = chd(
+        &[
+            "probe",
+            "h2d",
+            "--backend",
+            "host",
+            "--sizes",
+            "1MiB",
+            "--load",
+            "idle",
+            "--load",
+            "device",
+        ],
+        &[],
+    );
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(
+            "load profile \"device\" is not supported by the host backend: it has no \
+             accelerator to run a matrix multiply on; use idle or cpu:N"
+        ),
+        "{stderr}"
+    );
+    // Nor does chd run one through the acl backend yet.
+    let lib = fake::fake_runtime_path();
+    let out = chd(
+        &[
+            "probe",
+            "h2d",
+            "--backend",
+            "acl",
+            "--acl-runtime",
+            lib,
+            "--sizes",
+            "1MiB",
+            "--load",
+            "device",
+        ],
+        &FAKE_ENV,
+    );
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("load profile \"device\" is not supported by the acl backend: "),
+        "{stderr}"
+    );
+}

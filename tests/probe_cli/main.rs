@@ -1,0 +1,18 @@
+//! `chd probe` end to end through the real binary: a run directory with its report on this
+//! machine (host backend), resume after SIGKILL and after Ctrl-C with no sample measured
+//! twice or lost, load profiles, a planted slow device through the fake CUDA runtime, the
+//! affinity probe, and the errors a user can make.
+
+#[path = "../support/chd_process.rs"]
+mod chd_process;
+#[path = "../support/fake_runtime.rs"]
+mod fake;
+#[path = "../support/xlsx.rs"]
+mod xlsx;
+
+mod common;
+mod fake_cuda;
+mod host;
+mod pair;
+mod pair_resume;
+mod resume;
