@@ -2,15 +2,17 @@
 //!
 //! Data flow: `topology` reads the machine; the `schedule` loop opens probe windows when the
 //! idle gate allows; `probe` measures cells on CPU-bound threads through a `runtime::Backend`;
-//! results land in the `store` (persisted to the state file); `exposition` serves the store
-//! and the probe health counters at `/metrics`.
+//! results land in the `store` (persisted through `format::state_file`); `exposition` serves
+//! the store and the probe health counters at `/metrics`. The module map, and the rule that
+//! no module names one above it, are in docs/ARCHITECTURE.md (checked by
+//! tests/architecture.rs). The library never prints; the binary does.
 //!
 //! `unsafe` is denied crate-wide. Only the modules that call C or the kernel directly allow
 //! it, each with an inner `#![allow(unsafe_code)]` saying why: `runtime::{cuda, acl,
 //! collective, gemm, library}` (vendor C APIs loaded at run time), `runtime::device_copy`
 //! (pinned host memory from the runtime as a slice), `runtime::numa_memory` (mmap, mbind,
-//! move_pages) and `probe::interrupt` (sigaction). Every `unsafe` block there carries a
-//! `// SAFETY:` comment (`clippy::undocumented_unsafe_blocks`, set in Cargo.toml).
+//! move_pages). In the binary, only `commands::interrupt` (sigaction). Every `unsafe` block
+//! carries a `// SAFETY:` comment (`clippy::undocumented_unsafe_blocks`, set in Cargo.toml).
 
 #![deny(unsafe_code)]
 

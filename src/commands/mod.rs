@@ -5,10 +5,12 @@
 //! - [`probe`]: `chd probe h2d` and `chd probe pair`, the one-shot driver.
 //! - [`plan`]: a run's plan from its flags (or the resumed run's plan).
 //! - [`affinity`]: `chd probe affinity`.
+//! - [`interrupt`]: Ctrl-C that lets the cell in flight finish (the binary's one `unsafe`).
 //! - [`progress`]: the progress bar or lines of a one-shot run.
 //! - [`report`]: `chd report`.
 
 pub mod affinity;
+pub mod interrupt;
 pub mod plan;
 pub mod probe;
 pub mod progress;

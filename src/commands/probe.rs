@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context as _};
 
+use super::interrupt::InterruptGuard;
 use super::plan::{differences, pair_plan_from, plan_from};
 use super::progress::Progress;
 use chd::config::{Config, Layer, PairSelection, RuntimeLayer};
@@ -20,7 +21,6 @@ use chd::format::run_dir::{
 };
 use chd::load::device::{self, DeviceProfile};
 use chd::probe::execute::{execute, Context};
-use chd::probe::interrupt::InterruptGuard;
 use chd::probe::pairs::{measure_pair, pair_methods, pair_operation};
 use chd::report::{self, dataset::Dataset};
 use chd::runtime::gemm::DeviceLoader;

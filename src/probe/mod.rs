@@ -3,7 +3,6 @@
 
 pub mod execute;
 pub mod h2d;
-pub mod interrupt;
 pub mod oneshot;
 pub mod pairs;
 
