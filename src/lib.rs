@@ -27,7 +27,6 @@ pub mod replay;
 pub mod report;
 pub mod runtime;
 pub mod schedule;
-pub mod serve;
 pub mod stats;
 pub mod store;
 pub mod topology;

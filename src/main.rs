@@ -55,7 +55,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .thread_name("chd-worker")
                 .build()
                 .context("starting the async runtime")?;
-            runtime.block_on(chd::serve::run(config))
+            runtime.block_on(commands::serve::run(config))
         }
         Command::Probe(probe) => commands::probe::run(cli.probe_request(probe)),
         Command::Report(args) => commands::report::run(&args.request()),

@@ -15,3 +15,4 @@ pub mod plan;
 pub mod probe;
 pub mod progress;
 pub mod report;
+pub mod serve;

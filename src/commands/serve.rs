@@ -7,22 +7,22 @@ use anyhow::Context;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
-use crate::collect::{self, PciDeviceRef};
-use crate::config::{Config, FALLBACK_STATE_DIR};
-use crate::exposition::pair_probe_collector::PairProbeView;
-use crate::exposition::server;
-use crate::exposition::store_collector::StoreView;
-use crate::runtime::{self, Backend, DeviceInfo};
-use crate::schedule::metrics::ProbeMetrics;
-use crate::schedule::Scheduler;
-use crate::store::persist::{self, Loaded};
-use crate::store::{unix_now, CellKey, SharedStore, Store};
-use crate::topology::Topology;
+use chd::collect::{self, PciDeviceRef};
+use chd::config::{Config, FALLBACK_STATE_DIR};
+use chd::exposition::pair_probe_collector::PairProbeView;
+use chd::exposition::server;
+use chd::exposition::store_collector::StoreView;
+use chd::runtime::{self, Backend, DeviceInfo};
+use chd::schedule::metrics::ProbeMetrics;
+use chd::schedule::Scheduler;
+use chd::store::persist::{self, Loaded};
+use chd::store::{unix_now, CellKey, SharedStore, Store};
+use chd::topology::Topology;
 
 /// Every cell of the copy matrix for these CPUs and the backend's devices.
 pub fn universe(config: &Config, cpus: &[u32], backend: &dyn Backend) -> Vec<CellKey> {
     let devices: Vec<&str> = backend.devices().iter().map(|d| d.id.as_str()).collect();
-    crate::probe::copy_cells(
+    chd::probe::copy_cells(
         cpus,
         &devices,
         &config.probe.sizes_bytes,
@@ -39,7 +39,7 @@ fn open_pairs(
     if config.probe.pairs.is_empty() {
         return (None, Vec::new());
     }
-    let pairs = match crate::probe::pairs::resolve(
+    let pairs = match chd::probe::pairs::resolve(
         &config.probe.pairs,
         opened.backend.devices(),
         &config.roots.sysfs,
@@ -140,21 +140,21 @@ fn matrix_page(
         let store = store
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        crate::report::svg::matrix_page(&store, &topology, &devices)
+        chd::report::svg::matrix_page(&store, &topology, &devices)
     })
 }
 
 /// Serve a recording (`--replay`) until a termination signal: no probing, no collectors,
 /// no state written; every tick counts as `disabled`.
 async fn run_replay(config: Config, path: std::path::PathBuf) -> anyhow::Result<()> {
-    let replay = crate::replay::load(&path, config.probe.samples_per_cell)
+    let replay = chd::replay::load(&path, config.probe.samples_per_cell)
         .with_context(|| format!("replaying {}", path.display()))?;
     tracing::info!("replaying {}: {}", path.display(), replay.description);
     for w in &replay.warnings {
         tracing::warn!("replaying {}: {w}", path.display());
     }
     let topology = Arc::new(replay.topology);
-    let backend = crate::replay::ReplayBackend {
+    let backend = chd::replay::ReplayBackend {
         devices: replay.devices,
     };
     let mut registry = Registry::default();
