@@ -184,8 +184,8 @@ pub struct RunArgs {
 impl RunArgs {
     /// These flags as the library's run options; the caller fills in `cpus`, `sizes`,
     /// `warmup`, `iterations` and `repeats` (their help differs per subcommand).
-    fn options(&self, cli: &Cli) -> crate::commands::probe::RunOptions {
-        crate::commands::probe::RunOptions {
+    fn options(&self, cli: &Cli) -> crate::commands::request::RunOptions {
+        crate::commands::request::RunOptions {
             layer: cli.runtime_layer(&self.runtime),
             out: self.out.clone(),
             resume: self.resume,
@@ -387,8 +387,8 @@ impl Cli {
     }
 
     /// `chd probe`'s flags as the library's request.
-    pub fn probe_request(&self, probe: &ProbeCommand) -> crate::commands::probe::ProbeRequest {
-        use crate::commands::probe::{
+    pub fn probe_request(&self, probe: &ProbeCommand) -> crate::commands::request::ProbeRequest {
+        use crate::commands::request::{
             AffinityRequest, H2dRequest, PairRequest, ProbeRequest, RunOptions,
         };
         match probe {

@@ -4,7 +4,7 @@
 
 use anyhow::{anyhow, bail, Context as _};
 
-use super::probe::AffinityRequest;
+use super::request::AffinityRequest;
 use chd::config::{Config, CpuSelection};
 use chd::format::affinity_file::{self, AffinityRow};
 use chd::topology::Topology;

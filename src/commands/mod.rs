@@ -2,11 +2,13 @@
 //! clap), runs it through the library and prints. With `main.rs`, the only code that writes to
 //! stdout; the library returns values and typed errors.
 //!
+//! - [`serve`]: `chd serve`, the exporter's wiring.
 //! - [`probe`]: `chd probe h2d` and `chd probe pair`, the one-shot driver.
 //! - [`plan`]: a run's plan from its flags (or the resumed run's plan).
 //! - [`affinity`]: `chd probe affinity`.
 //! - [`interrupt`]: Ctrl-C that lets the cell in flight finish (the binary's one `unsafe`).
 //! - [`progress`]: the progress bar or lines of a one-shot run.
+//! - [`request`]: what `chd probe` was asked.
 //! - [`report`]: `chd report`.
 
 pub mod affinity;
@@ -15,4 +17,5 @@ pub mod plan;
 pub mod probe;
 pub mod progress;
 pub mod report;
+pub mod request;
 pub mod serve;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::probe::{H2dRequest, PairRequest, RunOptions};
+use super::request::{H2dRequest, PairRequest, RunOptions};
 use chd::config::CpuSelection;
 use chd::format::run_dir::{MatrixKind, RunPlan};
 use chd::load::{LoadError, LoadProfile};

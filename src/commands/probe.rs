@@ -1,5 +1,5 @@
-//! `chd probe`: the requests the CLI fills (nothing here knows clap), and the one driver behind
-//! `chd probe h2d` and `chd probe pair`: take the plan (`super::plan`, or the plan of the run
+//! `chd probe`: the one driver behind `chd probe h2d` and `chd probe pair` (their requests are
+//! in `super::request`): take the plan (`super::plan`, or the plan of the run
 //! being resumed), open the backend (and for pairs the collective), measure with progress and
 //! Ctrl-C handling, stream samples to `--out DIR`, and finish with the report. The two
 //! subcommands differ only in how they plan and what measures one slot.
@@ -14,6 +14,7 @@ use anyhow::{anyhow, bail, Context as _};
 use super::interrupt::InterruptGuard;
 use super::plan::{differences, pair_plan_from, plan_from};
 use super::progress::Progress;
+use super::request::{H2dRequest, PairRequest, ProbeRequest, RunOptions};
 use chd::config::{Config, Layer, PairSelection, RuntimeLayer};
 use chd::format::run_dir::{
     self as record, CellLog, DeviceMeta, Machine, MatrixKind, RunFile, RunPlan,
@@ -29,76 +30,6 @@ use chd::runtime::select::Opened;
 use chd::runtime::{self, Direction, HostMemory, ProbeError};
 use chd::store::{unix_now, CellKey};
 use chd::topology::Topology;
-
-/// A `chd probe` subcommand.
-#[derive(Debug, Clone)]
-pub enum ProbeRequest {
-    H2d(H2dRequest),
-    Pair(PairRequest),
-    Affinity(AffinityRequest),
-}
-
-/// The options `chd probe h2d` and `chd probe pair` share: `None` (or `false`) = not given
-/// (the default, or the resumed run's value).
-#[derive(Debug, Clone, Default)]
-pub struct RunOptions {
-    /// Global and runtime flags (paths, backend, device and collective libraries);
-    /// `runtime.host_memory` is ignored.
-    pub layer: Layer,
-    /// CPUs; for pairs those of both ranks (the matrix is these x these).
-    pub cpus: Option<String>,
-    /// Copy sizes (h2d) or bytes per rank (pair).
-    pub sizes: Option<Vec<String>>,
-    /// Untimed operations before each sample.
-    pub warmup: Option<u32>,
-    /// Timed operations per sample.
-    pub iterations: Option<u32>,
-    /// Samples per cell (and load profile).
-    pub repeats: Option<u32>,
-    /// Run directory: samples stream to `cells.jsonl` there, and the report is written there.
-    pub out: Option<PathBuf>,
-    /// Continue the interrupted run in `out` with its plan.
-    pub resume: bool,
-    /// `table`, `csv` or `json` on stdout when there is no `--out`.
-    pub format: Option<String>,
-    /// Do not write the report at the end.
-    pub no_report: bool,
-    /// Plain progress lines even on a terminal.
-    pub no_progress_bar: bool,
-}
-
-/// `chd probe h2d` as asked: `None` = not given (the default, or the resumed run's value).
-#[derive(Debug, Clone, Default)]
-pub struct H2dRequest {
-    pub run: RunOptions,
-    /// Comma-separated device labels, or `all`.
-    pub devices: Option<String>,
-    /// `h2d`, `d2h`.
-    pub directions: Option<Vec<String>>,
-    /// Comma-separated host memory kinds.
-    pub host_memory: Option<String>,
-    /// Load profiles, one run per profile [default: the resumed run's, else `idle`].
-    pub loads: Vec<String>,
-}
-
-/// `chd probe pair` as asked: `None` (or empty) = not given.
-#[derive(Debug, Clone, Default)]
-pub struct PairRequest {
-    pub run: RunOptions,
-    /// Device pairs, each `A,B` or `auto` [default: the resumed run's pairs, else `auto`].
-    pub pairs: Vec<String>,
-    /// Longest one cell may take, e.g. `30s`.
-    pub timeout: Option<String>,
-}
-
-/// `chd probe affinity`.
-#[derive(Debug, Clone, Default)]
-pub struct AffinityRequest {
-    pub layer: Layer,
-    pub cpus: Option<String>,
-    pub out: Option<PathBuf>,
-    pub format: Option<String>,
-}
 
 /// Run a `chd probe` subcommand.
 pub fn run(request: ProbeRequest) -> anyhow::Result<()> {
