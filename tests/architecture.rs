@@ -1,7 +1,8 @@
 //! The module map of docs/ARCHITECTURE.md holds: every `crate::<module>` a library module
 //! names (imports, paths, test modules included; comments excluded) is a module of a lower
 //! layer of the map, so no module depends on one above it and there is no cycle. The map is
-//! the fenced `layers` block of the document, bottom layer first.
+//! the fenced `layers` block of the document, bottom layer first. Inside a module, no files
+//! import each other round a cycle (`super::<sibling>` paths).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -139,6 +140,107 @@ fn no_module_names_one_above_it_in_the_map() {
         "imports against the map in docs/ARCHITECTURE.md:\n{}",
         violations.join("\n")
     );
+}
+
+/// Sibling files of one directory (`mod.rs` excluded: it is their parent) that name each
+/// other through `super::<file>`, as edges file -> sibling.
+fn sibling_edges(dir: &Path) -> BTreeMap<String, Vec<String>> {
+    let files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "rs") && !p.ends_with("mod.rs"))
+        .collect();
+    let stem = |p: &Path| p.file_stem().unwrap().to_string_lossy().into_owned();
+    let names: Vec<String> = files.iter().map(|p| stem(p)).collect();
+    let mut edges = BTreeMap::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        let code: String = text.lines().map(code).collect::<Vec<_>>().join("\n");
+        let mut to: Vec<String> = names
+            .iter()
+            .filter(|n| **n != stem(f))
+            .filter(|n| {
+                code.contains(&format!("super::{n}::"))
+                    || code.contains(&format!("super::{n};"))
+                    || code.contains(&format!("super::{{{n}"))
+                    || code.contains(&format!("super::{n}::{{"))
+            })
+            .cloned()
+            .collect();
+        to.sort();
+        edges.insert(stem(f), to);
+    }
+    edges
+}
+
+/// A cycle in `edges`, if there is one, as the files along it.
+fn cycle(edges: &BTreeMap<String, Vec<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        edges: &BTreeMap<String, Vec<String>>,
+        path: &mut Vec<String>,
+        done: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(i) = path.iter().position(|p| p == node) {
+            return Some(path[i..].to_vec());
+        }
+        if done.iter().any(|d| d == node) {
+            return None;
+        }
+        path.push(node.to_string());
+        for next in edges.get(node).into_iter().flatten() {
+            if let Some(c) = visit(next, edges, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.push(node.to_string());
+        None
+    }
+    let mut done = Vec::new();
+    edges
+        .keys()
+        .find_map(|n| visit(n, edges, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn no_two_files_of_a_module_import_each_other_round_a_cycle() {
+    let mut dirs = vec![root().join("src")];
+    let mut cycles = Vec::new();
+    while let Some(dir) = dirs.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            }
+        }
+        if let Some(c) = cycle(&sibling_edges(&dir)) {
+            cycles.push(format!(
+                "{}: {} -> {}",
+                dir.strip_prefix(root()).unwrap().display(),
+                c.join(" -> "),
+                c[0]
+            ));
+        }
+    }
+    assert!(cycles.is_empty(), "file cycles:\n{}", cycles.join("\n"));
+}
+
+#[test]
+fn the_cycle_finder_finds_one() {
+    let edges: BTreeMap<String, Vec<String>> = [
+        ("command", vec!["plan"]),
+        ("plan", vec!["bindable"]),
+        ("bindable", vec!["command"]),
+        ("leaf", vec![]),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.into_iter().map(String::from).collect()))
+    .collect();
+    assert_eq!(cycle(&edges).unwrap(), ["bindable", "command", "plan"]);
+    let mut acyclic = edges.clone();
+    acyclic.insert("bindable".into(), vec![]);
+    assert_eq!(cycle(&acyclic), None);
 }
 
 #[test]

@@ -15,21 +15,12 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::device_copy::DeviceApi;
+pub use super::pair_cell::PairParams;
 use super::pair_cell::{run_rank, Cell, Method, OpGate, Quiet, Rendezvous};
 pub use super::pair_hold::CommState;
 use super::pair_hold::{label, PairHold};
 use super::peer_access::{self, PeerRoute};
 use super::{DeviceInfo, ProbeError};
-
-/// How one pair cell is measured.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PairParams {
-    pub bytes_per_rank: u64,
-    pub warmup: u32,
-    pub iterations: u32,
-    /// Longest a cell may take before it is aborted.
-    pub timeout: Duration,
-}
 
 /// Longest a timed-out or failed cell waits for its communicators' abort (at most the cell's
 /// own timeout): a cell costs at most its timeout plus this.

@@ -6,13 +6,22 @@
 //! can be aborted or destroyed without a rank using them afterwards.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::collective::CollectiveApi;
 use super::device_copy::{guard, stream_guard, ApiError, DeviceApi, Handle, HostBuffer};
-use super::pair::PairParams;
 use super::{Direction, HostMemory, ProbeError};
 use crate::affinity;
+
+/// How one pair cell is measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PairParams {
+    pub bytes_per_rank: u64,
+    pub warmup: u32,
+    pub iterations: u32,
+    /// Longest a cell may take before it is aborted.
+    pub timeout: Duration,
+}
 
 /// What moves the bytes.
 #[derive(Clone)]

@@ -7,8 +7,38 @@
 use std::time::{Duration, Instant};
 
 use super::metrics::ProbeMetrics;
-use super::window::{WindowEnd, WindowReport};
 use crate::store::{unix_now, SharedStore};
+
+/// Why the window ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowEnd {
+    /// Every planned cell was tried.
+    Completed,
+    /// The time budget was spent.
+    BudgetSpent,
+    /// The idle gate closed or chd is stopping.
+    Aborted,
+}
+
+/// What a window did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WindowReport {
+    pub measured: usize,
+    pub errors: usize,
+    pub end: WindowEnd,
+    pub elapsed: Duration,
+}
+
+impl WindowReport {
+    /// The `result` label of `chd_probe_runs_total`.
+    pub fn result(&self) -> &'static str {
+        match (self.end, self.measured, self.errors) {
+            (WindowEnd::Aborted, _, _) => "aborted",
+            (_, 0, e) if e > 0 => "error",
+            _ => "ok",
+        }
+    }
+}
 
 /// Most suspects re-measured in one window.
 pub const MAX_RECHECKS: usize = 16;

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use super::cell_loop::{self, Cells};
+pub use super::cell_loop::{WindowEnd, WindowReport};
 use super::metrics::ProbeMetrics;
 use crate::affinity;
 use crate::probe::h2d;
@@ -27,37 +28,6 @@ pub struct WindowSpec {
     pub host_memory: HostMemory,
     /// Samples a cell keeps.
     pub keep: usize,
-}
-
-/// Why the window ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WindowEnd {
-    /// Every planned cell was tried.
-    Completed,
-    /// The time budget was spent.
-    BudgetSpent,
-    /// The idle gate closed or chd is stopping.
-    Aborted,
-}
-
-/// What a window did.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WindowReport {
-    pub measured: usize,
-    pub errors: usize,
-    pub end: WindowEnd,
-    pub elapsed: Duration,
-}
-
-impl WindowReport {
-    /// The `result` label of `chd_probe_runs_total`.
-    pub fn result(&self) -> &'static str {
-        match (self.end, self.measured, self.errors) {
-            (WindowEnd::Aborted, _, _) => "aborted",
-            (_, 0, e) if e > 0 => "error",
-            _ => "ok",
-        }
-    }
 }
 
 /// A sample below this share of the node's typical cell (same size and direction) is
