@@ -28,6 +28,25 @@ pub enum StateWriteError {
     Encode(#[from] serde_json::Error),
 }
 
+/// Why a state file cannot be used (it is then set aside).
+#[derive(Debug, thiserror::Error)]
+pub enum StateReadError {
+    /// The file exists but could not be read.
+    #[error("unreadable: {0}")]
+    Unreadable(#[source] std::io::Error),
+    /// Not the JSON of a state file (truncated, garbage, a field of the wrong type).
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    #[error("format version {found} (this chd reads {FORMAT_VERSION})")]
+    Version { found: u32 },
+    /// A cell whose sample is not a finite number: which one.
+    #[error("{0} holds a non-finite sample")]
+    NonFinite(String),
+    /// A record whose field the store cannot use: which, and why.
+    #[error("{record}: {problem}")]
+    Field { record: String, problem: String },
+}
+
 /// The whole file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StateFile {
@@ -109,26 +128,25 @@ pub fn encode(file: &StateFile) -> Result<Vec<u8>, serde_json::Error> {
 
 /// Parse a state file: the JSON, the version, and every sample finite. The error says what
 /// is wrong, for the warning that sets the file aside.
-pub fn decode(bytes: &[u8]) -> Result<StateFile, String> {
-    let file: StateFile = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+pub fn decode(bytes: &[u8]) -> Result<StateFile, StateReadError> {
+    let file: StateFile = serde_json::from_slice(bytes)?;
     if file.version != FORMAT_VERSION {
-        return Err(format!(
-            "format version {} (this chd reads {FORMAT_VERSION})",
-            file.version
-        ));
+        return Err(StateReadError::Version {
+            found: file.version,
+        });
     }
     let finite = |h: &History| h.samples.iter().all(|s| s.bytes_per_second.is_finite());
     if let Some(c) = file.h2d.iter().find(|c| !finite(&c.history)) {
-        return Err(format!(
-            "cell cpu {} device {} size {} {} holds a non-finite sample",
+        return Err(StateReadError::NonFinite(format!(
+            "cell cpu {} device {} size {} {}",
             c.cpu, c.device, c.size_bytes, c.direction
-        ));
+        )));
     }
     if let Some(c) = file.pair.iter().find(|c| !finite(&c.history)) {
-        return Err(format!(
-            "pair cell {} cpu0 {} cpu1 {} holds a non-finite sample",
+        return Err(StateReadError::NonFinite(format!(
+            "pair cell {} cpu0 {} cpu1 {}",
             c.pair, c.cpu0, c.cpu1
-        ));
+        )));
     }
     Ok(file)
 }
@@ -155,14 +173,14 @@ pub fn save(dir: &Path, file: &StateFile) -> Result<(), StateWriteError> {
 }
 
 /// What reading `dir/state.json` found.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 pub enum Read {
     /// No state file yet.
     Missing,
     /// The file's bytes.
     Bytes(Vec<u8>),
-    /// The file exists but could not be read: why.
-    Unreadable(String),
+    /// The file exists but could not be read.
+    Unreadable(StateReadError),
 }
 
 /// Read `dir/state.json`'s bytes.
@@ -170,22 +188,16 @@ pub fn read(dir: &Path) -> Read {
     match fs::read(state_path(dir)) {
         Ok(b) => Read::Bytes(b),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Read::Missing,
-        Err(e) => Read::Unreadable(format!("unreadable: {e}")),
+        Err(e) => Read::Unreadable(StateReadError::Unreadable(e)),
     }
 }
 
 /// Rename a state file that cannot be used to `state.json.corrupt-<now>`, so it is kept for
-/// a post-mortem and never read again. Returns where it went (the original path when even
-/// the rename failed) and the problem, with the rename's failure added.
-pub fn set_aside(path: &Path, problem: String, now: f64) -> (PathBuf, String) {
+/// a post-mortem and never read again. Returns where it went, or why it could not be moved
+/// (it then stays where it is).
+pub fn set_aside(path: &Path, now: f64) -> Result<PathBuf, std::io::Error> {
     let moved_to = path.with_file_name(format!("{STATE_FILE}.corrupt-{}", now as u64));
-    match fs::rename(path, &moved_to) {
-        Ok(()) => (moved_to, problem),
-        Err(e) => (
-            path.to_path_buf(),
-            format!("{problem}; could not rename it aside either: {e}"),
-        ),
-    }
+    fs::rename(path, &moved_to).map(|()| moved_to)
 }
 
 #[cfg(test)]
@@ -236,7 +248,7 @@ mod tests {
         let text = String::from_utf8(encode(&file()).unwrap())
             .unwrap()
             .replace("25000000000.0", "1e999");
-        let err = decode(text.as_bytes()).unwrap_err();
+        let err = decode(text.as_bytes()).unwrap_err().to_string();
         assert!(err.contains("out of range"), "{err}");
     }
 }

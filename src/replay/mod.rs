@@ -242,7 +242,7 @@ pub fn load(path: &Path, keep: usize) -> Result<Replay, ReplayError> {
         })?;
         if let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) {
             if value.get("h2d").is_some() && value.get("version").is_some() {
-                let store = persist::decode(text.as_bytes()).map_err(format)?;
+                let store = persist::decode(text.as_bytes()).map_err(|e| format(e.to_string()))?;
                 return Ok(from_state(store));
             }
         }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use super::{Bindable, Cell, CellKey, PairKey, Sample, Store};
 use crate::format::state_file::{
     self, BindableRecord, CopyCellRecord, History, PairCellRecord, SampleRecord, StateFile,
-    FORMAT_VERSION,
+    StateReadError, FORMAT_VERSION,
 };
 pub use crate::format::state_file::{state_path, StateWriteError as PersistError, STATE_FILE};
 
@@ -94,13 +94,16 @@ pub fn to_file(store: &Store, saved_at: f64) -> StateFile {
 }
 
 /// The store the state file's records describe.
-pub fn from_file(file: StateFile) -> Result<Store, String> {
+pub fn from_file(file: StateFile) -> Result<Store, StateReadError> {
     let mut store = Store::default();
     for c in file.h2d {
         let direction = c
             .direction
             .parse()
-            .map_err(|e| format!("cell cpu {} device {}: {e}", c.cpu, c.device))?;
+            .map_err(|problem| StateReadError::Field {
+                record: format!("cell cpu {} device {}", c.cpu, c.device),
+                problem,
+            })?;
         let key = CellKey {
             cpu: c.cpu,
             device: c.device,
@@ -137,7 +140,7 @@ pub fn encode(store: &Store, saved_at: f64) -> Result<Vec<u8>, PersistError> {
 }
 
 /// Decode a state file's JSON.
-pub fn decode(bytes: &[u8]) -> Result<Store, String> {
+pub fn decode(bytes: &[u8]) -> Result<Store, StateReadError> {
     from_file(state_file::decode(bytes)?)
 }
 
@@ -156,8 +159,17 @@ pub fn load(dir: &Path, now: f64) -> Loaded {
         },
         state_file::Read::Unreadable(problem) => problem,
     };
-    let (moved_to, problem) = state_file::set_aside(&state_path(dir), problem, now);
-    Loaded::SetAside { moved_to, problem }
+    let path = state_path(dir);
+    match state_file::set_aside(&path, now) {
+        Ok(moved_to) => Loaded::SetAside {
+            moved_to,
+            problem: problem.to_string(),
+        },
+        Err(e) => Loaded::SetAside {
+            moved_to: path,
+            problem: format!("{problem}; could not rename it aside either: {e}"),
+        },
+    }
 }
 
 /// Pick the state directory: `preferred` when it can be created and written, else
