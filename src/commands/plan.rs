@@ -47,8 +47,11 @@ pub enum PlanError {
     Nothing(String),
 }
 
-fn flag(flag: &'static str) -> impl Fn(String) -> PlanError {
-    move |problem| PlanError::Flag { flag, problem }
+fn flag<E: std::fmt::Display>(flag: &'static str) -> impl Fn(E) -> PlanError {
+    move |problem| PlanError::Flag {
+        flag,
+        problem: problem.to_string(),
+    }
 }
 
 /// A size: a bare number is MiB; `KiB`, `MiB`, `GiB` (or `K`, `M`, `G`) suffixes are binary.
@@ -102,7 +105,7 @@ fn sizes_from(given: Option<&[String]>, base: Option<&RunPlan>) -> Result<Vec<u6
         (None, None) => vec![parse_size(DEFAULT_SIZES).map_err(flag("--sizes"))?],
     };
     if sizes.is_empty() {
-        return Err(flag("--sizes")("no size given".into()));
+        return Err(flag("--sizes")("no size given"));
     }
     Ok(sizes)
 }

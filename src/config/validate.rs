@@ -159,8 +159,9 @@ fn probe(l: ProbeLayer) -> Result<ProbeConfig, ConfigError> {
     let pairs = given("probe.pairs", l.pairs)?
         .iter()
         .map(|p| {
-            PairSelection::parse(p)
-                .map_err(|why| ConfigError::invalid("probe.pairs", Problem::Refused(why)))
+            PairSelection::parse(p).map_err(|why| {
+                ConfigError::invalid("probe.pairs", Problem::Refused(why.to_string()))
+            })
         })
         .collect::<Result<Vec<_>, _>>()?;
     let pair_size_mib = in_range(
@@ -207,7 +208,7 @@ fn probe(l: ProbeLayer) -> Result<ProbeConfig, ConfigError> {
         ));
     }
     let cpus = CpuSelection::parse(&given("probe.cpus", l.cpus)?)
-        .map_err(|why| ConfigError::invalid("probe.cpus", Problem::Refused(why)))?;
+        .map_err(|why| ConfigError::invalid("probe.cpus", Problem::Refused(why.to_string())))?;
     let samples_per_cell = given("probe.samples_per_cell", l.samples_per_cell)?;
     in_range(
         "probe.samples_per_cell",

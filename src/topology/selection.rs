@@ -5,7 +5,21 @@
 
 use std::collections::BTreeMap;
 
-use super::{cpulist, Topology};
+use super::cpulist::{self, CpuListError};
+use super::Topology;
+
+/// Why a selection does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectionError {
+    #[error("{0:?}: per-node:N needs a count N of at least 1")]
+    PerNodeCount(String),
+    #[error(transparent)]
+    CpuList(#[from] CpuListError),
+    #[error("selects no CPU")]
+    NoCpu,
+    #[error("{0:?} is not a pair like \"0,5\" (two different devices) or \"auto\"")]
+    Pair(String),
+}
 
 /// Which CPUs to probe.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,7 +34,7 @@ pub enum CpuSelection {
 
 impl CpuSelection {
     /// Parse `all`, `per-node:N` or a cpulist such as `0-79,160`.
-    pub fn parse(text: &str) -> Result<CpuSelection, String> {
+    pub fn parse(text: &str) -> Result<CpuSelection, SelectionError> {
         let text = text.trim();
         if text == "all" || text == "auto" {
             return Ok(CpuSelection::All);
@@ -28,14 +42,12 @@ impl CpuSelection {
         if let Some(n) = text.strip_prefix("per-node:") {
             return match n.parse::<usize>() {
                 Ok(n) if n > 0 => Ok(CpuSelection::PerNode(n)),
-                _ => Err(format!(
-                    "{text:?}: per-node:N needs a count N of at least 1"
-                )),
+                _ => Err(SelectionError::PerNodeCount(text.to_string())),
             };
         }
-        let ids = cpulist::parse(text).map_err(|e| e.to_string())?;
+        let ids = cpulist::parse(text)?;
         if ids.is_empty() {
-            return Err("selects no CPU".into());
+            return Err(SelectionError::NoCpu);
         }
         Ok(CpuSelection::List(ids))
     }
@@ -87,7 +99,7 @@ pub enum PairSelection {
 
 impl PairSelection {
     /// Parse `auto` or `A,B` (two different device labels).
-    pub fn parse(text: &str) -> Result<PairSelection, String> {
+    pub fn parse(text: &str) -> Result<PairSelection, SelectionError> {
         let text = text.trim();
         if text == "auto" {
             return Ok(PairSelection::Auto);
@@ -96,9 +108,7 @@ impl PairSelection {
             [a, b] if !a.is_empty() && !b.is_empty() && a != b => {
                 Ok(PairSelection::Devices(a.to_string(), b.to_string()))
             }
-            _ => Err(format!(
-                "{text:?} is not a pair like \"0,5\" (two different devices) or \"auto\""
-            )),
+            _ => Err(SelectionError::Pair(text.to_string())),
         }
     }
 }
