@@ -1,9 +1,7 @@
 //! The scrape as text: counter names in both formats, `promtool check metrics` on every tree,
 //! every family in the metric contract (docs/METRICS.md).
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use chd::collect::CollectorSettings;
 use chd::exposition::{encode, Format};
@@ -35,32 +33,7 @@ fn counters_are_named_once_with_total_in_both_formats() {
 
 /// `promtool check metrics` on a scrape; panics (never skips) without promtool.
 pub(crate) fn promtool_check(name: &str, text: &str) {
-    let promtool = std::env::var_os("PROMTOOL").unwrap_or_else(|| "promtool".into());
-    let mut child = Command::new(&promtool)
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot run {promtool:?} ({e}): install Debian's `prometheus` package \
-                 (it brings /usr/bin/promtool) or set PROMTOOL to its path"
-            )
-        });
-    child
-        .stdin
-        .take()
-        .expect("stdin piped")
-        .write_all(text.as_bytes())
-        .expect("write to promtool");
-    let out = child.wait_with_output().expect("promtool output");
-    assert!(
-        out.status.success(),
-        "promtool check metrics rejected the {name} scrape:\n{}{}\n--- scrape ---\n{text}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::promtool::check_metrics(name, text);
 }
 
 #[test]

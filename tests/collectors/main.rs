@@ -3,6 +3,9 @@
 //! accounting of the `odd` tree over two scrapes, filters and switches, and
 //! `promtool check metrics` on every tree's output.
 
+#[path = "../support/promtool.rs"]
+mod promtool;
+
 mod exposition;
 mod filters;
 mod infiniband;

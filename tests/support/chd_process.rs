@@ -2,6 +2,9 @@
 //! Prometheus text it serves, and stops it with a real signal.
 #![allow(dead_code)]
 
+#[path = "promtool.rs"]
+mod promtool;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -273,29 +276,7 @@ impl Metrics {
     }
 }
 
-/// Run `promtool check metrics` on `body`; fails the test with a clear message when promtool
-/// is missing (CI installs it: see .ci/run).
+/// Run `promtool check metrics` on `body` (see `promtool.rs`).
 pub fn promtool_check_metrics(body: &str) {
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| {
-            panic!("promtool is required for this test (apt-get install prometheus): {e}")
-        });
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(body.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.trim().is_empty() && stderr.trim().is_empty(),
-        "promtool check metrics complained:\n{stdout}{stderr}"
-    );
+    promtool::check_metrics("chd", body);
 }
