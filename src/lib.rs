@@ -6,6 +6,7 @@
 //! and the probe health counters at `/metrics`.
 
 pub mod affinity;
+pub mod analysis;
 pub mod collect;
 pub mod config;
 pub mod exposition;
