@@ -18,6 +18,7 @@ use crate::analysis::cell::node;
 use crate::analysis::live;
 use crate::analysis::{Cell, DeviceColumn, H2dMatrix, NumaMap, StoreAnalysis};
 use crate::runtime::{DeviceInfo, Direction};
+use crate::stats::Summary;
 use crate::store::{unix_now, CellKey, SharedStore, Store};
 use crate::topology::Topology;
 
@@ -84,6 +85,17 @@ pub struct StoreView {
     pub pair_cells: bool,
 }
 
+/// One row per statistic of `summary` (in `stat` label order), labelled by `labels(stat)`.
+fn stat_rows<'v, const N: usize>(
+    summary: Summary,
+    labels: impl Fn(&'static str) -> [(&'static str, Value<'v>); N],
+) -> impl Iterator<Item = ([(&'static str, Value<'v>); N], i64)> {
+    summary
+        .labelled()
+        .into_iter()
+        .map(move |(stat, value)| (labels(stat), bytes_per_second(value)))
+}
+
 /// A device column of one matrix: (device, size in bytes, direction).
 type ColumnKey<'a> = (&'a str, u64, Direction);
 
@@ -146,15 +158,14 @@ impl StoreView {
                 .iter()
                 .flat_map(|((device, size, direction), matrix, _)| {
                     matrix.segments_of(device).flat_map(move |segment| {
-                        segment.summary.labelled().map(move |(stat, value)| {
-                            let labels = [
+                        stat_rows(segment.summary, move |stat| {
+                            [
                                 ("numa_node", node_value(segment.numa_node)),
                                 ("device", Value::Str(device)),
                                 ("size_bytes", Value::Int(*size)),
                                 ("direction", Value::Str(direction.as_str())),
                                 ("stat", Value::Str(stat)),
-                            ];
-                            (labels, bytes_per_second(value))
+                            ]
                         })
                     })
                 }),
@@ -166,14 +177,13 @@ impl StoreView {
             columns
                 .iter()
                 .flat_map(|((device, size, direction), _, col)| {
-                    col.summary.labelled().map(move |(stat, value)| {
-                        let labels = [
+                    stat_rows(col.summary, move |stat| {
+                        [
                             ("device", Value::Str(device)),
                             ("size_bytes", Value::Int(*size)),
                             ("direction", Value::Str(direction.as_str())),
                             ("stat", Value::Str(stat)),
-                        ];
-                        (labels, bytes_per_second(value))
+                        ]
                     })
                 }),
         )?;
@@ -247,14 +257,13 @@ impl StoreView {
             "Pair cells grouped by both ranks' NUMA nodes",
             analysis.pairs.iter().flat_map(|(pair, matrix)| {
                 matrix.segments.iter().flat_map(move |((n0, n1), summary)| {
-                    summary.labelled().map(move |(stat, value)| {
-                        let labels = [
+                    stat_rows(*summary, move |stat| {
+                        [
                             ("pair", Value::Str(pair)),
                             ("rank0_numa_node", node_value(*n0)),
                             ("rank1_numa_node", node_value(*n1)),
                             ("stat", Value::Str(stat)),
-                        ];
-                        (labels, bytes_per_second(value))
+                        ]
                     })
                 })
             }),
