@@ -99,6 +99,15 @@ fn stat_rows<'v, const N: usize>(
 /// A device column of one matrix: (device, size in bytes, direction).
 type ColumnKey<'a> = (&'a str, u64, Direction);
 
+/// The `device`, `size_bytes` and `direction` labels of a device column.
+fn column_labels<'v>(&(device, size, direction): &ColumnKey<'v>) -> [(&'static str, Value<'v>); 3] {
+    [
+        ("device", Value::Str(device)),
+        ("size_bytes", Value::Int(size)),
+        ("direction", Value::Str(direction.as_str())),
+    ]
+}
+
 /// Counts of (fresh, stale, unmeasured) given each item's newest measurement time.
 fn coverage(times: impl Iterator<Item = Option<f64>>, stale_before: f64) -> [u64; 3] {
     let mut counts = [0u64; 3];
@@ -154,38 +163,26 @@ impl StoreView {
             enc,
             "chd_h2d_segment_bandwidth_bytes_per_second",
             "Copy bandwidth of the cells whose CPU is on this NUMA node, per device",
-            columns
-                .iter()
-                .flat_map(|((device, size, direction), matrix, _)| {
-                    matrix.segments_of(device).flat_map(move |segment| {
-                        stat_rows(segment.summary, move |stat| {
-                            [
-                                ("numa_node", node_value(segment.numa_node)),
-                                ("device", Value::Str(device)),
-                                ("size_bytes", Value::Int(*size)),
-                                ("direction", Value::Str(direction.as_str())),
-                                ("stat", Value::Str(stat)),
-                            ]
-                        })
+            columns.iter().flat_map(|(key, matrix, _)| {
+                let [device, size, direction] = column_labels(key);
+                matrix.segments_of(key.0).flat_map(move |segment| {
+                    let node = ("numa_node", node_value(segment.numa_node));
+                    stat_rows(segment.summary, move |stat| {
+                        [node, device, size, direction, ("stat", Value::Str(stat))]
                     })
-                }),
+                })
+            }),
         )?;
         gauges(
             enc,
             "chd_h2d_device_bandwidth_bytes_per_second",
             "Copy bandwidth of one device column over all CPUs",
-            columns
-                .iter()
-                .flat_map(|((device, size, direction), _, col)| {
-                    stat_rows(col.summary, move |stat| {
-                        [
-                            ("device", Value::Str(device)),
-                            ("size_bytes", Value::Int(*size)),
-                            ("direction", Value::Str(direction.as_str())),
-                            ("stat", Value::Str(stat)),
-                        ]
-                    })
-                }),
+            columns.iter().flat_map(|(key, _, col)| {
+                let [device, size, direction] = column_labels(key);
+                stat_rows(col.summary, move |stat| {
+                    [device, size, direction, ("stat", Value::Str(stat))]
+                })
+            }),
         )?;
         gauges(
             enc,
@@ -193,14 +190,7 @@ impl StoreView {
             "Device column median / median of all column medians of this size and direction",
             columns
                 .iter()
-                .filter_map(|((device, size, direction), _, col)| {
-                    let labels = [
-                        ("device", Value::Str(device)),
-                        ("size_bytes", Value::Int(*size)),
-                        ("direction", Value::Str(direction.as_str())),
-                    ];
-                    Some((labels, col.ratio?))
-                }),
+                .filter_map(|(key, _, col)| Some((column_labels(key), col.ratio?))),
         )?;
         gauges(
             enc,
