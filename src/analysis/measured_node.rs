@@ -36,3 +36,51 @@ pub fn measured_nodes<'m>(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::{Cell, NumaMap};
+
+    fn cell(cpu: u32, device: &str, gbps: f64) -> Cell<'_> {
+        Cell {
+            cpu,
+            peer_cpu: None,
+            device,
+            value: Some(gbps * 1e9),
+            samples: 1,
+            failed: 0,
+            last_error: None,
+            sampled_at: None,
+        }
+    }
+
+    #[test]
+    fn the_largest_size_decides_and_h2d_before_d2h() {
+        // CPUs 0-1 on node 0, 2-3 on node 1, CPU 9 on no known node (fastest of all).
+        let numa: NumaMap = [(0, 0), (1, 0), (2, 1), (3, 1)].into_iter().collect();
+        let matrix = |fast_node: u32| {
+            let cells: Vec<Cell> = [0, 1, 2, 3, 9]
+                .into_iter()
+                .map(|cpu| {
+                    let g = match cpu {
+                        9 => 90.0,
+                        c if c / 2 == fast_node => 58.0,
+                        _ => 20.0,
+                    };
+                    cell(cpu, "0", g)
+                })
+                .collect();
+            H2dMatrix::of(&cells, &numa)
+        };
+        let (small, large_h2d, large_d2h) = (matrix(0), matrix(1), matrix(0));
+        let matrices = BTreeMap::from([
+            ((1 << 20, Direction::H2d), small),
+            ((64 << 20, Direction::D2h), large_d2h),
+            ((64 << 20, Direction::H2d), large_h2d),
+        ]);
+        assert_eq!(measured_nodes(&matrices), BTreeMap::from([("0", 1)]));
+        let only_small = BTreeMap::from([((1 << 20, Direction::H2d), matrix(0))]);
+        assert_eq!(measured_nodes(&only_small), BTreeMap::from([("0", 0)]));
+    }
+}

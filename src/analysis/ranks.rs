@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use super::cell::{node, Cell, NumaMap};
 use super::h2d::H2dMatrix;
 use crate::stats;
+use crate::topology::natural::natural_cmp;
 
 /// Cells listed in [`CellRanks::slowest_cells`].
 pub const SLOWEST_CELLS: usize = 100;
@@ -38,7 +39,7 @@ pub struct SlowCell {
 pub struct CellRanks {
     /// Ascending by ratio, then CPU.
     pub cores: Vec<CoreRank>,
-    /// Ascending by ratio, then CPU (ties in the cells' order); at most [`SLOWEST_CELLS`].
+    /// Ascending by ratio, then CPU, then device (natural order); at most [`SLOWEST_CELLS`].
     pub slowest_cells: Vec<SlowCell>,
 }
 
@@ -86,7 +87,11 @@ impl CellRanks {
                 Some((cpu, d, v, r))
             })
             .collect();
-        slowest.sort_by(|a, b| a.3.total_cmp(&b.3).then(a.0.cmp(&b.0)));
+        slowest.sort_by(|a, b| {
+            a.3.total_cmp(&b.3)
+                .then(a.0.cmp(&b.0))
+                .then_with(|| natural_cmp(a.1, b.1))
+        });
         slowest.truncate(SLOWEST_CELLS);
         CellRanks {
             cores,

@@ -122,4 +122,98 @@ mod tests {
         assert_eq!(slow, [(0, 1)]);
         assert_eq!(p.segments.len(), 4);
     }
+
+    #[test]
+    fn a_dataset_and_the_store_made_from_it_analyse_alike() {
+        use crate::analysis::live;
+        // 6 CPUs on 2 nodes (CPU 5 on none) x devices 0, 2, 10; device 10 slow from node 1;
+        // CPU 4 fails on device 2 every time, CPU 1 once. Plus a pair matrix, CPU 3 slow.
+        let numa: BTreeMap<u32, u32> = (0..5).map(|c| (c, c / 3)).collect();
+        let mut ds = crate::report::dataset::Dataset {
+            numa_nodes: BTreeMap::from([(0, vec![0, 1, 2]), (1, vec![3, 4])]),
+            ..Default::default()
+        };
+        for cpu in 0..6u32 {
+            for d in ["0", "2", "10"] {
+                let g = if d == "10" && numa.get(&cpu) == Some(&1) {
+                    7.0
+                } else {
+                    50.0 + f64::from(cpu)
+                };
+                let mut c = cell(cpu, d, (cpu != 4 || d != "2").then_some(g));
+                if cpu == 1 && d == "0" {
+                    c.samples.push(g * 1.1e9);
+                    c.errors.push("once".into());
+                }
+                ds.cells.push(c);
+            }
+            for peer in 0..6u32 {
+                ds.cells.push(CellResult {
+                    matrix: MatrixId {
+                        pair: Some("0,2".into()),
+                        direction: "allgather".into(),
+                        ..id(MatrixKind::Pair)
+                    },
+                    cpu,
+                    peer_cpu: Some(peer),
+                    device: "0,2".into(),
+                    samples: vec![if cpu == 3 { 4e9 } else { 13.7e9 }],
+                    errors: vec![],
+                });
+            }
+        }
+        let matrices = ds.matrices();
+        let store = ds.to_store(100, 1.0);
+        let live_h2d = live::by_matrix(&live::h2d_cells(&store));
+        let live_pairs = live::pair_cells(&store);
+        for (id, cells) in &matrices {
+            let cells = super::cells(cells);
+            match id.kind {
+                MatrixKind::H2d => {
+                    let from_ds = H2dMatrix::of(&cells, &numa);
+                    let key = (id.size_bytes, crate::runtime::Direction::H2d);
+                    let from_store = H2dMatrix::of(&live_h2d[&key], &numa);
+                    assert_eq!(from_ds.devices, from_store.devices);
+                    assert_eq!(from_ds.segments, from_store.segments);
+                    assert_eq!(from_ds.overall, from_store.overall);
+                    assert_eq!((from_ds.cells, from_ds.measured), (18, 17));
+                    assert_eq!((from_store.cells, from_store.measured), (18, 17));
+                    assert_eq!(
+                        CellRanks::of(&cells, &numa, &from_ds),
+                        CellRanks::of(&live_h2d[&key], &numa, &from_store)
+                    );
+                    let slow: Vec<(Option<u32>, &str)> = from_ds
+                        .slow_segments()
+                        .iter()
+                        .map(|s| (s.numa_node, s.device.as_str()))
+                        .collect();
+                    assert_eq!(slow, [(Some(1), "10")]);
+                    let devices: Vec<&str> =
+                        from_ds.devices.iter().map(|d| d.device.as_str()).collect();
+                    assert_eq!(devices, ["0", "2", "10"]);
+                }
+                MatrixKind::Pair => {
+                    let from_ds = PairMatrix::of(&cells, &numa);
+                    let from_store = PairMatrix::of(&live_pairs["0,2"], &numa);
+                    assert_eq!(from_ds.cpus, from_store.cpus);
+                    assert_eq!(from_ds.segments, from_store.segments);
+                    let slow: Vec<(u8, u32)> = from_ds
+                        .slow_cpus()
+                        .iter()
+                        .map(|c| (c.rank, c.cpu))
+                        .collect();
+                    assert_eq!(slow, [(0, 3)]);
+                }
+            }
+        }
+        // What differs is what a store keeps of failures: attempts since the last success.
+        let key = (1, crate::runtime::Direction::H2d);
+        let live_matrix = H2dMatrix::of(&live_h2d[&key], &numa);
+        let failed: Vec<(u32, &str, usize)> = live_matrix
+            .failures
+            .iter()
+            .map(|f| (f.cpu, f.device.as_str(), f.failed))
+            .collect();
+        assert_eq!(failed, [(4, "2", 1)]);
+    }
 }
