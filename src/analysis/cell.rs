@@ -35,3 +35,28 @@ pub struct Cell<'a> {
 pub fn node(numa: &NumaMap, cpu: u32) -> Option<u32> {
     numa.get(&cpu).copied()
 }
+
+/// [`node`] that keeps its last answer: cells mostly come CPU by CPU, and a map lookup per
+/// cell is a good part of a scrape of a large matrix.
+pub struct NodeOf<'m> {
+    numa: &'m NumaMap,
+    last: Option<(u32, Option<u32>)>,
+}
+
+impl<'m> NodeOf<'m> {
+    pub fn new(numa: &'m NumaMap) -> NodeOf<'m> {
+        NodeOf { numa, last: None }
+    }
+
+    /// The NUMA node of `cpu`.
+    pub fn get(&mut self, cpu: u32) -> Option<u32> {
+        match self.last {
+            Some((c, n)) if c == cpu => n,
+            _ => {
+                let n = node(self.numa, cpu);
+                self.last = Some((cpu, n));
+                n
+            }
+        }
+    }
+}

@@ -1,5 +1,7 @@
 //! The cells with failed samples, for the report's "Failed cells" table and findings.
 
+use std::borrow::Borrow;
+
 use super::cell::Cell;
 use crate::topology::natural::natural_key;
 
@@ -15,9 +17,10 @@ pub struct Failure {
 }
 
 /// Every cell with at least one failure, by device (natural order), CPU, rank-1 CPU.
-pub fn failures(cells: &[Cell]) -> Vec<Failure> {
+pub fn failures<'a, C: Borrow<Cell<'a>>>(cells: &[C]) -> Vec<Failure> {
     let mut out: Vec<Failure> = cells
         .iter()
+        .map(Borrow::borrow)
         .filter(|c| c.failed > 0)
         .map(|c| Failure {
             cpu: c.cpu,

@@ -4,9 +4,10 @@
 //! its ratio to the device's best segment. Only cells with a value count; a cell with some
 //! failed samples counts with the median of the others.
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
-use super::cell::{node, Cell, NumaMap};
+use super::cell::{Cell, NodeOf, NumaMap};
 use super::failures::{failures, Failure};
 use crate::stats::{self, Summary};
 use crate::topology::natural::natural_key;
@@ -53,24 +54,47 @@ pub struct H2dMatrix {
 }
 
 impl H2dMatrix {
-    /// Analyse the cells of one matrix.
-    pub fn of(cells: &[Cell], numa: &NumaMap) -> H2dMatrix {
-        let mut all = Vec::with_capacity(cells.len());
-        let mut by_device: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-        let mut by_segment: BTreeMap<SegmentKey, Vec<f64>> = BTreeMap::new();
+    /// Analyse the cells of one matrix (`&[Cell]` or `&[&Cell]`).
+    pub fn of<'a, C: Borrow<Cell<'a>>>(cells: &[C], numa: &NumaMap) -> H2dMatrix {
+        // Device -> NUMA node -> values.
+        let mut by_device: BTreeMap<&str, BTreeMap<Option<u32>, Vec<f64>>> = BTreeMap::new();
+        let mut node_of = NodeOf::new(numa);
+        let mut measured = 0;
         for c in cells {
-            let Some(v) = c.value else { continue };
-            all.push(v);
-            by_device.entry(c.device).or_default().push(v);
-            by_segment
-                .entry((node(numa, c.cpu), c.device))
+            let c = c.borrow();
+            measured += usize::from(c.value.is_some());
+            // A NaN counts as measured but, as in [`Summary::of`], in no statistic.
+            let Some(v) = c.value.filter(|v| !v.is_nan()) else {
+                continue;
+            };
+            by_device
+                .entry(c.device)
+                .or_default()
+                .entry(node_of.get(c.cpu))
                 .or_default()
                 .push(v);
         }
-        let columns: Vec<(&str, Summary, usize)> = by_device
-            .iter()
-            .filter_map(|(d, v)| Some((*d, Summary::of(v)?, v.len())))
-            .collect();
+        // Each value is sorted once, in its segment; a column joins its sorted segments and
+        // the matrix its sorted columns (the sort merges sorted runs in linear time).
+        let mut all: Vec<f64> = Vec::with_capacity(cells.len());
+        let mut columns: Vec<(&str, Summary, usize)> = Vec::with_capacity(by_device.len());
+        let mut summaries: Vec<(SegmentKey, Summary, usize)> = Vec::new();
+        for (device, by_node) in &mut by_device {
+            let mut column: Vec<f64> = Vec::new();
+            for (n, v) in by_node.iter_mut() {
+                v.sort_by(f64::total_cmp);
+                if let Some(summary) = Summary::of_sorted(v) {
+                    summaries.push(((*n, device), summary, v.len()));
+                }
+                column.extend_from_slice(v);
+            }
+            column.sort_by(f64::total_cmp);
+            if let Some(summary) = Summary::of_sorted(&column) {
+                columns.push((device, summary, column.len()));
+            }
+            all.extend_from_slice(&column);
+        }
+        all.sort_by(f64::total_cmp);
         let medians: Vec<f64> = columns.iter().map(|c| c.1.median).collect();
         let typical = stats::median(&medians);
         let mut devices: Vec<DeviceColumn> = columns
@@ -83,10 +107,6 @@ impl H2dMatrix {
             })
             .collect();
         devices.sort_by(|a, b| natural_key(&a.device).cmp(&natural_key(&b.device)));
-        let summaries: Vec<(SegmentKey, Summary, usize)> = by_segment
-            .iter()
-            .filter_map(|(k, v)| Some((*k, Summary::of(v)?, v.len())))
-            .collect();
         let mut best: BTreeMap<&str, f64> = BTreeMap::new();
         for ((_, d), s, _) in &summaries {
             let b = best.entry(d).or_insert(s.median);
@@ -107,8 +127,8 @@ impl H2dMatrix {
         });
         H2dMatrix {
             cells: cells.len(),
-            measured: all.len(),
-            overall: Summary::of(&all),
+            measured,
+            overall: Summary::of_sorted(&all),
             devices,
             segments,
             failures: failures(cells),

@@ -3,6 +3,7 @@
 //! and the top of the colour scale. Rows are CPUs by NUMA node; columns are devices (core x
 //! device) or rank 1's CPUs (core pair).
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
 use super::cell::{Cell, NumaMap};
@@ -127,7 +128,13 @@ impl Heatmap {
 
     /// Core x device: rows the cells' CPUs and `axes.cpus` by NUMA node, columns
     /// `axes.devices` then the cells' other devices.
-    pub fn h2d(title: String, cells: &[Cell], numa: &NumaMap, axes: &Axes) -> Heatmap {
+    pub fn h2d<'a, C: Borrow<Cell<'a>>>(
+        title: String,
+        cells: &[C],
+        numa: &NumaMap,
+        axes: &Axes,
+    ) -> Heatmap {
+        let cells: Vec<&Cell> = cells.iter().map(Borrow::borrow).collect();
         let (cpus, groups) = order_cpus(
             axes.cpus.iter().copied().chain(cells.iter().map(|c| c.cpu)),
             numa,
@@ -165,7 +172,13 @@ impl Heatmap {
 
     /// Rank 0 CPU x rank 1 CPU of one pair, both by NUMA node, each with the cells' CPUs and
     /// `axes.cpus`.
-    pub fn pair(title: String, cells: &[Cell], numa: &NumaMap, axes: &Axes) -> Heatmap {
+    pub fn pair<'a, C: Borrow<Cell<'a>>>(
+        title: String,
+        cells: &[C],
+        numa: &NumaMap,
+        axes: &Axes,
+    ) -> Heatmap {
+        let cells: Vec<&Cell> = cells.iter().map(Borrow::borrow).collect();
         let extra = || axes.cpus.iter().copied();
         let (r0, g0) = order_cpus(extra().chain(cells.iter().map(|c| c.cpu)), numa);
         let (r1, g1) = order_cpus(extra().chain(cells.iter().filter_map(|c| c.peer_cpu)), numa);

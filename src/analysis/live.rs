@@ -50,12 +50,12 @@ pub fn h2d_cells(store: &Store) -> Vec<(&CellKey, Cell<'_>)> {
 }
 
 /// `cells` grouped into their matrices, each in the order given.
-pub fn by_matrix<'s>(cells: &[(&'s CellKey, Cell<'s>)]) -> BTreeMap<MatrixKey, Vec<Cell<'s>>> {
-    let mut out: BTreeMap<MatrixKey, Vec<Cell<'s>>> = BTreeMap::new();
+pub fn by_matrix<'v, 's>(
+    cells: &'v [(&'s CellKey, Cell<'s>)],
+) -> BTreeMap<MatrixKey, Vec<&'v Cell<'s>>> {
+    let mut out: BTreeMap<MatrixKey, Vec<&'v Cell<'s>>> = BTreeMap::new();
     for (k, c) in cells {
-        out.entry((k.size_bytes, k.direction))
-            .or_default()
-            .push(c.clone());
+        out.entry((k.size_bytes, k.direction)).or_default().push(c);
     }
     out
 }
@@ -84,7 +84,7 @@ pub struct StoreAnalysis {
 impl StoreAnalysis {
     /// Analyse the matrices of [`by_matrix`] and [`pair_cells`]; only the `pairs` named count.
     pub fn of(
-        h2d: &BTreeMap<MatrixKey, Vec<Cell>>,
+        h2d: &BTreeMap<MatrixKey, Vec<&Cell>>,
         pair_cells: &BTreeMap<&str, Vec<Cell>>,
         pairs: &[String],
         numa: &NumaMap,

@@ -3,6 +3,7 @@
 //! `chd_pair_cpu_ratio`), and the cells grouped by both ranks' NUMA nodes. Only cells with a
 //! value and a rank-1 CPU count.
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
 use super::cell::{node, Cell, NumaMap};
@@ -37,12 +38,13 @@ pub struct PairMatrix {
 }
 
 impl PairMatrix {
-    /// Analyse the cells of one pair's matrix.
-    pub fn of(cells: &[Cell], numa: &NumaMap) -> PairMatrix {
+    /// Analyse the cells of one pair's matrix (`&[Cell]` or `&[&Cell]`).
+    pub fn of<'a, C: Borrow<Cell<'a>>>(cells: &[C], numa: &NumaMap) -> PairMatrix {
         let mut all = Vec::with_capacity(cells.len());
         let mut per: BTreeMap<(u8, u32), Vec<f64>> = BTreeMap::new();
         let mut blocks: BTreeMap<(Option<u32>, Option<u32>), Vec<f64>> = BTreeMap::new();
         for c in cells {
+            let c = c.borrow();
             let (Some(peer), Some(v)) = (c.peer_cpu, c.value) else {
                 continue;
             };

@@ -2,6 +2,7 @@
 //! of (its cell / the device column's median), each cell by (its value / its NUMA segment's
 //! median on that device).
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
 use super::cell::{node, Cell, NumaMap};
@@ -45,7 +46,11 @@ pub struct CellRanks {
 
 impl CellRanks {
     /// Rank `cells`, the cells `matrix` was made of.
-    pub fn of(cells: &[Cell], numa: &NumaMap, matrix: &H2dMatrix) -> CellRanks {
+    pub fn of<'a, C: Borrow<Cell<'a>>>(
+        cells: &[C],
+        numa: &NumaMap,
+        matrix: &H2dMatrix,
+    ) -> CellRanks {
         let column: BTreeMap<&str, f64> = matrix
             .devices
             .iter()
@@ -58,6 +63,7 @@ impl CellRanks {
             .collect();
         let values: Vec<(u32, &str, f64)> = cells
             .iter()
+            .map(Borrow::borrow)
             .filter_map(|c| Some((c.cpu, c.device, c.value?)))
             .collect();
         let mut per_cpu: BTreeMap<u32, (Vec<f64>, Vec<f64>)> = BTreeMap::new();

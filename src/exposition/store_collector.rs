@@ -14,7 +14,7 @@ use prometheus_client::encoding::{
 };
 use prometheus_client::metrics::MetricType;
 
-use crate::analysis::cell::node;
+use crate::analysis::cell::NodeOf;
 use crate::analysis::live;
 use crate::analysis::{Cell, DeviceColumn, H2dMatrix, NumaMap, StoreAnalysis};
 use crate::runtime::{DeviceInfo, Direction};
@@ -131,6 +131,7 @@ impl StoreView {
         enc: &mut DescriptorEncoder,
     ) -> std::fmt::Result {
         if self.cells {
+            let mut node_of = NodeOf::new(numa);
             gauges(
                 enc,
                 "chd_h2d_bandwidth_bytes_per_second",
@@ -138,7 +139,7 @@ impl StoreView {
                 cells.iter().filter_map(|(key, c)| {
                     let labels = [
                         ("cpu", Value::Int(key.cpu.into())),
-                        ("numa_node", node_value(node(numa, key.cpu))),
+                        ("numa_node", node_value(node_of.get(key.cpu))),
                         ("device", Value::Str(&key.device)),
                         ("size_bytes", Value::Int(key.size_bytes)),
                         ("direction", Value::Str(key.direction.as_str())),

@@ -164,7 +164,8 @@ mod tests {
         }
         let matrices = ds.matrices();
         let store = ds.to_store(100, 1.0);
-        let live_h2d = live::by_matrix(&live::h2d_cells(&store));
+        let live_cells = live::h2d_cells(&store);
+        let live_h2d = live::by_matrix(&live_cells);
         let live_pairs = live::pair_cells(&store);
         for (id, cells) in &matrices {
             let cells = super::cells(cells);
