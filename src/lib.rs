@@ -17,6 +17,7 @@
 #![deny(unsafe_code)]
 
 pub mod affinity;
+pub mod analysis;
 pub mod collect;
 pub mod config;
 pub mod exposition;

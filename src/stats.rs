@@ -45,11 +45,16 @@ impl Summary {
     pub fn of(values: &[f64]) -> Option<Summary> {
         let mut sorted: Vec<f64> = values.iter().copied().filter(|v| !v.is_nan()).collect();
         sorted.sort_by(f64::total_cmp);
+        Summary::of_sorted(&sorted)
+    }
+
+    /// [`Summary::of`] values already sorted ascending without NaNs.
+    pub fn of_sorted(sorted: &[f64]) -> Option<Summary> {
         Some(Summary {
             min: *sorted.first()?,
-            p10: quantile_sorted(&sorted, 0.1)?,
-            median: quantile_sorted(&sorted, 0.5)?,
-            p90: quantile_sorted(&sorted, 0.9)?,
+            p10: quantile_sorted(sorted, 0.1)?,
+            median: quantile_sorted(sorted, 0.5)?,
+            p90: quantile_sorted(sorted, 0.9)?,
             max: *sorted.last()?,
         })
     }

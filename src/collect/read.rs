@@ -7,7 +7,6 @@
 //! test can inject any `io::Error` (EINVAL, as ConnectX ports in switch mode return) without
 //! a kernel to produce it.
 
-use std::cmp::Ordering;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -98,47 +97,9 @@ pub fn list_dir(dir: &Path) -> io::Result<Option<Vec<String>>> {
     Ok(Some(names))
 }
 
-/// Sort names in natural order.
-pub fn sort_natural(names: &mut [String]) {
-    names.sort_unstable_by(|a, b| natural_cmp(a, b));
-}
-
-/// Natural order: runs of ASCII digits compare as numbers, everything else byte-wise
-/// (`node2` < `node10`, `VL15_dropped` < `link_downed`).
-pub fn natural_cmp(a: &str, b: &str) -> Ordering {
-    let (mut a, mut b) = (a.as_bytes(), b.as_bytes());
-    loop {
-        match (a.first(), b.first()) {
-            (None, None) => return Ordering::Equal,
-            (None, Some(_)) => return Ordering::Less,
-            (Some(_), None) => return Ordering::Greater,
-            (Some(x), Some(y)) if x.is_ascii_digit() && y.is_ascii_digit() => {
-                let (da, ra) = split_digits(a);
-                let (db, rb) = split_digits(b);
-                let (na, nb) = (trim_zeros(da), trim_zeros(db));
-                let by_value = na.len().cmp(&nb.len()).then_with(|| na.cmp(nb));
-                match by_value.then_with(|| da.len().cmp(&db.len())) {
-                    Ordering::Equal => (a, b) = (ra, rb),
-                    other => return other,
-                }
-            }
-            (Some(x), Some(y)) => match x.cmp(y) {
-                Ordering::Equal => (a, b) = (&a[1..], &b[1..]),
-                other => return other,
-            },
-        }
-    }
-}
-
-fn split_digits(s: &[u8]) -> (&[u8], &[u8]) {
-    let n = s.iter().take_while(|c| c.is_ascii_digit()).count();
-    s.split_at(n)
-}
-
-fn trim_zeros(s: &[u8]) -> &[u8] {
-    let n = s.iter().take_while(|c| **c == b'0').count();
-    &s[n..]
-}
+/// Natural order (`node2` < `node10`, `VL15_dropped` < `link_downed`): the crate's one,
+/// [`crate::topology::natural`].
+pub use crate::topology::natural::{natural_cmp, sort_natural};
 
 /// The trimmed text, or `Empty` / `NotAvailable` for the texts drivers use for "no value".
 pub fn content(text: &str) -> Result<&str, ParseError> {

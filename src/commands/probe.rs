@@ -29,6 +29,7 @@ use chd::runtime::pair::{PairParams, PairProbe};
 use chd::runtime::select::Opened;
 use chd::runtime::{self, Direction, HostMemory, ProbeError};
 use chd::store::{unix_now, CellKey};
+use chd::topology::natural::natural_key;
 use chd::topology::Topology;
 
 /// Run a `chd probe` subcommand.
@@ -452,18 +453,12 @@ fn run_matrix(
     }
     let mut failed: Vec<_> = ds.cells.iter().filter(|c| c.value().is_none()).collect();
     failed.sort_by(|a, b| {
-        (
-            &a.matrix,
-            a.cpu,
-            a.peer_cpu,
-            report::analysis::natural_key(&a.device),
-        )
-            .cmp(&(
-                &b.matrix,
-                b.cpu,
-                b.peer_cpu,
-                report::analysis::natural_key(&b.device),
-            ))
+        (&a.matrix, a.cpu, a.peer_cpu, natural_key(&a.device)).cmp(&(
+            &b.matrix,
+            b.cpu,
+            b.peer_cpu,
+            natural_key(&b.device),
+        ))
     });
     if let Some(first) = failed.first() {
         let at = match first.peer_cpu {
@@ -514,18 +509,12 @@ fn print_cells(ds: &Dataset, kind: MatrixKind, format: &str) -> anyhow::Result<(
     };
     let mut cells: Vec<_> = ds.cells.iter().collect();
     cells.sort_by(|a, b| {
-        (
-            &a.matrix,
-            a.cpu,
-            report::analysis::natural_key(&a.device),
-            a.peer_cpu,
-        )
-            .cmp(&(
-                &b.matrix,
-                b.cpu,
-                report::analysis::natural_key(&b.device),
-                b.peer_cpu,
-            ))
+        (&a.matrix, a.cpu, natural_key(&a.device), a.peer_cpu).cmp(&(
+            &b.matrix,
+            b.cpu,
+            natural_key(&b.device),
+            b.peer_cpu,
+        ))
     });
     match (format, kind) {
         ("csv", _) => print!("{}", report::csv::render(ds)),

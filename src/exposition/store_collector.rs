@@ -1,7 +1,8 @@
 //! The scrape-time view of the store: matrix cells, NUMA-segment and device-column
-//! aggregates, device ratios, the measured NUMA node of each device, affinity verdicts,
-//! coverage, topology info and build info. It only reads the store (under a read lock that
-//! probes take for writing only between cells), so a scrape never waits for a probe.
+//! aggregates, device ratios, the measured NUMA node of each device (all computed by
+//! [`crate::analysis`]; this module only encodes them), affinity verdicts, coverage, topology
+//! info and build info. It only reads the store (under a read lock that probes take for
+//! writing only between cells), so a scrape never waits for a probe.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,8 +14,11 @@ use prometheus_client::encoding::{
 };
 use prometheus_client::metrics::MetricType;
 
+use crate::analysis::cell::NodeOf;
+use crate::analysis::live;
+use crate::analysis::{Cell, DeviceColumn, H2dMatrix, NumaMap, StoreAnalysis};
 use crate::runtime::{DeviceInfo, Direction};
-use crate::stats::{self, Summary};
+use crate::stats::Summary;
 use crate::store::{unix_now, CellKey, SharedStore, Store};
 use crate::topology::Topology;
 
@@ -81,100 +85,27 @@ pub struct StoreView {
     pub pair_cells: bool,
 }
 
-/// Aggregates of one pair's matrix.
-#[derive(Default)]
-struct PairAggregates {
-    all: Vec<f64>,
-    /// (rank, cpu) -> cell medians with that CPU in that rank.
-    by_cpu: BTreeMap<(u8, u32), Vec<f64>>,
-    /// (rank0 node, rank1 node) -> cell medians.
-    by_segment: BTreeMap<(Option<u32>, Option<u32>), Vec<f64>>,
-    /// (rank0 cpu, rank1 cpu, median).
-    cells: Vec<(u32, u32, f64)>,
+/// One row per statistic of `summary` (in `stat` label order), labelled by `labels(stat)`.
+fn stat_rows<'v, const N: usize>(
+    summary: Summary,
+    labels: impl Fn(&'static str) -> [(&'static str, Value<'v>); N],
+) -> impl Iterator<Item = ([(&'static str, Value<'v>); N], i64)> {
+    summary
+        .labelled()
+        .into_iter()
+        .map(move |(stat, value)| (labels(stat), bytes_per_second(value)))
 }
 
-/// A measured cell's value and its CPU's NUMA node, computed once per scrape.
-struct CellValue<'s> {
-    key: &'s CellKey,
-    node: Option<u32>,
-    median: f64,
-}
-
+/// A device column of one matrix: (device, size in bytes, direction).
 type ColumnKey<'a> = (&'a str, u64, Direction);
 
-/// Aggregates over one (device, size, direction) column.
-struct Column {
-    summary: Summary,
-    by_node: BTreeMap<Option<u32>, Summary>,
-}
-
-fn columns<'s>(cells: &[CellValue<'s>]) -> BTreeMap<ColumnKey<'s>, Column> {
-    let mut values: BTreeMap<ColumnKey<'s>, BTreeMap<Option<u32>, Vec<f64>>> = BTreeMap::new();
-    for c in cells {
-        values
-            .entry((c.key.device.as_str(), c.key.size_bytes, c.key.direction))
-            .or_default()
-            .entry(c.node)
-            .or_default()
-            .push(c.median);
-    }
-    values
-        .into_iter()
-        .filter_map(|(k, by_node)| {
-            let all: Vec<f64> = by_node.values().flatten().copied().collect();
-            let summary = Summary::of(&all)?;
-            let by_node = by_node
-                .into_iter()
-                .filter_map(|(n, v)| Some((n, Summary::of(&v)?)))
-                .collect();
-            Some((k, Column { summary, by_node }))
-        })
-        .collect()
-}
-
-/// Column median / median of the column medians of the same size and direction.
-fn device_ratios<'s>(columns: &BTreeMap<ColumnKey<'s>, Column>) -> Vec<(ColumnKey<'s>, f64)> {
-    let mut medians: BTreeMap<(u64, Direction), Vec<f64>> = BTreeMap::new();
-    for ((_, size, direction), col) in columns {
-        medians
-            .entry((*size, *direction))
-            .or_default()
-            .push(col.summary.median);
-    }
-    let reference: BTreeMap<(u64, Direction), f64> = medians
-        .into_iter()
-        .filter_map(|(k, v)| Some((k, stats::median(&v)?)))
-        .collect();
-    columns
-        .iter()
-        .filter_map(|(key, col)| {
-            let r = stats::ratio(col.summary.median, *reference.get(&(key.1, key.2))?)?;
-            Some((*key, r))
-        })
-        .collect()
-}
-
-/// Per device, the NUMA node with the highest segment median, judged on the column of the
-/// largest size (h2d before d2h).
-fn measured_nodes<'s>(columns: &BTreeMap<ColumnKey<'s>, Column>) -> Vec<(&'s str, u32)> {
-    let mut best: BTreeMap<&'s str, ((u64, std::cmp::Reverse<Direction>), &Column)> =
-        BTreeMap::new();
-    for ((device, size, direction), col) in columns {
-        let rank = (*size, std::cmp::Reverse(*direction));
-        if best.get(device).is_none_or(|(r, _)| rank > *r) {
-            best.insert(device, (rank, col));
-        }
-    }
-    best.into_iter()
-        .filter_map(|(device, (_, col))| {
-            let (node, _) = col
-                .by_node
-                .iter()
-                .filter_map(|(n, s)| Some(((*n)?, s.median)))
-                .max_by(|a, b| a.1.total_cmp(&b.1))?;
-            Some((device, node))
-        })
-        .collect()
+/// The `device`, `size_bytes` and `direction` labels of a device column.
+fn column_labels<'v>(&(device, size, direction): &ColumnKey<'v>) -> [(&'static str, Value<'v>); 3] {
+    [
+        ("device", Value::Str(device)),
+        ("size_bytes", Value::Int(size)),
+        ("direction", Value::Str(direction.as_str())),
+    ]
 }
 
 /// Counts of (fresh, stale, unmeasured) given each item's newest measurement time.
@@ -192,52 +123,107 @@ fn coverage(times: impl Iterator<Item = Option<f64>>, stale_before: f64) -> [u64
 }
 
 impl StoreView {
-    fn node(&self, cpu: u32) -> Option<u32> {
-        self.topology.cpu(cpu).and_then(|c| c.numa_node)
-    }
-
-    fn pair_aggregates(&self, store: &Store) -> BTreeMap<&str, PairAggregates> {
-        let mut out: BTreeMap<&str, PairAggregates> = self
-            .pairs
-            .iter()
-            .map(|p| (p.as_str(), PairAggregates::default()))
-            .collect();
-        for (key, cell) in &store.pair {
-            let (Some(agg), Some(m)) = (out.get_mut(key.pair.as_str()), cell.median()) else {
-                continue;
-            };
-            agg.all.push(m);
-            agg.by_cpu.entry((0, key.cpu0)).or_default().push(m);
-            agg.by_cpu.entry((1, key.cpu1)).or_default().push(m);
-            agg.by_segment
-                .entry((self.node(key.cpu0), self.node(key.cpu1)))
-                .or_default()
-                .push(m);
-            agg.cells.push((key.cpu0, key.cpu1, m));
+    fn encode_matrix(
+        &self,
+        cells: &[(&CellKey, Cell)],
+        analysis: &StoreAnalysis,
+        numa: &NumaMap,
+        enc: &mut DescriptorEncoder,
+    ) -> std::fmt::Result {
+        if self.cells {
+            let mut node_of = NodeOf::new(numa);
+            gauges(
+                enc,
+                "chd_h2d_bandwidth_bytes_per_second",
+                "One cell of the core x device copy matrix: median of its recent samples",
+                cells.iter().filter_map(|(key, c)| {
+                    let labels = [
+                        ("cpu", Value::Int(key.cpu.into())),
+                        ("numa_node", node_value(node_of.get(key.cpu))),
+                        ("device", Value::Str(&key.device)),
+                        ("size_bytes", Value::Int(key.size_bytes)),
+                        ("direction", Value::Str(key.direction.as_str())),
+                    ];
+                    Some((labels, bytes_per_second(c.value?)))
+                }),
+            )?;
         }
-        out
+        // Every device column of every matrix, by (device, size, direction).
+        let mut columns: Vec<(ColumnKey, &H2dMatrix, &DeviceColumn)> = analysis
+            .h2d
+            .iter()
+            .flat_map(|(&(size, direction), matrix)| {
+                matrix
+                    .devices
+                    .iter()
+                    .map(move |col| ((col.device.as_str(), size, direction), matrix, col))
+            })
+            .collect();
+        columns.sort_by(|a, b| a.0.cmp(&b.0));
+        gauges(
+            enc,
+            "chd_h2d_segment_bandwidth_bytes_per_second",
+            "Copy bandwidth of the cells whose CPU is on this NUMA node, per device",
+            columns.iter().flat_map(|(key, matrix, _)| {
+                let [device, size, direction] = column_labels(key);
+                matrix.segments_of(key.0).flat_map(move |segment| {
+                    let node = ("numa_node", node_value(segment.numa_node));
+                    stat_rows(segment.summary, move |stat| {
+                        [node, device, size, direction, ("stat", Value::Str(stat))]
+                    })
+                })
+            }),
+        )?;
+        gauges(
+            enc,
+            "chd_h2d_device_bandwidth_bytes_per_second",
+            "Copy bandwidth of one device column over all CPUs",
+            columns.iter().flat_map(|(key, _, col)| {
+                let [device, size, direction] = column_labels(key);
+                stat_rows(col.summary, move |stat| {
+                    [device, size, direction, ("stat", Value::Str(stat))]
+                })
+            }),
+        )?;
+        gauges(
+            enc,
+            "chd_h2d_device_ratio",
+            "Device column median / median of all column medians of this size and direction",
+            columns
+                .iter()
+                .filter_map(|(key, _, col)| Some((column_labels(key), col.ratio?))),
+        )?;
+        gauges(
+            enc,
+            "chd_device_measured_numa_node",
+            "NUMA node whose CPUs give this device the highest median copy bandwidth (largest size, h2d preferred)",
+            analysis
+                .measured_nodes
+                .iter()
+                .map(|(device, node)| ([("device", Value::Str(device))], i64::from(*node))),
+        )
     }
 
-    fn encode_pairs(&self, store: &Store, enc: &mut DescriptorEncoder) -> std::fmt::Result {
-        let aggs = self.pair_aggregates(store);
+    fn encode_pairs(
+        &self,
+        pair_cells: &BTreeMap<&str, Vec<Cell>>,
+        analysis: &StoreAnalysis,
+        enc: &mut DescriptorEncoder,
+    ) -> std::fmt::Result {
         let rank_value = |rank: u8| Value::Str(if rank == 0 { "0" } else { "1" });
-        let medians: BTreeMap<&str, Option<f64>> = aggs
-            .iter()
-            .map(|(p, a)| (*p, stats::median(&a.all)))
-            .collect();
         gauges(
             enc,
             "chd_pair_bandwidth_bytes_per_second",
             "Median allgather bus bandwidth of all measured pair cells in which this CPU held this rank",
-            aggs.iter().flat_map(|(pair, a)| {
-                a.by_cpu.iter().filter_map(move |((rank, cpu), v)| {
+            analysis.pairs.iter().flat_map(|(pair, matrix)| {
+                matrix.cpus.iter().map(move |c| {
                     let labels = [
                         ("pair", Value::Str(pair)),
-                        ("rank", rank_value(*rank)),
-                        ("cpu", Value::Int((*cpu).into())),
-                        ("numa_node", node_value(self.node(*cpu))),
+                        ("rank", rank_value(c.rank)),
+                        ("cpu", Value::Int(c.cpu.into())),
+                        ("numa_node", node_value(c.numa_node)),
                     ];
-                    Some((labels, bytes_per_second(stats::median(v)?)))
+                    (labels, bytes_per_second(c.median))
                 })
             }),
         )?;
@@ -245,16 +231,14 @@ impl StoreView {
             enc,
             "chd_pair_cpu_ratio",
             "This CPU's median in this rank / median of the whole pair matrix",
-            aggs.iter().flat_map(|(pair, a)| {
-                let reference = medians[pair];
-                a.by_cpu.iter().filter_map(move |((rank, cpu), v)| {
-                    let r = stats::ratio(stats::median(v)?, reference?)?;
+            analysis.pairs.iter().flat_map(|(pair, matrix)| {
+                matrix.cpus.iter().filter_map(move |c| {
                     let labels = [
                         ("pair", Value::Str(pair)),
-                        ("rank", rank_value(*rank)),
-                        ("cpu", Value::Int((*cpu).into())),
+                        ("rank", rank_value(c.rank)),
+                        ("cpu", Value::Int(c.cpu.into())),
                     ];
-                    Some((labels, r))
+                    Some((labels, c.ratio?))
                 })
             }),
         )?;
@@ -262,18 +246,15 @@ impl StoreView {
             enc,
             "chd_pair_segment_bandwidth_bytes_per_second",
             "Pair cells grouped by both ranks' NUMA nodes",
-            aggs.iter().flat_map(|(pair, a)| {
-                a.by_segment.iter().flat_map(move |((n0, n1), v)| {
-                    Summary::of(v).into_iter().flat_map(move |s| {
-                        s.labelled().map(move |(stat, value)| {
-                            let labels = [
-                                ("pair", Value::Str(pair)),
-                                ("rank0_numa_node", node_value(*n0)),
-                                ("rank1_numa_node", node_value(*n1)),
-                                ("stat", Value::Str(stat)),
-                            ];
-                            (labels, bytes_per_second(value))
-                        })
+            analysis.pairs.iter().flat_map(|(pair, matrix)| {
+                matrix.segments.iter().flat_map(move |((n0, n1), summary)| {
+                    stat_rows(*summary, move |stat| {
+                        [
+                            ("pair", Value::Str(pair)),
+                            ("rank0_numa_node", node_value(*n0)),
+                            ("rank1_numa_node", node_value(*n1)),
+                            ("stat", Value::Str(stat)),
+                        ]
                     })
                 })
             }),
@@ -283,112 +264,20 @@ impl StoreView {
                 enc,
                 "chd_pair_cell_bandwidth_bytes_per_second",
                 "One cell of the core-pair matrix: median of its recent samples",
-                aggs.iter().flat_map(|(pair, a)| {
-                    a.cells.iter().map(move |(c0, c1, m)| {
+                analysis.pairs.keys().flat_map(|pair| {
+                    let cells = pair_cells.get(pair.as_str()).map(Vec::as_slice);
+                    cells.unwrap_or_default().iter().filter_map(move |c| {
                         let labels = [
                             ("pair", Value::Str(pair)),
-                            ("rank0_cpu", Value::Int((*c0).into())),
-                            ("rank1_cpu", Value::Int((*c1).into())),
+                            ("rank0_cpu", Value::Int(c.cpu.into())),
+                            ("rank1_cpu", Value::Int(c.peer_cpu?.into())),
                         ];
-                        (labels, bytes_per_second(*m))
+                        Some((labels, bytes_per_second(c.value?)))
                     })
                 }),
             )?;
         }
         Ok(())
-    }
-
-    fn cell_values<'s>(&self, store: &'s Store) -> Vec<CellValue<'s>> {
-        store
-            .measured_cells()
-            .filter_map(|(key, cell)| {
-                Some(CellValue {
-                    key,
-                    node: self.topology.cpu(key.cpu).and_then(|c| c.numa_node),
-                    median: cell.median()?,
-                })
-            })
-            .collect()
-    }
-
-    fn encode_matrix(&self, store: &Store, enc: &mut DescriptorEncoder) -> std::fmt::Result {
-        let cells = self.cell_values(store);
-        if self.cells {
-            gauges(
-                enc,
-                "chd_h2d_bandwidth_bytes_per_second",
-                "One cell of the core x device copy matrix: median of its recent samples",
-                cells.iter().map(|c| {
-                    let labels = [
-                        ("cpu", Value::Int(c.key.cpu.into())),
-                        ("numa_node", node_value(c.node)),
-                        ("device", Value::Str(&c.key.device)),
-                        ("size_bytes", Value::Int(c.key.size_bytes)),
-                        ("direction", Value::Str(c.key.direction.as_str())),
-                    ];
-                    (labels, bytes_per_second(c.median))
-                }),
-            )?;
-        }
-        let columns = columns(&cells);
-        gauges(
-            enc,
-            "chd_h2d_segment_bandwidth_bytes_per_second",
-            "Copy bandwidth of the cells whose CPU is on this NUMA node, per device",
-            columns.iter().flat_map(|((device, size, direction), col)| {
-                col.by_node.iter().flat_map(move |(node, summary)| {
-                    summary.labelled().map(move |(stat, value)| {
-                        let labels = [
-                            ("numa_node", node_value(*node)),
-                            ("device", Value::Str(device)),
-                            ("size_bytes", Value::Int(*size)),
-                            ("direction", Value::Str(direction.as_str())),
-                            ("stat", Value::Str(stat)),
-                        ];
-                        (labels, bytes_per_second(value))
-                    })
-                })
-            }),
-        )?;
-        gauges(
-            enc,
-            "chd_h2d_device_bandwidth_bytes_per_second",
-            "Copy bandwidth of one device column over all CPUs",
-            columns.iter().flat_map(|((device, size, direction), col)| {
-                col.summary.labelled().map(move |(stat, value)| {
-                    let labels = [
-                        ("device", Value::Str(device)),
-                        ("size_bytes", Value::Int(*size)),
-                        ("direction", Value::Str(direction.as_str())),
-                        ("stat", Value::Str(stat)),
-                    ];
-                    (labels, bytes_per_second(value))
-                })
-            }),
-        )?;
-        gauges(
-            enc,
-            "chd_h2d_device_ratio",
-            "Device column median / median of all column medians of this size and direction",
-            device_ratios(&columns)
-                .into_iter()
-                .map(|((device, size, direction), ratio)| {
-                    let labels = [
-                        ("device", Value::Str(device)),
-                        ("size_bytes", Value::Int(size)),
-                        ("direction", Value::Str(direction.as_str())),
-                    ];
-                    (labels, ratio)
-                }),
-        )?;
-        gauges(
-            enc,
-            "chd_device_measured_numa_node",
-            "NUMA node whose CPUs give this device the highest median copy bandwidth (largest size, h2d preferred)",
-            measured_nodes(&columns)
-                .into_iter()
-                .map(|(device, node)| ([("device", Value::Str(device))], i64::from(node))),
-        )
     }
 
     fn encode_probe_state(&self, store: &Store, enc: &mut DescriptorEncoder) -> std::fmt::Result {
@@ -509,11 +398,16 @@ impl StoreView {
 
 impl Collector for StoreView {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let store = self.store.read().unwrap_or_else(|p| p.into_inner());
-        self.encode_matrix(&store, &mut encoder)?;
-        self.encode_pairs(&store, &mut encoder)?;
-        self.encode_probe_state(&store, &mut encoder)?;
-        drop(store);
+        {
+            let store = self.store.read().unwrap_or_else(|p| p.into_inner());
+            let numa = live::numa_map(&self.topology);
+            let h2d = live::h2d_cells(&store);
+            let pairs = live::pair_cells(&store);
+            let analysis = StoreAnalysis::of(&live::by_matrix(&h2d), &pairs, &self.pairs, &numa);
+            self.encode_matrix(&h2d, &analysis, &numa, &mut encoder)?;
+            self.encode_pairs(&pairs, &analysis, &mut encoder)?;
+            self.encode_probe_state(&store, &mut encoder)?;
+        }
         self.encode_info(&mut encoder)
     }
 }

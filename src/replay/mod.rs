@@ -128,7 +128,7 @@ fn add_cells_of(
 
 fn devices_from(ids: BTreeSet<String>) -> Vec<DeviceInfo> {
     let mut ids: Vec<String> = ids.into_iter().collect();
-    ids.sort_by_key(|d| (d.parse::<u64>().unwrap_or(u64::MAX), d.clone()));
+    crate::topology::natural::sort_natural(&mut ids);
     ids.into_iter()
         .map(|id| DeviceInfo {
             id,

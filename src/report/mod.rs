@@ -3,8 +3,8 @@
 //! picture per matrix (`h2d_<size>.png`, `pair_<a>-<b>_<size>.png`) and `report.xlsx`; plus
 //! the SVG heatmaps `chd serve` shows at `/matrix`.
 //!
-//! Everything is made from the neutral [`dataset::Dataset`]; [`analysis`] computes, the
-//! other modules only render.
+//! Everything is made from the neutral [`dataset::Dataset`]; [`crate::analysis`] computes
+//! (on [`analysis::cells`]), the other modules only render.
 
 pub mod analysis;
 pub mod csv;
@@ -123,9 +123,10 @@ pub fn heatmaps(ds: &Dataset) -> Vec<(String, Heatmap, dataset::MatrixId)> {
         .into_iter()
         .map(|(id, cells)| {
             let title = Dataset::matrix_title(id);
+            let (cells, axes) = (analysis::cells(&cells), Default::default());
             let map = match id.kind {
-                MatrixKind::H2d => Heatmap::h2d(title, &cells, &numa),
-                MatrixKind::Pair => Heatmap::pair(title, &cells, &numa),
+                MatrixKind::H2d => Heatmap::h2d(title, &cells, &numa, &axes),
+                MatrixKind::Pair => Heatmap::pair(title, &cells, &numa, &axes),
             };
             (ds.matrix_name(id), map, id.clone())
         })

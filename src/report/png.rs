@@ -12,7 +12,8 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::FontStyle;
 
-use super::heatmap::{cell_colour, colour, ticks, Heatmap, EMPTY, FAILED};
+use super::heatmap::{cell_colour, colour, EMPTY, FAILED};
+use crate::analysis::heatmap::{ticks, Heatmap};
 
 const FONT: &[u8] = include_bytes!("font/DejaVuSans.ttf");
 const FAMILY: &str = "sans-serif";

@@ -6,13 +6,15 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use super::analysis::{
-    natural_key, H2dAnalysis, PairAnalysis, EXTREME_CELL_RATIO, SLOW_CPU_RATIO, SLOW_DEVICE_RATIO,
-    SLOW_SEGMENT_RATIO,
-};
 use super::dataset::{Dataset, MatrixId};
+use crate::analysis::ranks::SLOWEST_CELLS;
+use crate::analysis::{
+    CellRanks, Failure, H2dMatrix, NumaMap, PairMatrix, EXTREME_CELL_RATIO, SLOW_CPU_RATIO,
+    SLOW_DEVICE_RATIO, SLOW_SEGMENT_RATIO,
+};
 use crate::format::run_dir::MatrixKind;
 use crate::stats::{self, Summary};
+use crate::topology::natural::natural_key;
 
 /// Rows shown in "slowest" lists.
 const TOP: usize = 10;
@@ -81,9 +83,8 @@ fn ranked(items: &[(u32, f64)]) -> String {
 /// NUMA segments.
 pub fn findings(ds: &Dataset) -> Vec<String> {
     let numa = ds.numa_map();
-    type DeviceKey = ((String, u64, String), String);
-    let mut devices: BTreeMap<DeviceKey, Seen> = BTreeMap::new();
-    let mut segments: BTreeMap<DeviceKey, (Seen, std::collections::BTreeSet<Option<u32>>)> =
+    let mut devices: BTreeMap<String, Seen> = BTreeMap::new();
+    let mut segments: BTreeMap<String, (Seen, std::collections::BTreeSet<Option<u32>>)> =
         BTreeMap::new();
     let mut rest = Vec::new();
     let mut h2d_matrices = 0;
@@ -92,22 +93,30 @@ pub fn findings(ds: &Dataset) -> Vec<String> {
         match id.kind {
             MatrixKind::H2d => {
                 h2d_matrices += 1;
-                let a = H2dAnalysis::of(&cells, &numa);
+                let cells = super::analysis::cells(&cells);
+                let a = H2dMatrix::of(&cells, &numa);
+                let ranks = CellRanks::of(&cells, &numa, &a);
                 for d in a.slow_devices() {
-                    devices
-                        .entry((natural_key(&d.device), d.device.clone()))
-                        .or_default()
-                        .push((d.ratio.unwrap_or(f64::NAN), d.summary.median, title.clone()));
+                    devices.entry(d.device.clone()).or_default().push((
+                        d.ratio.unwrap_or(f64::NAN),
+                        d.summary.median,
+                        title.clone(),
+                    ));
                 }
                 for seg in a.slow_segments() {
-                    let e = segments
-                        .entry((natural_key(&seg.device), seg.device.clone()))
-                        .or_default();
-                    e.0.push((seg.ratio.unwrap_or(f64::NAN), seg.median, title.clone()));
+                    let e = segments.entry(seg.device.clone()).or_default();
+                    e.0.push((
+                        seg.ratio.unwrap_or(f64::NAN),
+                        seg.summary.median,
+                        title.clone(),
+                    ));
                     e.1.insert(seg.numa_node);
                 }
-                let slow: Vec<(u32, f64)> =
-                    a.slow_cores().iter().map(|c| (c.cpu, c.ratio)).collect();
+                let slow: Vec<(u32, f64)> = ranks
+                    .slow_cores()
+                    .iter()
+                    .map(|c| (c.cpu, c.ratio))
+                    .collect();
                 if !slow.is_empty() {
                     rest.push(format!(
                         "{} slow CPU{} (cells below {SLOW_CPU_RATIO} x their device medians): {} ({title})",
@@ -116,17 +125,24 @@ pub fn findings(ds: &Dataset) -> Vec<String> {
                         ranked(&slow)
                     ));
                 }
-                let extreme = a.extreme_cells();
+                let extreme = ranks.extreme_cells();
                 if !extreme.is_empty() {
                     let list: Vec<String> = extreme
                         .iter()
                         .take(TOP)
-                        .map(|(cpu, d, v, _)| format!("CPU {cpu} -> device {d} {} GB/s", gbps(*v)))
+                        .map(|c| {
+                            format!(
+                                "CPU {} -> device {} {} GB/s",
+                                c.cpu,
+                                c.device,
+                                gbps(c.value)
+                            )
+                        })
                         .collect();
                     rest.push(format!(
                         "{}{} extreme cell{} below {EXTREME_CELL_RATIO} x {} NUMA segment's median: {}{} ({title})",
                         extreme.len(),
-                        if extreme.len() >= 100 { "+" } else { "" },
+                        if extreme.len() >= SLOWEST_CELLS { "+" } else { "" },
                         if extreme.len() == 1 { "" } else { "s" },
                         if extreme.len() == 1 { "its" } else { "their" },
                         list.join(", "),
@@ -138,7 +154,7 @@ pub fn findings(ds: &Dataset) -> Vec<String> {
                 }
             }
             MatrixKind::Pair => {
-                let a = PairAnalysis::of(&cells, &numa);
+                let a = PairMatrix::of(&super::analysis::cells(&cells), &numa);
                 for rank in [0u8, 1] {
                     let slow: Vec<(u32, f64)> = a
                         .slow_cpus()
@@ -162,9 +178,9 @@ pub fn findings(ds: &Dataset) -> Vec<String> {
             }
         }
     }
-    let mut out: Vec<String> = devices
-        .iter()
-        .map(|((_, d), seen)| {
+    let mut out: Vec<String> = in_natural_order(&devices)
+        .into_iter()
+        .map(|(d, seen)| {
             merged(
                 &format!("device {d} is slow"),
                 "the typical device",
@@ -173,15 +189,19 @@ pub fn findings(ds: &Dataset) -> Vec<String> {
             )
         })
         .collect();
-    out.extend(segments.iter().map(|((_, d), (seen, nodes))| {
-        let nodes: Vec<String> = nodes.iter().map(|n| node(*n)).collect();
-        merged(
-            &format!("device {d} is slow from NUMA {}", nodes.join(", ")),
-            "its best NUMA segment",
-            seen,
-            h2d_matrices,
-        )
-    }));
+    out.extend(
+        in_natural_order(&segments)
+            .into_iter()
+            .map(|(d, (seen, nodes))| {
+                let nodes: Vec<String> = nodes.iter().map(|n| node(*n)).collect();
+                merged(
+                    &format!("device {d} is slow from NUMA {}", nodes.join(", ")),
+                    "its best NUMA segment",
+                    seen,
+                    h2d_matrices,
+                )
+            }),
+    );
     out.extend(rest);
     let unbindable: Vec<u32> = ds.affinity.iter().filter(|a| !a.1).map(|a| a.0).collect();
     if !unbindable.is_empty() {
@@ -195,11 +215,24 @@ pub fn findings(ds: &Dataset) -> Vec<String> {
     out
 }
 
+/// The entries of `map` in natural order of their device.
+fn in_natural_order<V>(map: &BTreeMap<String, V>) -> Vec<(&String, &V)> {
+    let mut entries: Vec<(&String, &V)> = map.iter().collect();
+    entries.sort_by(|a, b| natural_key(a.0).cmp(&natural_key(b.0)));
+    entries
+}
+
 fn failure_line(failed: usize, cells: usize, title: &str) -> String {
     format!("{failed} of {cells} cells had failed samples ({title}); see \"Failed cells\"")
 }
 
-fn h2d_section(s: &mut String, ds: &Dataset, id: &MatrixId, a: &H2dAnalysis, picture: &str) {
+fn h2d_section(
+    s: &mut String,
+    ds: &Dataset,
+    id: &MatrixId,
+    (a, ranks): (&H2dMatrix, &CellRanks),
+    picture: &str,
+) {
     let _ = writeln!(
         s,
         "## {}\n\n{} of {} cells measured. Picture: `{picture}`.\n",
@@ -254,7 +287,7 @@ fn h2d_section(s: &mut String, ds: &Dataset, id: &MatrixId, a: &H2dAnalysis, pic
                         } else {
                             ""
                         };
-                        format!("{}{mark}", gbps(x.median))
+                        format!("{}{mark}", gbps(x.summary.median))
                     })
                     .unwrap_or_else(|| "-".into())
             })
@@ -265,7 +298,7 @@ fn h2d_section(s: &mut String, ds: &Dataset, id: &MatrixId, a: &H2dAnalysis, pic
         s,
         "\n### Slowest cores\n\nRatio = median over devices of (cell / device median); below {SLOW_CPU_RATIO} is slow.\n\n| CPU | NUMA | ratio | median GB/s |\n|---|---|---|---|"
     );
-    for c in a.cores.iter().take(TOP) {
+    for c in ranks.cores.iter().take(TOP) {
         let _ = writeln!(
             s,
             "| {} | {} | {:.2} | {} |",
@@ -276,14 +309,22 @@ fn h2d_section(s: &mut String, ds: &Dataset, id: &MatrixId, a: &H2dAnalysis, pic
         );
     }
     s.push_str("\n### Slowest cells\n\nRatio = the cell / the median of its NUMA segment on that device.\n\n| CPU | NUMA | device | GB/s | ratio |\n|---|---|---|---|---|\n");
-    for (cpu, d, v, r) in a.slowest_cells.iter().take(TOP) {
-        let n = ds.numa_of(*cpu);
-        let _ = writeln!(s, "| {cpu} | {} | {d} | {} | {r:.2} |", node(n), gbps(*v));
+    for c in ranks.slowest_cells.iter().take(TOP) {
+        let n = ds.numa_of(c.cpu);
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {:.2} |",
+            c.cpu,
+            node(n),
+            c.device,
+            gbps(c.value),
+            c.ratio
+        );
     }
     failures_section(s, &a.failures, false);
 }
 
-fn failures_section(s: &mut String, failures: &[super::analysis::Failure], pair: bool) {
+fn failures_section(s: &mut String, failures: &[Failure], pair: bool) {
     if failures.is_empty() {
         s.push_str("\n### Failed cells\n\nNone.\n\n");
         return;
@@ -322,7 +363,7 @@ fn failures_section(s: &mut String, failures: &[super::analysis::Failure], pair:
     s.push('\n');
 }
 
-fn pair_section(s: &mut String, id: &MatrixId, a: &PairAnalysis, picture: &str) {
+fn pair_section(s: &mut String, id: &MatrixId, a: &PairMatrix, picture: &str) {
     let _ = writeln!(
         s,
         "## {}\n\n{} of {} cells measured. Picture: `{picture}`.\n",
@@ -335,7 +376,7 @@ fn pair_section(s: &mut String, id: &MatrixId, a: &PairAnalysis, picture: &str) 
         s,
         "### Slowest CPUs\n\nRatio = the CPU's median over the cells where it held that rank / the matrix median (as `chd_pair_cpu_ratio`); below {SLOW_CPU_RATIO} is slow.\n\n| rank | CPU | NUMA | median GB/s | ratio | |\n|---|---|---|---|---|---|"
     );
-    for c in a.cpus.iter().take(TOP) {
+    for c in a.cpus_by_ratio().into_iter().take(TOP) {
         let slow = c.ratio.is_some_and(|r| r < SLOW_CPU_RATIO);
         let _ = writeln!(
             s,
@@ -352,7 +393,7 @@ fn pair_section(s: &mut String, id: &MatrixId, a: &PairAnalysis, picture: &str) 
     }
     s.push_str("\n### NUMA x NUMA (median GB/s)\n\n| rank 0 NUMA | rank 1 NUMA | median GB/s |\n|---|---|---|\n");
     for ((n0, n1), m) in &a.segments {
-        let _ = writeln!(s, "| {} | {} | {} |", node(*n0), node(*n1), gbps(*m));
+        let _ = writeln!(s, "| {} | {} | {} |", node(*n0), node(*n1), gbps(m.median));
     }
     failures_section(s, &a.failures, true);
 }
@@ -384,16 +425,13 @@ fn load_section(s: &mut String, ds: &Dataset) {
             );
             continue;
         };
+        // Each device's median and the whole matrix's ("all").
         let column = |cells: &[&super::dataset::CellResult]| {
-            let mut by: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-            for c in cells {
-                if let Some(v) = c.value() {
-                    by.entry(c.device.clone()).or_default().push(v);
-                    by.entry("all".into()).or_default().push(v);
-                }
-            }
-            by.into_iter()
-                .filter_map(|(d, v)| stats::median(&v).map(|m| (d, m)))
+            let m = H2dMatrix::of(&super::analysis::cells(cells), &NumaMap::new());
+            m.devices
+                .iter()
+                .map(|d| (d.device.clone(), d.summary.median))
+                .chain(m.overall.map(|o| ("all".to_string(), o.median)))
                 .collect::<BTreeMap<_, _>>()
         };
         let base = column(idle);
@@ -468,9 +506,15 @@ pub fn render(ds: &Dataset, pictures: &BTreeMap<MatrixId, String>) -> String {
         let picture = pictures.get(id).map(String::as_str).unwrap_or("-");
         match id.kind {
             MatrixKind::H2d => {
-                h2d_section(&mut s, ds, id, &H2dAnalysis::of(&cells, &numa), picture)
+                let cells = super::analysis::cells(&cells);
+                let a = H2dMatrix::of(&cells, &numa);
+                let ranks = CellRanks::of(&cells, &numa, &a);
+                h2d_section(&mut s, ds, id, (&a, &ranks), picture)
             }
-            MatrixKind::Pair => pair_section(&mut s, id, &PairAnalysis::of(&cells, &numa), picture),
+            MatrixKind::Pair => {
+                let a = PairMatrix::of(&super::analysis::cells(&cells), &numa);
+                pair_section(&mut s, id, &a, picture)
+            }
         }
     }
     load_section(&mut s, ds);

@@ -4,11 +4,11 @@
 //! failed are `<rect class="failed">`; unmeasured cells are left out. Same colour scale as the
 //! PNG pictures.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
-use super::analysis::natural_key;
-use super::heatmap::{self, cell_colour, colour, hex, order_cpus, HeatCell, Heatmap};
+use super::heatmap::{self, cell_colour, colour, hex};
+use crate::analysis::heatmap::{ticks, Axes, HeatCell, Heatmap};
+use crate::analysis::live;
 use crate::runtime::DeviceInfo;
 use crate::store::Store;
 use crate::topology::Topology;
@@ -160,7 +160,7 @@ pub fn heatmap_svg(map: &Heatmap) -> String {
         r##"<g class="legend"><text x="{lx}" y="{}">GB/s</text><rect x="{lx}" y="{top}" width="16" height="{lh}" fill="url(#scale)" stroke="#000"/>"##,
         top - 14
     );
-    for t in heatmap::ticks(map.max) {
+    for t in ticks(map.max) {
         let y = top as f64 + (1.0 - t / map.max) * f64::from(lh);
         let _ = write!(
             s,
@@ -223,89 +223,26 @@ pub fn html_page(title: &str, note_html: &str, maps: &[Heatmap]) -> String {
 }
 
 /// The matrices of `store` as heatmaps: the core x device matrix per size and direction (rows
-/// every allowed CPU and any CPU with a cell, by NUMA node; columns the devices), then each
-/// device pair's rank 0 CPU x rank 1 CPU matrix.
+/// every allowed CPU and any CPU with a cell, by NUMA node; columns the devices, then any
+/// other device with a cell), then each device pair's rank 0 CPU x rank 1 CPU matrix (block
+/// medians beyond [`MAX_PAGE_CELLS`] cells).
 pub fn store_heatmaps(store: &Store, topology: &Topology, devices: &[DeviceInfo]) -> Vec<Heatmap> {
-    let numa: BTreeMap<u32, u32> = topology
-        .cpus
-        .iter()
-        .filter_map(|c| c.numa_node.map(|n| (c.id, n)))
-        .collect();
-    let matrices: BTreeSet<(u64, crate::runtime::Direction)> = store
-        .h2d
-        .keys()
-        .map(|k| (k.size_bytes, k.direction))
-        .collect();
+    let numa = live::numa_map(topology);
+    let axes = Axes {
+        cpus: topology.allowed_cpus().map(|c| c.id).collect(),
+        devices: devices.iter().map(|d| d.id.clone()).collect(),
+    };
     let mut maps = Vec::new();
-    for (size, direction) in matrices {
-        let keys = || {
-            store
-                .h2d
-                .iter()
-                .filter(move |(k, _)| k.size_bytes == size && k.direction == direction)
-        };
-        let (cpus, groups) = order_cpus(
-            topology
-                .allowed_cpus()
-                .map(|c| c.id)
-                .chain(keys().map(|(k, _)| k.cpu)),
-            &numa,
+    for ((size, direction), cells) in live::by_matrix(&live::h2d_cells(store)) {
+        let title = format!(
+            "H2D {} {}",
+            super::dataset::size_label(size),
+            direction.as_str()
         );
-        let mut cols: Vec<String> = devices.iter().map(|d| d.id.clone()).collect();
-        let mut extra: Vec<String> = keys()
-            .map(|(k, _)| k.device.clone())
-            .filter(|d| !cols.contains(d))
-            .collect();
-        extra.sort_by_key(|d| natural_key(d));
-        extra.dedup();
-        cols.extend(extra);
-        let mut map = Heatmap::new(
-            format!(
-                "H2D {} {}",
-                super::dataset::size_label(size),
-                direction.as_str()
-            ),
-            "CPU",
-            "device",
-            cpus.iter().map(u32::to_string).collect(),
-            cols.clone(),
-        );
-        map.row_groups = groups;
-        let row: BTreeMap<u32, usize> = cpus.iter().enumerate().map(|(i, c)| (*c, i)).collect();
-        for (k, cell) in keys() {
-            let (Some(r), Some(c)) = (row.get(&k.cpu), cols.iter().position(|d| *d == k.device))
-            else {
-                continue;
-            };
-            map.cells[r * cols.len() + c] = live_cell(cell);
-        }
-        map.rescale();
-        maps.push(map);
+        maps.push(Heatmap::h2d(title, &cells, &numa, &axes));
     }
-    let pairs: BTreeSet<&str> = store.pair.keys().map(|k| k.pair.as_str()).collect();
-    for pair in pairs {
-        let keys = || store.pair.iter().filter(move |(k, _)| k.pair == pair);
-        let allowed = || topology.allowed_cpus().map(|c| c.id);
-        let (r0, g0) = order_cpus(allowed().chain(keys().map(|(k, _)| k.cpu0)), &numa);
-        let (r1, g1) = order_cpus(allowed().chain(keys().map(|(k, _)| k.cpu1)), &numa);
-        let mut map = Heatmap::new(
-            format!("Pair {pair}"),
-            "rank 0 CPU",
-            "rank 1 CPU",
-            r0.iter().map(u32::to_string).collect(),
-            r1.iter().map(u32::to_string).collect(),
-        );
-        map.row_groups = g0;
-        map.col_groups = g1;
-        let row: BTreeMap<u32, usize> = r0.iter().enumerate().map(|(i, c)| (*c, i)).collect();
-        let col: BTreeMap<u32, usize> = r1.iter().enumerate().map(|(i, c)| (*c, i)).collect();
-        for (k, cell) in keys() {
-            let (Some(r), Some(c)) = (row.get(&k.cpu0), col.get(&k.cpu1)) else {
-                continue;
-            };
-            map.cells[r * r1.len() + c] = live_cell(cell);
-        }
-        map.rescale();
+    for (pair, cells) in live::pair_cells(store) {
+        let map = Heatmap::pair(format!("Pair {pair}"), &cells, &numa, &axes);
         maps.push(map.downsample(MAX_PAGE_CELLS));
     }
     maps
@@ -313,19 +250,6 @@ pub fn store_heatmaps(store: &Store, topology: &Topology, devices: &[DeviceInfo]
 
 /// Cells per heatmap on a page; bigger pair matrices are shown as block medians.
 pub const MAX_PAGE_CELLS: usize = 40_000;
-
-fn live_cell(cell: &crate::store::Cell) -> HeatCell {
-    match cell.median() {
-        Some(v) => HeatCell::Value {
-            gbps: v / 1e9,
-            samples: cell.samples.len(),
-        },
-        None if cell.consecutive_errors > 0 => HeatCell::Failed {
-            error: format!("{} failed attempts in a row", cell.consecutive_errors),
-        },
-        None => HeatCell::Empty,
-    }
-}
 
 /// The `/matrix` page of `chd serve`: the live core x device heatmaps of `store` and its
 /// core-pair matrices (block medians beyond [`MAX_PAGE_CELLS`] cells).

@@ -9,7 +9,8 @@ use std::path::Path;
 use rust_xlsxwriter::{Color, Format, Workbook, Worksheet, XlsxError};
 
 use super::dataset::{size_label, Dataset};
-use super::heatmap::{cell_colour, HeatCell, Heatmap};
+use super::heatmap::cell_colour;
+use crate::analysis::heatmap::{HeatCell, Heatmap};
 
 /// Sheet names: at most 31 characters, none of `[]:*?/\`, unique.
 fn sheet_name(wanted: &str, taken: &mut Vec<String>) -> String {

@@ -4,6 +4,7 @@
 
 pub mod cpulist;
 mod cpus;
+pub mod natural;
 mod numa;
 pub mod pci;
 pub mod render;

@@ -333,10 +333,10 @@ impl Rejections {
     }
 }
 
-/// Numeric ids first, in numeric order.
+/// The ids in natural order (numeric ids first, in numeric order).
 fn natural(ids: BTreeSet<String>) -> Vec<String> {
     let mut ids: Vec<String> = ids.into_iter().collect();
-    ids.sort_by_key(|d| (d.parse::<u64>().unwrap_or(u64::MAX), d.clone()));
+    crate::topology::natural::sort_natural(&mut ids);
     ids
 }
 

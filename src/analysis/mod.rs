@@ -1,0 +1,34 @@
+//! The matrix math, once: what chd concludes from a core x device or core-pair matrix, for
+//! the exposition (`/metrics`), the report (`summary.md`, pictures, workbook) and the
+//! `/matrix` page alike. The input is neutral ([`Cell`]: a live `Store` and a report's
+//! dataset both give it cheaply); the results are plain values ([`H2dMatrix`],
+//! [`CellRanks`], [`PairMatrix`], [`StoreAnalysis`]) that can be computed once from a store
+//! snapshot and kept.
+//!
+//! - [`cell`]: the input, one cell of a matrix, and the CPU -> NUMA node map.
+//! - [`live`]: a `Store`'s cells as that input, and the whole store's analysis.
+//! - [`h2d`]: device columns with their ratio to the typical device, NUMA segments.
+//! - [`ranks`]: CPUs ranked by how they feed the devices, the slowest cells.
+//! - [`measured_node`]: the NUMA node that feeds each device best.
+//! - [`pair`]: a core-pair matrix's per-CPU medians and NUMA x NUMA blocks.
+//! - [`failures`]: the cells that failed.
+//! - [`findings`]: the thresholds (those of the alert rules) and what is below them.
+//! - [`heatmap`]: one heatmap model for every renderer (PNG, SVG, workbook).
+
+pub mod cell;
+pub mod failures;
+pub mod findings;
+pub mod h2d;
+pub mod heatmap;
+pub mod live;
+pub mod measured_node;
+pub mod pair;
+pub mod ranks;
+
+pub use cell::{Cell, NumaMap};
+pub use failures::Failure;
+pub use findings::{EXTREME_CELL_RATIO, SLOW_CPU_RATIO, SLOW_DEVICE_RATIO, SLOW_SEGMENT_RATIO};
+pub use h2d::{DeviceColumn, H2dMatrix, Segment};
+pub use live::StoreAnalysis;
+pub use pair::{PairCpu, PairMatrix};
+pub use ranks::{CellRanks, CoreRank, SlowCell};
