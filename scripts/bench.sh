@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# chd's benchmarks in one table (issue 13 part 5), measured side by side in one run so the
+# ratios mean something on a shared, noisy machine. Bounded: about 5 minutes after the
+# release build. Prints the table to stdout and writes it to target/bench/table.md (copy it
+# into BENCHMARKS.md with the machine and the date when it changes).
+#
+#   scripts/bench.sh            # everything
+#   BENCH_QUICK=1 scripts/bench.sh   # fewer samples (a smoke run of the script itself)
+#
+# What it measures:
+#   1. encode: one /metrics encode of a 640 CPU x 16 device x 3 size store (30,720 cells),
+#      with cells and without (criterion, benches/scrape.rs): median time, bytes, series.
+#   2. collectors over HTTP: chd serve --no-probe and Debian's prometheus-node-exporter on the
+#      same fixture tree (tests/fixtures/collectors/roce-dual-rail), their counter collectors
+#      only (chd: rdma, numa, netdev, pcie; node_exporter: infiniband, netdev, meminfo_numa),
+#      N scrapes each, interleaved: median time and the ratio.
+#   3. host copy: chd probe h2d --backend host on CPU 0 (64 MiB, node 0) against a plain C
+#      memcpy loop built here, on the same CPU, same size, in the same run: GB/s and ratio.
+#   4. idle CPU: chd serve --no-probe for 20 s, scraped every 5 s: CPU time used, as % of a core.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+quick=${BENCH_QUICK:-}
+scrapes=$([ -n "$quick" ] && echo 30 || echo 200)
+idle_s=$([ -n "$quick" ] && echo 5 || echo 20)
+out=target/bench
+mkdir -p "$out"
+
+missing=()
+command -v prometheus-node-exporter >/dev/null 2>&1 || missing+=(prometheus-node-exporter)
+command -v curl >/dev/null 2>&1 || missing+=(curl)
+command -v cc >/dev/null 2>&1 || missing+=(gcc)
+command -v taskset >/dev/null 2>&1 || missing+=(util-linux)
+if ((${#missing[@]})); then
+  if [ "$(id -u)" = 0 ]; then
+    sudo=()
+  elif command -v sudo >/dev/null 2>&1; then
+    sudo=(sudo)
+  else
+    echo "scripts/bench.sh: needs ${missing[*]} (apt-get install -y ${missing[*]}); run as root or install sudo" >&2
+    exit 1
+  fi
+  echo "scripts/bench.sh: installing ${missing[*]}" >&2
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+cargo build --release --locked --quiet
+chd=target/release/chd
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+# The median of the numbers on stdin.
+median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) {print "nan"} else if (NR%2) {print v[(NR+1)/2]} else {print (v[NR/2]+v[NR/2+1])/2}}'; }
+
+# Start `chd serve` with "$@" on a free port; sets $chd_pid and $chd_url.
+start_chd() {
+  local log="$out/chd-$1.log"
+  shift
+  "$chd" serve --listen 127.0.0.1:0 --state-dir "$(mktemp -d)" "$@" >"$log" 2>&1 &
+  chd_pid=$!
+  pids+=("$chd_pid")
+  for _ in $(seq 100); do
+    addr=$(sed -n 's/.*listening on \([0-9.:]*\).*/\1/p' "$log" | head -1)
+    [ -n "$addr" ] && break
+    sleep 0.1
+  done
+  [ -n "$addr" ] || { echo "scripts/bench.sh: chd did not start, see $log" >&2; exit 1; }
+  chd_url="http://$addr/metrics"
+}
+
+rows=()
+row() { rows+=("| $1 | $2 | $3 |"); }
+
+# 1. Encoding the matrix (criterion, in process).
+echo "scripts/bench.sh: encode (criterion)" >&2
+measure=$([ -n "$quick" ] && echo 1 || echo 4)
+cargo bench --locked --quiet --bench scrape -- --warm-up-time 1 --measurement-time "$measure" \
+  --noplot >"$out/scrape.txt" 2>&1
+crit() { # the median estimate of criterion benchmark $1, in ms
+  awk -v name="$1" '
+    $0 ~ "^encode/"name"[[:space:]]*$" || $1 == "encode/"name {found=1}
+    found && /time:/ {
+      gsub(/[\[\]]/, ""); for (i=1;i<=NF;i++) if ($i=="time:") {v=$(i+3); u=$(i+4)}
+      if (u=="µs"||u=="us") v=v/1000; else if (u=="s") v=v*1000; else if (u=="ns") v=v/1e6
+      print v; exit
+    }' "$out/scrape.txt"
+}
+fig() { sed -n "s/^scrape: $1=\([0-9]*\).*/\1/p" "$out/scrape.txt" | head -1; }
+row "encode, 30,720 cells, cells on (median)" "$(crit prometheus_text) ms" \
+  "$(fig 'prometheus_text bytes') bytes, $(fig 'prometheus_text series') series"
+row "encode, 30,720 cells, cells off (median)" "$(crit prometheus_text_no_cells) ms" \
+  "$(fig 'prometheus_text_no_cells bytes') bytes, $(fig 'prometheus_text_no_cells series') series"
+row "RSS after building the store and registry" "$(($(fig rss_after_build_kib) / 1024)) MiB" \
+  "benches/scrape.rs process"
+
+# 2. Counter collectors: chd vs node_exporter on one fixture tree, over HTTP.
+echo "scripts/bench.sh: collectors vs node_exporter ($scrapes scrapes each)" >&2
+tree=tests/fixtures/collectors/roce-dual-rail
+start_chd collectors --no-probe --backend host --sysfs-root "$tree/sys" --procfs-root "$tree/proc"
+ne_port=$((20000 + RANDOM % 20000))
+prometheus-node-exporter --web.listen-address="127.0.0.1:$ne_port" \
+  --path.sysfs="$tree/sys" --path.procfs="$tree/proc" --collector.disable-defaults \
+  --collector.infiniband --collector.netdev --collector.meminfo_numa \
+  >"$out/node_exporter.log" 2>&1 &
+pids+=("$!")
+ne_url="http://127.0.0.1:$ne_port/metrics"
+for _ in $(seq 100); do curl -fs -o /dev/null "$ne_url" && break; sleep 0.1; done
+: >"$out/chd-times" && : >"$out/ne-times"
+for _ in $(seq "$scrapes"); do
+  curl -fs -o /dev/null -w '%{time_total}\n' "$chd_url" >>"$out/chd-times"
+  curl -fs -o /dev/null -w '%{time_total}\n' "$ne_url" >>"$out/ne-times"
+done
+chd_ms=$(median <"$out/chd-times" | awk '{print $1*1000}')
+ne_ms=$(median <"$out/ne-times" | awk '{print $1*1000}')
+chd_series=$(curl -fs "$chd_url" | grep -vc '^#')
+ne_series=$(curl -fs "$ne_url" | grep -vc '^#')
+row "collectors scrape over HTTP, chd (median)" "$chd_ms ms" "$chd_series series"
+row "collectors scrape over HTTP, node_exporter 1.5 (median)" "$ne_ms ms" "$ne_series series"
+row "chd / node_exporter scrape time" "$(awk -v a="$chd_ms" -v b="$ne_ms" 'BEGIN {printf "%.2f", a/b}')" \
+  "same tree, interleaved"
+
+# 4. Idle CPU of the exporter between windows (the collectors server from step 2).
+echo "scripts/bench.sh: idle CPU (${idle_s} s)" >&2
+ticks() { awk '{print $14 + $15}' "/proc/$chd_pid/stat"; }
+hz=$(getconf CLK_TCK)
+t0=$(ticks)
+for _ in $(seq $((idle_s / 5))); do sleep 5; curl -fs -o /dev/null "$chd_url"; done
+t1=$(ticks)
+row "idle exporter CPU, scraped every 5 s" \
+  "$(awk -v d=$((t1 - t0)) -v hz="$hz" -v s="$idle_s" 'BEGIN {printf "%.3f %%", 100*d/hz/s}')" \
+  "target < 0.1 % of a core"
+
+# 3. Host backend copy against a reference memcpy on the same CPU.
+echo "scripts/bench.sh: host copy vs memcpy" >&2
+cat >"$out/memcpy.c" <<'C'
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+/* 64 MiB memcpy between two first-touched buffers, best of N timed copies, in bytes/s. */
+int main(int argc, char **argv) {
+  size_t n = (size_t)64 << 20;
+  int reps = argc > 1 ? atoi(argv[1]) : 10;
+  char *a = malloc(n), *b = malloc(n);
+  if (!a || !b) return 1;
+  memset(a, 1, n);
+  memset(b, 2, n);
+  double best = 0;
+  for (int r = 0; r < reps; r++) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    memcpy(b, a, n);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+    if (n / s > best) best = n / s;
+    a[r % n] = (char)r;
+  }
+  printf("%.0f\n", best + (b[n - 1] == 99 ? 1 : 0));
+  return 0;
+}
+C
+cc -O2 -o "$out/memcpy" "$out/memcpy.c"
+ref=$(taskset -c 0 "$out/memcpy" 10)
+host=$("$chd" probe h2d --backend host --cpus 0 --devices numa0 --sizes 64 --repeats 3 \
+  --format json 2>/dev/null | awk -F': ' '/bytes_per_second/ {gsub(/,/, "", $2); print $2}' | median)
+row "host copy, CPU 0 -> node 0, 64 MiB (chd probe h2d)" \
+  "$(awk -v v="$host" 'BEGIN {printf "%.2f GB/s", v/1e9}')" "median of 3 samples"
+row "reference memcpy, CPU 0, 64 MiB (C, -O2)" \
+  "$(awk -v v="$ref" 'BEGIN {printf "%.2f GB/s", v/1e9}')" "best of 10"
+row "chd host copy / memcpy" "$(awk -v a="$host" -v b="$ref" 'BEGIN {printf "%.2f", a/b}')" \
+  "target within 10 %"
+
+{
+  echo "| measure | value | notes |"
+  echo "|---|---|---|"
+  printf '%s\n' "${rows[@]}"
+  echo
+  echo "Machine: $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)," \
+    "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1); load $(cut -d' ' -f1-3 /proc/loadavg);" \
+    "$(date -u +%Y-%m-%dT%H:%MZ); chd $(git rev-parse --short HEAD)."
+} | tee "$out/table.md"
