@@ -1,12 +1,13 @@
 //! Timing host <-> device copies through any stream-and-event runtime (CUDA, ACL): the one
 //! measurement routine both accelerator backends share. The calling thread is already bound
-//! to the cell's CPU; the host buffer is allocated and first-touched here, the copies are
+//! to the cell's CPU; the host buffer is allocated and first-touched here, once per
+//! [`Staging`] (a run of cells of one CPU and size on every device in turn), the copies are
 //! timed with device events around `iterations` async copies after `warmup` untimed ones, and
 //! every allocation, stream and event is released on every path (RAII guards). The stream is
 //! synchronized before it is destroyed and before anything its copies use is freed, on error
-//! paths too (a copy enqueued before a failure may still be running), and every scratch
-//! buffer a copy touches is runtime-allocated pinned memory (ACL's `aclrtMemcpyAsync` is
-//! undefined on pageable memory).
+//! paths too (a copy enqueued before a failure may still be running), and the only host
+//! memory a copy touches is the staging's buffer, runtime-allocated pinned memory for pinned
+//! cells (ACL's `aclrtMemcpyAsync` is undefined on pageable memory).
 
 // Views pinned host memory the runtime allocated (a raw pointer) as a byte slice.
 #![allow(unsafe_code)]
@@ -222,9 +223,8 @@ fn check_params<A: DeviceApi + ?Sized>(api: &A, params: &CopyParams) -> Result<u
 }
 
 /// The host side of a run of cells that share a CPU, a size and a host memory kind: the
-/// copy buffer, allocated and first-touched once on the calling (bound) thread, and the
-/// pinned scratch an h2d cell reads the device back into (allocated on the first h2d cell).
-/// Each cell of the run then only allocates its device buffer, stream and events. Pinned
+/// copy buffer, allocated and first-touched once on the calling (bound) thread (an h2d cell
+/// also reads the device back into its head to check the copy). Each cell of the run then only allocates its device buffer, stream and events. Pinned
 /// memory comes from `host_alloc_pinned`, which allocates it portable (pinned for every
 /// device, not only the current one), so one buffer serves every device in turn. Everything
 /// is freed on drop.
@@ -233,7 +233,6 @@ pub(crate) struct Staging<'a, A: DeviceApi + ?Sized> {
     bytes: usize,
     memory: HostMemory,
     host: HostBuffer<'a, A>,
-    scratch: Option<HostBuffer<'a, A>>,
 }
 
 impl<'a, A: DeviceApi + ?Sized> Staging<'a, A> {
@@ -246,17 +245,15 @@ impl<'a, A: DeviceApi + ?Sized> Staging<'a, A> {
             bytes,
             memory: params.host_memory,
             host,
-            scratch: None,
         })
     }
 
     /// Pinned host bytes held now.
     pub(crate) fn pinned_bytes(&self) -> u64 {
-        let pinned = |b: &HostBuffer<'_, A>| match b {
+        match &self.host {
             HostBuffer::Pinned { len, .. } => *len as u64,
             HostBuffer::Pageable(_) => 0,
-        };
-        pinned(&self.host) + self.scratch.as_ref().map_or(0, pinned)
+        }
     }
 
     /// Measure one cell of this staging's size and memory on `device`.
@@ -267,11 +264,6 @@ impl<'a, A: DeviceApi + ?Sized> Staging<'a, A> {
         api.set_device(device)
             .map_err(|e| ProbeError::Device(e.to_string()))?;
         let head = bytes.min(1 << 20);
-        if params.direction == Direction::H2d && self.scratch.is_none() {
-            // An h2d cell's check reads the device buffer back into runtime-allocated memory.
-            self.scratch =
-                Some(HostBuffer::new(api, head, HostMemory::Pinned).map_err(alloc_error(head))?);
-        }
         let host = &mut self.host;
         let dev =
             guard(api, api.device_alloc(bytes), A::device_free).map_err(alloc_error(bytes))?;
@@ -326,32 +318,24 @@ impl<'a, A: DeviceApi + ?Sized> Staging<'a, A> {
             )));
         }
 
-        let got = match (params.direction, self.scratch.as_mut()) {
-            (Direction::H2d, Some(scratch)) => read_back(api, scratch, &dev, &stream)?,
-            // d2h: the host buffer already holds what the device sent.
-            _ => &host.as_mut_slice()[..head],
-        };
+        if params.direction == Direction::H2d {
+            // Read the head of the device buffer back over the (cleared) head of the host
+            // buffer: runtime-allocated memory, as ACL's async copies require, and no second
+            // pinned buffer. The next cell fills the pattern in again.
+            host.as_mut_slice()[..head].fill(0);
+            api.copy_async(
+                host.as_handle(),
+                dev.handle,
+                head,
+                Direction::D2h,
+                stream.handle,
+            )
+            .map_err(copy_error)?;
+            api.stream_synchronize(stream.handle).map_err(copy_error)?;
+        }
+        // d2h: the host buffer already holds what the device sent.
+        let got = &host.as_mut_slice()[..head];
         check_copy(&expected, got)?;
         Ok(bytes as f64 * f64::from(params.iterations) / (f64::from(ms) / 1e3))
     }
-}
-
-/// Copy the head of the device buffer back into `scratch` (pinned) and return it.
-fn read_back<'s, A: DeviceApi + ?Sized>(
-    api: &A,
-    scratch: &'s mut HostBuffer<'_, A>,
-    dev: &Guard<'_, A>,
-    stream: &Guard<'_, A>,
-) -> Result<&'s [u8], ProbeError> {
-    let head = scratch.as_mut_slice().len();
-    api.copy_async(
-        scratch.as_handle(),
-        dev.handle,
-        head,
-        Direction::D2h,
-        stream.handle,
-    )
-    .map_err(copy_error)?;
-    api.stream_synchronize(stream.handle).map_err(copy_error)?;
-    Ok(scratch.as_mut_slice())
 }
