@@ -99,3 +99,70 @@ impl<'a> CellGroup<'a> {
         self.staging.pinned_bytes()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::host::HostBackend;
+    use crate::runtime::Direction;
+    use crate::topology::{Cpu, NumaNode, Topology};
+
+    fn backend() -> HostBackend {
+        HostBackend::new(&Topology {
+            cpus: vec![Cpu {
+                id: 0,
+                numa_node: Some(0),
+                package: Some(0),
+                core: Some(0),
+                siblings: vec![0],
+                allowed: true,
+            }],
+            offline_cpus: vec![],
+            numa_nodes: vec![NumaNode {
+                id: 0,
+                cpus: vec![0],
+                has_memory: true,
+                memory_total_bytes: None,
+            }],
+        })
+    }
+
+    fn cell(cpu: u32, size_bytes: u64) -> CellKey {
+        CellKey {
+            cpu,
+            device: "numa0".into(),
+            size_bytes,
+            direction: Direction::H2d,
+        }
+    }
+
+    #[test]
+    fn a_group_binds_once_and_serves_only_its_cpu_and_size() {
+        let backend = backend();
+        let before = affinity::current_cpus().unwrap();
+        let cpu = before[0];
+        let mut group = CellGroup::open(&backend, &cell(cpu, 1 << 16), HostMemory::Pageable)
+            .expect("bind and allocate");
+        assert_eq!(affinity::current_cpus().unwrap(), vec![cpu]);
+        for _ in 0..3 {
+            assert!(group
+                .measure(&cell(cpu, 1 << 16), 0, 1, HostMemory::Pageable)
+                .is_ok());
+        }
+        let err = group
+            .measure(&cell(cpu, 1 << 17), 0, 1, HostMemory::Pageable)
+            .unwrap_err();
+        assert_eq!(err.reason(), "bind", "{err}");
+        let err = group
+            .measure(&cell(cpu + 1, 1 << 16), 0, 1, HostMemory::Pageable)
+            .unwrap_err();
+        assert_eq!(err.reason(), "bind", "{err}");
+        assert_eq!(group.pinned_bytes(), 0);
+        drop(group);
+        assert_eq!(
+            affinity::current_cpus().unwrap(),
+            before,
+            "binding restored"
+        );
+    }
+}

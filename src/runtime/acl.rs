@@ -595,7 +595,7 @@ impl Backend for AclBackend {
     }
 
     fn staging(&self, params: &CopyParams) -> Result<Box<dyn super::HostStaging + '_>, ProbeError> {
-        Ok(Box::new(super::DeviceStaging {
+        Ok(Box::new(device_copy::DeviceStaging {
             devices: &self.devices,
             staging: device_copy::Staging::new(&*self.runtime, params)?,
         }))

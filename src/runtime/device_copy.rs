@@ -15,7 +15,7 @@
 use std::ffi::c_void;
 
 use super::pattern::{check_copy, fill_pattern};
-use super::{CopyParams, Direction, HostMemory, ProbeError};
+use super::{CopyParams, DeviceInfo, Direction, HostMemory, HostStaging, ProbeError};
 
 /// An opaque runtime handle (stream, event, or memory pointer).
 pub type Handle = *mut c_void;
@@ -337,5 +337,21 @@ impl<'a, A: DeviceApi + ?Sized> Staging<'a, A> {
         let got = &host.as_mut_slice()[..head];
         check_copy(&expected, got)?;
         Ok(bytes as f64 * f64::from(params.iterations) / (f64::from(ms) / 1e3))
+    }
+}
+
+/// The [`HostStaging`] of a stream-and-event runtime (CUDA, ACL).
+pub(crate) struct DeviceStaging<'a, A: DeviceApi + ?Sized> {
+    pub(crate) devices: &'a [DeviceInfo],
+    pub(crate) staging: Staging<'a, A>,
+}
+
+impl<A: DeviceApi + ?Sized> HostStaging for DeviceStaging<'_, A> {
+    fn measure(&mut self, device: &str, params: &CopyParams) -> Result<f64, ProbeError> {
+        let index = super::device_index(self.devices, device)?;
+        self.staging.measure(index, params)
+    }
+    fn pinned_bytes(&self) -> u64 {
+        self.staging.pinned_bytes()
     }
 }

@@ -229,6 +229,29 @@ mod tests {
     }
 
     #[test]
+    fn one_local_buffer_serves_every_cell_of_its_size_only() {
+        let b = HostBackend::new(&topo(vec![node(0, true, vec![0])]));
+        let mut staging = b.staging(&params(Direction::H2d)).unwrap();
+        for dir in [Direction::H2d, Direction::D2h, Direction::H2d] {
+            let bw = staging.measure("numa0", &params(dir)).unwrap();
+            assert!(bw.is_finite() && bw > 0.0, "{dir:?}: {bw}");
+        }
+        let other_size = CopyParams {
+            size_bytes: 4096,
+            ..params(Direction::H2d)
+        };
+        let err = staging.measure("numa0", &other_size).unwrap_err();
+        assert_eq!(err.reason(), "alloc", "{err}");
+        let err = staging
+            .measure("numa9", &params(Direction::H2d))
+            .unwrap_err();
+        assert_eq!(err.reason(), "unknown_device");
+        // A failed cell leaves the staging usable.
+        assert!(staging.measure("numa0", &params(Direction::D2h)).is_ok());
+        assert_eq!(staging.pinned_bytes(), 0);
+    }
+
+    #[test]
     fn odd_sizes_copy_correctly() {
         let b = HostBackend::new(&topo(vec![node(0, true, vec![0])]));
         for size in [1u64, 4097, 255 * 16 + 1] {

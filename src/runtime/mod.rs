@@ -233,19 +233,3 @@ pub(crate) fn check_staging_fits(
         })
     }
 }
-
-/// The [`HostStaging`] of a stream-and-event runtime (CUDA, ACL).
-pub(crate) struct DeviceStaging<'a, A: device_copy::DeviceApi + ?Sized> {
-    pub(crate) devices: &'a [DeviceInfo],
-    pub(crate) staging: device_copy::Staging<'a, A>,
-}
-
-impl<A: device_copy::DeviceApi + ?Sized> HostStaging for DeviceStaging<'_, A> {
-    fn measure(&mut self, device: &str, params: &CopyParams) -> Result<f64, ProbeError> {
-        let index = device_index(self.devices, device)?;
-        self.staging.measure(index, params)
-    }
-    fn pinned_bytes(&self) -> u64 {
-        self.staging.pinned_bytes()
-    }
-}
