@@ -593,6 +593,13 @@ impl Backend for AclBackend {
         let index = device_index(&self.devices, device)?;
         device_copy::measure(&*self.runtime, index, params)
     }
+
+    fn staging(&self, params: &CopyParams) -> Result<Box<dyn super::HostStaging + '_>, ProbeError> {
+        Ok(Box::new(device_copy::DeviceStaging {
+            devices: &self.devices,
+            staging: device_copy::Staging::new(&*self.runtime, params)?,
+        }))
+    }
 }
 
 #[cfg(test)]

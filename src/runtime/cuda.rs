@@ -218,6 +218,13 @@ impl CudaRuntime {
     }
 }
 
+/// `cudaHostAllocPortable` (`cuda_runtime_api.h`, `#define cudaHostAllocPortable 0x01`): "the
+/// memory returned by this call will be considered as pinned memory by all CUDA contexts, not
+/// just the one that performed the allocation" (CUDA Runtime API, `cudaHostAlloc`). Without
+/// it, the programming guide's "Portable Memory" says the benefits of page-locking hold only
+/// for the device current at allocation; one staging buffer serves every device in turn.
+const CUDA_HOST_ALLOC_PORTABLE: c_uint = 0x01;
+
 impl DeviceApi for CudaRuntime {
     fn set_device(&self, device: i32) -> Result<(), ApiError> {
         // SAFETY: takes the device ordinal by value; an invalid one is cudaErrorInvalidDevice,
@@ -227,9 +234,9 @@ impl DeviceApi for CudaRuntime {
 
     fn host_alloc_pinned(&self, bytes: usize) -> Result<Handle, ApiError> {
         let mut p = std::ptr::null_mut();
-        // SAFETY: `p` is a valid out-pointer; flags 0 = cudaHostAllocDefault.
+        // SAFETY: `p` is a valid out-pointer; the flags are a defined cudaHostAlloc flag.
         self.check("cudaHostAlloc", unsafe {
-            (self.host_alloc)(&mut p, bytes, 0)
+            (self.host_alloc)(&mut p, bytes, CUDA_HOST_ALLOC_PORTABLE)
         })?;
         Ok(p)
     }
@@ -447,5 +454,12 @@ impl Backend for CudaBackend {
     fn measure_copy(&self, device: &str, params: &CopyParams) -> Result<f64, ProbeError> {
         let index = super::device_index(&self.devices, device)?;
         device_copy::measure(&*self.runtime, index, params)
+    }
+
+    fn staging(&self, params: &CopyParams) -> Result<Box<dyn super::HostStaging + '_>, ProbeError> {
+        Ok(Box::new(device_copy::DeviceStaging {
+            devices: &self.devices,
+            staging: device_copy::Staging::new(&*self.runtime, params)?,
+        }))
     }
 }

@@ -1,12 +1,13 @@
 //! Timing host <-> device copies through any stream-and-event runtime (CUDA, ACL): the one
 //! measurement routine both accelerator backends share. The calling thread is already bound
-//! to the cell's CPU; the host buffer is allocated and first-touched here, the copies are
+//! to the cell's CPU; the host buffer is allocated and first-touched here, once per
+//! [`Staging`] (a run of cells of one CPU and size on every device in turn), the copies are
 //! timed with device events around `iterations` async copies after `warmup` untimed ones, and
 //! every allocation, stream and event is released on every path (RAII guards). The stream is
 //! synchronized before it is destroyed and before anything its copies use is freed, on error
-//! paths too (a copy enqueued before a failure may still be running), and every scratch
-//! buffer a copy touches is runtime-allocated pinned memory (ACL's `aclrtMemcpyAsync` is
-//! undefined on pageable memory).
+//! paths too (a copy enqueued before a failure may still be running), and the only host
+//! memory a copy touches is the staging's buffer, runtime-allocated pinned memory for pinned
+//! cells (ACL's `aclrtMemcpyAsync` is undefined on pageable memory).
 
 // Views pinned host memory the runtime allocated (a raw pointer) as a byte slice.
 #![allow(unsafe_code)]
@@ -14,7 +15,7 @@
 use std::ffi::c_void;
 
 use super::pattern::{check_copy, fill_pattern};
-use super::{CopyParams, Direction, HostMemory, ProbeError};
+use super::{CopyParams, DeviceInfo, Direction, HostMemory, HostStaging, ProbeError};
 
 /// An opaque runtime handle (stream, event, or memory pointer).
 pub type Handle = *mut c_void;
@@ -192,12 +193,17 @@ fn timing_error(e: ApiError) -> ProbeError {
     ProbeError::Timing(e.to_string())
 }
 
-/// Measure one cell on the calling thread: bytes per second of `params` on `device`.
+/// Measure one cell on the calling thread: bytes per second of `params` on `device`, with a
+/// host buffer allocated for this cell alone.
 pub(crate) fn measure<A: DeviceApi + ?Sized>(
     api: &A,
     device: i32,
     params: &CopyParams,
 ) -> Result<f64, ProbeError> {
+    Staging::new(api, params)?.measure(device, params)
+}
+
+fn check_params<A: DeviceApi + ?Sized>(api: &A, params: &CopyParams) -> Result<usize, ProbeError> {
     let bytes = usize::try_from(params.size_bytes)
         .map_err(|_| ProbeError::Timing(format!("{} bytes do not fit", params.size_bytes)))?;
     if bytes == 0 || params.iterations == 0 {
@@ -213,95 +219,139 @@ pub(crate) fn measure<A: DeviceApi + ?Sized>(
             });
         }
     }
-    api.set_device(device)
-        .map_err(|e| ProbeError::Device(e.to_string()))?;
+    Ok(bytes)
+}
 
-    let mut host = HostBuffer::new(api, bytes, params.host_memory).map_err(alloc_error(bytes))?;
-    let dev = guard(api, api.device_alloc(bytes), A::device_free).map_err(alloc_error(bytes))?;
-    let head = bytes.min(1 << 20);
-    // An h2d cell's check reads the device buffer back into runtime-allocated memory.
-    let mut scratch = match params.direction {
-        Direction::H2d => {
-            Some(HostBuffer::new(api, head, HostMemory::Pinned).map_err(alloc_error(head))?)
+/// The host side of a run of cells that share a CPU, a size and a host memory kind: the
+/// copy buffer, allocated and first-touched once on the calling (bound) thread (an h2d cell
+/// also reads the device back into its head to check the copy). Each cell of the run then only allocates its device buffer, stream and events. Pinned
+/// memory comes from `host_alloc_pinned`, which allocates it portable (pinned for every
+/// device, not only the current one), so one buffer serves every device in turn. Everything
+/// is freed on drop.
+pub(crate) struct Staging<'a, A: DeviceApi + ?Sized> {
+    api: &'a A,
+    bytes: usize,
+    memory: HostMemory,
+    host: HostBuffer<'a, A>,
+}
+
+impl<'a, A: DeviceApi + ?Sized> Staging<'a, A> {
+    /// Allocate and first-touch the host buffer for cells of `params`' size and memory.
+    pub(crate) fn new(api: &'a A, params: &CopyParams) -> Result<Self, ProbeError> {
+        let bytes = check_params(api, params)?;
+        let host = HostBuffer::new(api, bytes, params.host_memory).map_err(alloc_error(bytes))?;
+        Ok(Staging {
+            api,
+            bytes,
+            memory: params.host_memory,
+            host,
+        })
+    }
+
+    /// Pinned host bytes held now.
+    pub(crate) fn pinned_bytes(&self) -> u64 {
+        match &self.host {
+            HostBuffer::Pinned { len, .. } => *len as u64,
+            HostBuffer::Pageable(_) => 0,
         }
-        Direction::D2h => None,
-    };
-    let start = guard(api, api.event_create(), A::event_destroy).map_err(timing_error)?;
-    let end = guard(api, api.event_create(), A::event_destroy).map_err(timing_error)?;
-    // Last, so it is synchronized and destroyed before the events and buffers go.
-    let stream = stream_guard(api).map_err(timing_error)?;
+    }
 
-    // The source holds the pattern: the host buffer for h2d; for d2h the device buffer,
-    // filled from a pattern staged through the (then cleared) host buffer.
-    let mut expected = vec![0u8; head];
-    fill_pattern(&mut expected);
-    fill_pattern(host.as_mut_slice());
-    let (dst, src) = match params.direction {
-        Direction::H2d => (dev.handle, host.as_handle()),
-        Direction::D2h => {
+    /// Measure one cell of this staging's size and memory on `device`.
+    pub(crate) fn measure(&mut self, device: i32, params: &CopyParams) -> Result<f64, ProbeError> {
+        let bytes = check_params(self.api, params)?;
+        super::check_staging_fits(self.bytes as u64, self.memory, params)?;
+        let api = self.api;
+        api.set_device(device)
+            .map_err(|e| ProbeError::Device(e.to_string()))?;
+        let head = bytes.min(1 << 20);
+        let host = &mut self.host;
+        let dev =
+            guard(api, api.device_alloc(bytes), A::device_free).map_err(alloc_error(bytes))?;
+        let start = guard(api, api.event_create(), A::event_destroy).map_err(timing_error)?;
+        let end = guard(api, api.event_create(), A::event_destroy).map_err(timing_error)?;
+        // Last, so it is synchronized and destroyed before the events and buffers go.
+        let stream = stream_guard(api).map_err(timing_error)?;
+
+        // The source holds the pattern: the host buffer for h2d; for d2h the device buffer,
+        // filled from a pattern staged through the (then cleared) host buffer.
+        let mut expected = vec![0u8; head];
+        fill_pattern(&mut expected);
+        fill_pattern(host.as_mut_slice());
+        let (dst, src) = match params.direction {
+            Direction::H2d => (dev.handle, host.as_handle()),
+            Direction::D2h => {
+                api.copy_async(
+                    dev.handle,
+                    host.as_handle(),
+                    bytes,
+                    Direction::H2d,
+                    stream.handle,
+                )
+                .map_err(copy_error)?;
+                api.stream_synchronize(stream.handle).map_err(copy_error)?;
+                host.as_mut_slice().fill(0);
+                (host.as_handle(), dev.handle)
+            }
+        };
+
+        for _ in 0..params.warmup {
+            api.copy_async(dst, src, bytes, params.direction, stream.handle)
+                .map_err(copy_error)?;
+        }
+        api.stream_synchronize(stream.handle).map_err(copy_error)?;
+        api.event_record(start.handle, stream.handle)
+            .map_err(timing_error)?;
+        for _ in 0..params.iterations {
+            api.copy_async(dst, src, bytes, params.direction, stream.handle)
+                .map_err(copy_error)?;
+        }
+        api.event_record(end.handle, stream.handle)
+            .map_err(timing_error)?;
+        api.event_synchronize(end.handle).map_err(timing_error)?;
+        let ms = api
+            .event_elapsed_ms(start.handle, end.handle)
+            .map_err(timing_error)?;
+        if !(ms.is_finite() && ms > 0.0) {
+            return Err(ProbeError::Timing(format!(
+                "device events measured {ms} ms for {} copies",
+                params.iterations
+            )));
+        }
+
+        if params.direction == Direction::H2d {
+            // Read the head of the device buffer back over the (cleared) head of the host
+            // buffer: runtime-allocated memory, as ACL's async copies require, and no second
+            // pinned buffer. The next cell fills the pattern in again.
+            host.as_mut_slice()[..head].fill(0);
             api.copy_async(
-                dev.handle,
                 host.as_handle(),
-                bytes,
-                Direction::H2d,
+                dev.handle,
+                head,
+                Direction::D2h,
                 stream.handle,
             )
             .map_err(copy_error)?;
             api.stream_synchronize(stream.handle).map_err(copy_error)?;
-            host.as_mut_slice().fill(0);
-            (host.as_handle(), dev.handle)
         }
-    };
-
-    for _ in 0..params.warmup {
-        api.copy_async(dst, src, bytes, params.direction, stream.handle)
-            .map_err(copy_error)?;
-    }
-    api.stream_synchronize(stream.handle).map_err(copy_error)?;
-    api.event_record(start.handle, stream.handle)
-        .map_err(timing_error)?;
-    for _ in 0..params.iterations {
-        api.copy_async(dst, src, bytes, params.direction, stream.handle)
-            .map_err(copy_error)?;
-    }
-    api.event_record(end.handle, stream.handle)
-        .map_err(timing_error)?;
-    api.event_synchronize(end.handle).map_err(timing_error)?;
-    let ms = api
-        .event_elapsed_ms(start.handle, end.handle)
-        .map_err(timing_error)?;
-    if !(ms.is_finite() && ms > 0.0) {
-        return Err(ProbeError::Timing(format!(
-            "device events measured {ms} ms for {} copies",
-            params.iterations
-        )));
-    }
-
-    let got = match scratch.as_mut() {
-        Some(scratch) => read_back(api, scratch, &dev, &stream)?,
         // d2h: the host buffer already holds what the device sent.
-        None => &host.as_mut_slice()[..head],
-    };
-    check_copy(&expected, got)?;
-    Ok(bytes as f64 * f64::from(params.iterations) / (f64::from(ms) / 1e3))
+        let got = &host.as_mut_slice()[..head];
+        check_copy(&expected, got)?;
+        Ok(bytes as f64 * f64::from(params.iterations) / (f64::from(ms) / 1e3))
+    }
 }
 
-/// Copy the head of the device buffer back into `scratch` (pinned) and return it.
-fn read_back<'s, A: DeviceApi + ?Sized>(
-    api: &A,
-    scratch: &'s mut HostBuffer<'_, A>,
-    dev: &Guard<'_, A>,
-    stream: &Guard<'_, A>,
-) -> Result<&'s [u8], ProbeError> {
-    let head = scratch.as_mut_slice().len();
-    api.copy_async(
-        scratch.as_handle(),
-        dev.handle,
-        head,
-        Direction::D2h,
-        stream.handle,
-    )
-    .map_err(copy_error)?;
-    api.stream_synchronize(stream.handle).map_err(copy_error)?;
-    Ok(scratch.as_mut_slice())
+/// The [`HostStaging`] of a stream-and-event runtime (CUDA, ACL).
+pub(crate) struct DeviceStaging<'a, A: DeviceApi + ?Sized> {
+    pub(crate) devices: &'a [DeviceInfo],
+    pub(crate) staging: Staging<'a, A>,
+}
+
+impl<A: DeviceApi + ?Sized> HostStaging for DeviceStaging<'_, A> {
+    fn measure(&mut self, device: &str, params: &CopyParams) -> Result<f64, ProbeError> {
+        let index = super::device_index(self.devices, device)?;
+        self.staging.measure(index, params)
+    }
+    fn pinned_bytes(&self) -> u64 {
+        self.staging.pinned_bytes()
+    }
 }

@@ -9,7 +9,10 @@ use std::time::Instant;
 
 use super::numa_memory::NodeBuffer;
 use super::pattern::{check_copy, fill_pattern};
-use super::{Backend, CopyParams, DeviceInfo, Direction, ProbeError};
+use super::{
+    check_staging_fits, Backend, CopyParams, DeviceInfo, Direction, HostMemory, HostStaging,
+    ProbeError,
+};
 use crate::topology::Topology;
 
 /// Copies between CPU-local memory and memory on each NUMA node.
@@ -59,22 +62,57 @@ impl Backend for HostBackend {
     }
 
     fn measure_copy(&self, device: &str, params: &CopyParams) -> Result<f64, ProbeError> {
-        let node = self.node_of(device)?;
+        self.staging_here(params)?.measure(device, params)
+    }
+
+    fn staging(&self, params: &CopyParams) -> Result<Box<dyn HostStaging + '_>, ProbeError> {
+        Ok(Box::new(self.staging_here(params)?))
+    }
+}
+
+impl HostBackend {
+    /// The CPU-local buffer for cells of `params`' size, first-touched on the calling thread.
+    fn staging_here(&self, params: &CopyParams) -> Result<LocalStaging<'_>, ProbeError> {
         if params.size_bytes == 0 {
             return Err(ProbeError::Timing("copy size is zero bytes".into()));
-        }
-        if params.iterations == 0 {
-            return Err(ProbeError::Timing(
-                "zero timed iterations: nothing to measure".into(),
-            ));
         }
         let len = usize::try_from(params.size_bytes).map_err(|_| ProbeError::Alloc {
             bytes: params.size_bytes,
             detail: "size does not fit in this address space".into(),
         })?;
+        Ok(LocalStaging {
+            backend: self,
+            host_memory: params.host_memory,
+            // First-touched here, on the caller's (bound) thread.
+            local: NodeBuffer::local(len)?,
+        })
+    }
+}
 
-        // The local buffer is first-touched here, on the caller's (bound) thread.
-        let mut local = NodeBuffer::local(len)?;
+/// A buffer local to the bound CPU, reused for every NUMA node of a run of cells; each cell
+/// maps and places its own buffer on the node under test.
+struct LocalStaging<'a> {
+    backend: &'a HostBackend,
+    /// Recorded for [`check_staging_fits`] only: the host backend always uses ordinary memory.
+    host_memory: HostMemory,
+    local: NodeBuffer,
+}
+
+impl HostStaging for LocalStaging<'_> {
+    fn pinned_bytes(&self) -> u64 {
+        0
+    }
+
+    fn measure(&mut self, device: &str, params: &CopyParams) -> Result<f64, ProbeError> {
+        let node = self.backend.node_of(device)?;
+        check_staging_fits(self.local.len() as u64, self.host_memory, params)?;
+        if params.iterations == 0 {
+            return Err(ProbeError::Timing(
+                "zero timed iterations: nothing to measure".into(),
+            ));
+        }
+        let len = self.local.len();
+        let local = &mut self.local;
         let mut remote = NodeBuffer::new(len, node)?;
         let placed = remote.verify_placement()?;
         if !placed.all_on_node() {
@@ -85,8 +123,8 @@ impl Backend for HostBackend {
         }
 
         let (src, dst) = match params.direction {
-            Direction::H2d => (&mut local, &mut remote),
-            Direction::D2h => (&mut remote, &mut local),
+            Direction::H2d => (local, &mut remote),
+            Direction::D2h => (&mut remote, local),
         };
         fill_pattern(src.as_mut_slice());
         let src = src.as_slice();
@@ -128,7 +166,6 @@ impl Backend for HostBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::HostMemory;
     use crate::topology::{Cpu, NumaNode};
 
     fn node(id: u32, has_memory: bool, cpus: Vec<u32>) -> NumaNode {
@@ -189,6 +226,29 @@ mod tests {
             let bw = b.measure_copy("numa0", &params(dir)).unwrap();
             assert!(bw.is_finite() && bw > 0.0, "{dir:?}: {bw}");
         }
+    }
+
+    #[test]
+    fn one_local_buffer_serves_every_cell_of_its_size_only() {
+        let b = HostBackend::new(&topo(vec![node(0, true, vec![0])]));
+        let mut staging = b.staging(&params(Direction::H2d)).unwrap();
+        for dir in [Direction::H2d, Direction::D2h, Direction::H2d] {
+            let bw = staging.measure("numa0", &params(dir)).unwrap();
+            assert!(bw.is_finite() && bw > 0.0, "{dir:?}: {bw}");
+        }
+        let other_size = CopyParams {
+            size_bytes: 4096,
+            ..params(Direction::H2d)
+        };
+        let err = staging.measure("numa0", &other_size).unwrap_err();
+        assert_eq!(err.reason(), "alloc", "{err}");
+        let err = staging
+            .measure("numa9", &params(Direction::H2d))
+            .unwrap_err();
+        assert_eq!(err.reason(), "unknown_device");
+        // A failed cell leaves the staging usable.
+        assert!(staging.measure("numa0", &params(Direction::D2h)).is_ok());
+        assert_eq!(staging.pinned_bytes(), 0);
     }
 
     #[test]

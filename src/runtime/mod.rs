@@ -174,4 +174,62 @@ pub trait Backend: Send + Sync {
     fn check_host_memory(&self, _memory: HostMemory) -> Result<(), String> {
         Ok(())
     }
+    /// The host side for a run of cells on the calling thread (already bound to their CPU)
+    /// that share `params`' size and host memory: the host buffer is allocated (pinned, for
+    /// pinned cells) and first-touched here, once, and serves every device of the run in turn
+    /// through [`HostStaging::measure`]. Dropping the staging frees it. The default allocates
+    /// per cell, as [`Backend::measure_copy`] does.
+    fn staging(&self, params: &CopyParams) -> Result<Box<dyn HostStaging + '_>, ProbeError> {
+        Ok(Box::new(PerCell {
+            backend: self,
+            size_bytes: params.size_bytes,
+            host_memory: params.host_memory,
+        }))
+    }
+}
+
+/// Host memory kept for a run of cells of one size and host memory kind (see
+/// [`Backend::staging`]).
+pub trait HostStaging {
+    /// Measure one cell, of the staging's size and host memory, on `device`. A failure costs
+    /// this cell only: the staging stays usable for the next device.
+    fn measure(&mut self, device: &str, params: &CopyParams) -> Result<f64, ProbeError>;
+    /// Pinned host bytes the staging holds now (0 for pageable memory and the host backend).
+    fn pinned_bytes(&self) -> u64;
+}
+
+/// The staging of a backend without reuse: every cell allocates its own buffer.
+struct PerCell<'a, B: Backend + ?Sized> {
+    backend: &'a B,
+    size_bytes: u64,
+    host_memory: HostMemory,
+}
+
+impl<B: Backend + ?Sized> HostStaging for PerCell<'_, B> {
+    fn measure(&mut self, device: &str, params: &CopyParams) -> Result<f64, ProbeError> {
+        check_staging_fits(self.size_bytes, self.host_memory, params)?;
+        self.backend.measure_copy(device, params)
+    }
+    fn pinned_bytes(&self) -> u64 {
+        0
+    }
+}
+
+/// A staging serves only cells of the size and host memory it was made for.
+pub(crate) fn check_staging_fits(
+    size_bytes: u64,
+    host_memory: HostMemory,
+    params: &CopyParams,
+) -> Result<(), ProbeError> {
+    if params.size_bytes == size_bytes && params.host_memory == host_memory {
+        Ok(())
+    } else {
+        Err(ProbeError::Alloc {
+            bytes: params.size_bytes,
+            detail: format!(
+                "the host buffer holds {size_bytes} bytes of {} memory",
+                host_memory.as_str()
+            ),
+        })
+    }
 }

@@ -10,7 +10,7 @@ pub use super::cell_loop::{WindowEnd, WindowReport};
 use super::metrics::ProbeMetrics;
 use crate::affinity;
 use crate::probe::h2d;
-use crate::runtime::{Backend, Direction, HostMemory};
+use crate::runtime::{Backend, Direction, HostMemory, ProbeError};
 use crate::stats;
 use crate::store::{unix_now, CellKey, Sample, SharedStore, Store};
 
@@ -79,26 +79,46 @@ impl Typical {
     }
 }
 
-/// The copy cells of one window.
+/// The copy cells of one window. Consecutive cells of one CPU and size (the planner puts
+/// them together) share one [`h2d::CellGroup`]: one binding and one host buffer for every
+/// device of the group. The group is released before the next one is opened, when a cell
+/// fails to open it, and when the window ends (the cells are dropped with the window), so
+/// no host buffer outlives the window.
 struct CopyCells<'a> {
     spec: &'a WindowSpec,
     backend: &'a dyn Backend,
     store: &'a SharedStore,
     metrics: &'a ProbeMetrics,
     typical: Typical,
+    group: Option<h2d::CellGroup<'a>>,
+}
+
+impl<'a> CopyCells<'a> {
+    fn measure_in_group(&mut self, cell: &CellKey) -> Result<f64, ProbeError> {
+        if !self.group.as_ref().is_some_and(|g| g.serves(cell)) {
+            // Free the previous group's buffer before allocating the next one.
+            self.group = None;
+            self.group = Some(h2d::CellGroup::open(
+                self.backend,
+                cell,
+                self.spec.host_memory,
+            )?);
+        }
+        let group = self.group.as_mut().expect("opened above");
+        group.measure(
+            cell,
+            self.spec.warmup,
+            self.spec.iterations,
+            self.spec.host_memory,
+        )
+    }
 }
 
 impl Cells for CopyCells<'_> {
     type Key = CellKey;
 
     fn measure(&mut self, cell: &CellKey) -> Option<f64> {
-        match h2d::measure_cell(
-            self.backend,
-            cell,
-            self.spec.warmup,
-            self.spec.iterations,
-            self.spec.host_memory,
-        ) {
+        match self.measure_in_group(cell) {
             Ok(v) => Some(v),
             Err(e) => {
                 tracing::warn!(cpu = cell.cpu, device = %cell.device, size_bytes = cell.size_bytes,
@@ -164,6 +184,7 @@ pub fn run(
         store,
         metrics,
         typical: Typical::of(&store.read().unwrap_or_else(|p| p.into_inner())),
+        group: None,
     };
     let report = cell_loop::run(
         "h2d",
@@ -173,6 +194,8 @@ pub fn run(
         metrics,
         keep_going,
     );
+    // Release the last group's buffer and binding before the window's bookkeeping.
+    drop(cells);
     let elapsed = report.elapsed;
     cell_loop::finish("h2d", report, elapsed, store, metrics)
 }
@@ -200,8 +223,9 @@ fn run_affinity_scan(cpus: &[u32], store: &SharedStore, metrics: &ProbeMetrics) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::{CopyParams, DeviceInfo, ProbeError};
+    use crate::runtime::{CopyParams, DeviceInfo, HostStaging};
     use std::collections::HashMap;
+    use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
     use std::sync::{Arc, Mutex, RwLock};
 
     /// Returns scripted values per device, in order (the window logic under test; the real
@@ -223,6 +247,203 @@ mod tests {
             let queue = v.get_mut(device).expect("scripted device");
             Ok(queue.remove(0))
         }
+    }
+
+    /// Counts the host buffers (stagings) it hands out and the cells each served; each cell
+    /// takes `cell_time`; devices named `bad*` fail.
+    #[derive(Default)]
+    struct Counting {
+        opened: AtomicUsize,
+        live: AtomicUsize,
+        /// (staging number, device) per measured cell, in order.
+        cells: Mutex<Vec<(usize, String)>>,
+        cell_time: Duration,
+    }
+
+    struct CountingStaging<'a> {
+        backend: &'a Counting,
+        number: usize,
+    }
+
+    impl Drop for CountingStaging<'_> {
+        fn drop(&mut self) {
+            self.backend.live.fetch_sub(1, AtomicOrdering::SeqCst);
+        }
+    }
+
+    impl HostStaging for CountingStaging<'_> {
+        fn measure(&mut self, device: &str, _: &CopyParams) -> Result<f64, ProbeError> {
+            std::thread::sleep(self.backend.cell_time);
+            self.backend
+                .cells
+                .lock()
+                .unwrap()
+                .push((self.number, device.to_string()));
+            if device.starts_with("bad") {
+                return Err(ProbeError::Copy("planted".into()));
+            }
+            Ok(58e9)
+        }
+        fn pinned_bytes(&self) -> u64 {
+            1
+        }
+    }
+
+    impl Backend for Counting {
+        fn name(&self) -> &'static str {
+            "counting"
+        }
+        fn devices(&self) -> &[DeviceInfo] {
+            &[]
+        }
+        fn measure_copy(&self, _: &str, _: &CopyParams) -> Result<f64, ProbeError> {
+            panic!("a window measures through a staging")
+        }
+        fn staging(&self, _: &CopyParams) -> Result<Box<dyn HostStaging + '_>, ProbeError> {
+            assert_eq!(
+                self.live.fetch_add(1, AtomicOrdering::SeqCst),
+                0,
+                "a second host buffer while one is held"
+            );
+            Ok(Box::new(CountingStaging {
+                backend: self,
+                number: self.opened.fetch_add(1, AtomicOrdering::SeqCst),
+            }))
+        }
+    }
+
+    fn spec_of(cells: Vec<CellKey>, budget: Duration) -> WindowSpec {
+        WindowSpec {
+            cells,
+            affinity_cpus: vec![],
+            budget,
+            warmup: 0,
+            iterations: 1,
+            host_memory: HostMemory::Pinned,
+            keep: 5,
+        }
+    }
+
+    fn group_cells(devices: &[&str], sizes: &[u64]) -> Vec<CellKey> {
+        let cpu = crate::affinity::current_cpus().unwrap()[0];
+        let universe: Vec<CellKey> = sizes
+            .iter()
+            .flat_map(|&size_bytes| {
+                devices.iter().map(move |d| CellKey {
+                    cpu,
+                    device: d.to_string(),
+                    size_bytes,
+                    direction: Direction::H2d,
+                })
+            })
+            .collect();
+        let mut rng = rand::rng();
+        crate::schedule::planner::plan(&universe, &Store::default(), |_| Some(0), &mut rng)
+    }
+
+    fn run_counting(
+        backend: &Counting,
+        spec: &WindowSpec,
+        keep_going: &mut dyn FnMut() -> bool,
+    ) -> (WindowReport, Store, ProbeMetrics) {
+        let shared = Arc::new(RwLock::new(Store::default()));
+        let metrics = ProbeMetrics::default();
+        let report = run(spec, backend, &shared, &metrics, keep_going);
+        let store = shared.read().unwrap().clone();
+        (report, store, metrics)
+    }
+
+    #[test]
+    fn one_host_buffer_serves_every_device_of_a_group() {
+        let backend = Counting::default();
+        let spec = spec_of(
+            group_cells(&["0", "1", "2", "3"], &[1 << 20]),
+            Duration::from_secs(60),
+        );
+        let (report, store, _) = run_counting(&backend, &spec, &mut || true);
+        assert_eq!(report.end, WindowEnd::Completed);
+        assert_eq!(report.measured, 4);
+        assert_eq!(backend.opened.load(AtomicOrdering::SeqCst), 1);
+        assert_eq!(backend.live.load(AtomicOrdering::SeqCst), 0, "released");
+        assert_eq!(store.measured_cells().count(), 4);
+    }
+
+    #[test]
+    fn each_size_gets_its_own_buffer_and_none_outlives_the_window() {
+        let backend = Counting::default();
+        let spec = spec_of(
+            group_cells(&["0", "1", "2"], &[1 << 20, 4 << 20, 16 << 20]),
+            Duration::from_secs(60),
+        );
+        let (report, _, _) = run_counting(&backend, &spec, &mut || true);
+        assert_eq!(report.measured, 9);
+        assert_eq!(backend.opened.load(AtomicOrdering::SeqCst), 3);
+        assert_eq!(backend.live.load(AtomicOrdering::SeqCst), 0);
+        let cells = backend.cells.lock().unwrap();
+        for staging in 0..3 {
+            assert_eq!(cells.iter().filter(|(n, _)| *n == staging).count(), 3);
+        }
+    }
+
+    #[test]
+    fn a_failing_device_costs_only_its_cell() {
+        let backend = Counting::default();
+        let spec = spec_of(
+            group_cells(&["0", "bad1", "2", "3"], &[1 << 20]),
+            Duration::from_secs(60),
+        );
+        let (report, store, m) = run_counting(&backend, &spec, &mut || true);
+        assert_eq!((report.measured, report.errors), (3, 1));
+        assert_eq!(backend.opened.load(AtomicOrdering::SeqCst), 1);
+        assert_eq!(store.measured_cells().count(), 3);
+        let errors = m
+            .errors
+            .get_or_create(&crate::schedule::metrics::ErrorLabels {
+                probe: "h2d".into(),
+                device: "bad1".into(),
+                reason: "copy".into(),
+            })
+            .get();
+        assert_eq!(errors, 1);
+    }
+
+    #[test]
+    fn the_gate_is_asked_between_the_cells_of_a_group() {
+        let backend = Counting::default();
+        let spec = spec_of(
+            group_cells(&["0", "1", "2", "3", "4", "5"], &[1 << 20]),
+            Duration::from_secs(60),
+        );
+        let mut asked = 0;
+        let (report, _, _) = run_counting(&backend, &spec, &mut || {
+            asked += 1;
+            asked <= 2
+        });
+        assert_eq!(report.end, WindowEnd::Aborted);
+        assert_eq!(report.measured, 2);
+        assert_eq!(backend.cells.lock().unwrap().len(), 2);
+        assert_eq!(backend.live.load(AtomicOrdering::SeqCst), 0);
+    }
+
+    #[test]
+    fn the_budget_ends_a_group_within_one_cell() {
+        let cell_time = Duration::from_millis(20);
+        let backend = Counting {
+            cell_time,
+            ..Counting::default()
+        };
+        let budget = Duration::from_millis(50);
+        let spec = spec_of(
+            group_cells(&["0", "1", "2", "3", "4", "5", "6", "7"], &[1 << 20]),
+            budget,
+        );
+        let (report, _, _) = run_counting(&backend, &spec, &mut || true);
+        assert_eq!(report.end, WindowEnd::BudgetSpent);
+        // Cells start only while the budget lasts: at most one cell past it.
+        let ran = backend.cells.lock().unwrap().len() as u32;
+        assert!(ran >= 1 && cell_time * (ran - 1) < budget, "{ran} cells");
+        assert!(report.measured < 8);
+        assert_eq!(backend.live.load(AtomicOrdering::SeqCst), 0);
     }
 
     fn key(device: &str) -> CellKey {

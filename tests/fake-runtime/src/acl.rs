@@ -253,7 +253,7 @@ pub unsafe extern "C" fn aclrtMallocHost(host_ptr: *mut *mut c_void, size: usize
         if size == 0 {
             return Err(invalid("size is 0"));
         }
-        let p = memory::alloc_pinned(size, Api::Acl).map_err(|_| {
+        let p = memory::alloc_pinned(size, Api::Acl, None).map_err(|_| {
             (
                 ACL_ERROR_RT_MEMORY_ALLOCATION,
                 format!("cannot allocate {size} bytes of host memory"),

@@ -181,6 +181,12 @@ pub struct Config {
     /// `CHD_FAKE_ABORT_HANG_MS`: wall-clock delay of every `ncclCommAbort` (after it broke
     /// the communicators).
     pub abort_hang_ms: u64,
+    /// `CHD_FAKE_PIN_MS_PER_MIB`: simulated cost of a pinned host allocation, milliseconds
+    /// per MiB (0: free).
+    pub pin_ms_per_mib: f64,
+    /// `CHD_FAKE_PIN_SLEEP`: whether a pinned allocation also sleeps its simulated cost in
+    /// wall time (else it is only accounted in `chd_fake_simulated_ns`).
+    pub pin_sleep: bool,
 }
 
 impl Default for Config {
@@ -211,6 +217,8 @@ impl Default for Config {
             staged_gbps: DEFAULT_STAGED_GBPS,
             no_peer: Vec::new(),
             abort_hang_ms: 0,
+            pin_ms_per_mib: 0.0,
+            pin_sleep: false,
         }
     }
 }
@@ -358,6 +366,18 @@ fn parse_positive(text: &str, what: &str) -> Result<f64, String> {
         .map_err(|e| format!("bad {what} {text:?}: {e}"))?;
     if !v.is_finite() || v <= 0.0 {
         return Err(format!("{what} {text:?} must be a positive number"));
+    }
+    Ok(v)
+}
+
+/// A finite number at or above zero (`what` names it in the error).
+fn parse_non_negative(text: &str, what: &str) -> Result<f64, String> {
+    let v: f64 = text
+        .trim()
+        .parse()
+        .map_err(|e| format!("bad {what} {text:?}: {e}"))?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(format!("{what} {text:?} must be a number at or above 0"));
     }
     Ok(v)
 }
@@ -533,6 +553,14 @@ impl Config {
         });
         field("CHD_FAKE_ABORT_HANG_MS", "0", &mut |v| {
             cfg.abort_hang_ms = parse_ms(v)?;
+            Ok(())
+        });
+        field("CHD_FAKE_PIN_MS_PER_MIB", "0", &mut |v| {
+            cfg.pin_ms_per_mib = parse_non_negative(v, "milliseconds per MiB")?;
+            Ok(())
+        });
+        field("CHD_FAKE_PIN_SLEEP", "0", &mut |v| {
+            cfg.pin_sleep = parse_switch(v)?;
             Ok(())
         });
         cfg
@@ -766,6 +794,26 @@ mod tests {
         ]);
         assert_eq!(warnings.len(), 2, "{warnings:?}");
         assert!(warnings[0].contains("CHD_FAKE_GEMM_TFLOPS"));
+        assert_eq!(cfg, Config::default());
+    }
+
+    #[test]
+    fn pinning_cost_settings() {
+        let (cfg, warnings) = from(&[]);
+        assert!(warnings.is_empty());
+        assert_eq!((cfg.pin_ms_per_mib, cfg.pin_sleep), (0.0, false));
+        let (cfg, warnings) = from(&[
+            ("CHD_FAKE_PIN_MS_PER_MIB", "0.12"),
+            ("CHD_FAKE_PIN_SLEEP", "1"),
+        ]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!((cfg.pin_ms_per_mib, cfg.pin_sleep), (0.12, true));
+        let (cfg, warnings) = from(&[
+            ("CHD_FAKE_PIN_MS_PER_MIB", "-1"),
+            ("CHD_FAKE_PIN_SLEEP", "maybe"),
+        ]);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].contains("CHD_FAKE_PIN_MS_PER_MIB"));
         assert_eq!(cfg, Config::default());
     }
 

@@ -212,6 +212,17 @@ pub unsafe fn copy(
         };
         // bytes / (GB/s) = nanoseconds.
         let ns = count as f64 / gbps;
+        crate::cost::charge_copy(ns);
+        if peer.is_none() {
+            let host = if d == Location::Host {
+                dst
+            } else {
+                src.cast_mut()
+            };
+            if memory::pinned_home(host as usize, count).is_some_and(|home| home != dev) {
+                crate::cost::count_unportable_copy();
+            }
+        }
         // The stream was checked above; it can only vanish if another thread destroys it
         // while copying, which is the caller's race; the bytes are copied regardless.
         let _: Result<(), TimingError> = timing::advance(stream, api, ns);

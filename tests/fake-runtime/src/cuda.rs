@@ -203,11 +203,18 @@ pub unsafe extern "C" fn cudaDeviceGetPCIBusId(
     })
 }
 
-unsafe fn alloc_pinned(ptr: *mut *mut c_void, size: usize) -> CudaError {
+/// `cudaHostAllocPortable` (`cuda_runtime_api.h`).
+const CUDA_HOST_ALLOC_PORTABLE: c_uint = 0x01;
+
+/// `portable`: pinned for every device (`cudaHostAllocPortable`); else for the calling
+/// thread's current device only, as the CUDA Runtime API documents for `cudaHostAlloc`
+/// without the flag and for `cudaMallocHost`.
+unsafe fn alloc_pinned(ptr: *mut *mut c_void, size: usize, portable: bool) -> CudaError {
     if ptr.is_null() {
         return CUDA_ERROR_INVALID_VALUE;
     }
-    match memory::alloc_pinned(size, Api::Cuda) {
+    let home = (!portable).then(device::current);
+    match memory::alloc_pinned(size, Api::Cuda, home) {
         Ok(p) => {
             // SAFETY: checked non-null; writable per the module contract.
             unsafe { ffi::write(ptr, p) };
@@ -218,7 +225,8 @@ unsafe fn alloc_pinned(ptr: *mut *mut c_void, size: usize) -> CudaError {
 }
 
 /// `cudaHostAlloc`: page-aligned pinned host memory (flags other than the four defined bits
-/// are rejected; the bits themselves change nothing).
+/// are rejected; of the bits, only `cudaHostAllocPortable` changes anything: without it the
+/// memory is pinned for the current device only).
 #[no_mangle]
 pub unsafe extern "C" fn cudaHostAlloc(
     p_host: *mut *mut c_void,
@@ -230,7 +238,7 @@ pub unsafe extern "C" fn cudaHostAlloc(
             return CUDA_ERROR_INVALID_VALUE;
         }
         // SAFETY: module contract.
-        unsafe { alloc_pinned(p_host, size) }
+        unsafe { alloc_pinned(p_host, size, flags & CUDA_HOST_ALLOC_PORTABLE != 0) }
     })
 }
 
@@ -238,7 +246,7 @@ pub unsafe extern "C" fn cudaHostAlloc(
 #[no_mangle]
 pub unsafe extern "C" fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) -> CudaError {
     // SAFETY: module contract.
-    api(|| unsafe { alloc_pinned(ptr, size) })
+    api(|| unsafe { alloc_pinned(ptr, size, false) })
 }
 
 /// `cudaFreeHost`: NULL is a no-op; anything but a live CUDA pinned allocation is an error.

@@ -76,3 +76,24 @@ pub extern "C" fn chd_fake_unsynchronized_releases() -> u64 {
 pub extern "C" fn chd_fake_peer_access_enabled() -> u64 {
     std::panic::catch_unwind(device::peer_access_enabled).unwrap_or(u64::MAX)
 }
+
+/// Simulated nanoseconds spent so far: the `CHD_FAKE_PIN_MS_PER_MIB` cost of every pinned
+/// host allocation plus the virtual duration of every timed copy.
+#[no_mangle]
+pub extern "C" fn chd_fake_simulated_ns() -> u64 {
+    std::panic::catch_unwind(crate::cost::simulated_ns).unwrap_or(u64::MAX)
+}
+
+/// Pinned host allocations made so far (freed or not).
+#[no_mangle]
+pub extern "C" fn chd_fake_pinned_allocations_total() -> u64 {
+    std::panic::catch_unwind(crate::cost::pinned_total).unwrap_or(u64::MAX)
+}
+
+/// Timed copies whose host side was CUDA pinned memory pinned for another device only
+/// (`cudaMallocHost`, or `cudaHostAlloc` without `cudaHostAllocPortable`, under another
+/// current device): the runtime does not treat it as pinned for the copying device.
+#[no_mangle]
+pub extern "C" fn chd_fake_unportable_pinned_copies() -> u64 {
+    std::panic::catch_unwind(crate::cost::unportable_copies).unwrap_or(u64::MAX)
+}

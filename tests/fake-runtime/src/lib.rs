@@ -10,7 +10,7 @@
 //! variables, described in `README.md` and in [`config`].
 //!
 //! Module map: [`config`] (environment), [`device`] (per-thread current device, current CPU),
-//! [`memory`] (allocation registry), [`timing`] (streams, events, virtual clocks), [`pending`]
+//! [`memory`] (allocation registry), [`cost`] (simulated pinning and copy time), [`timing`] (streams, events, virtual clocks), [`pending`]
 //! (ACL work not yet synchronized), [`copy`]
 //! (the copy engine), [`collective`] (communicators and the allgather engine), [`cublas`] (gemms that load a
 //! device), [`cuda`],
@@ -24,6 +24,7 @@ pub mod acl;
 pub mod collective;
 pub mod config;
 pub mod copy;
+pub mod cost;
 pub mod cublas;
 pub mod cuda;
 pub mod device;

@@ -25,6 +25,10 @@ struct Allocation {
     api: Api,
     /// `None` for pinned host memory.
     device: Option<usize>,
+    /// Pinned host memory only: the device it is pinned for when it is not portable (CUDA's
+    /// `cudaMallocHost` and `cudaHostAlloc` without `cudaHostAllocPortable`: the device current
+    /// at allocation); `None` when every device sees it pinned.
+    home: Option<usize>,
 }
 
 #[derive(Default)]
@@ -77,8 +81,10 @@ fn host_alloc(size: usize) -> Option<*mut c_void> {
     (rc == 0 && !p.is_null()).then_some(p)
 }
 
-/// Allocates `size` bytes of pinned host memory. `size == 0` yields a null pointer.
-pub fn alloc_pinned(size: usize, api: Api) -> Result<*mut c_void, AllocError> {
+/// Allocates `size` bytes of pinned host memory, pinned for device `home` only (`None`:
+/// portable, for every device). `size == 0` yields a null pointer. Each allocation costs its
+/// simulated pinning time (see [`crate::cost`]).
+pub fn alloc_pinned(size: usize, api: Api, home: Option<usize>) -> Result<*mut c_void, AllocError> {
     if size == 0 {
         return Ok(std::ptr::null_mut());
     }
@@ -89,9 +95,20 @@ pub fn alloc_pinned(size: usize, api: Api) -> Result<*mut c_void, AllocError> {
             len: size,
             api,
             device: None,
+            home,
         },
     );
+    crate::cost::charge_pin(size);
     Ok(p)
+}
+
+/// For a range inside a live pinned allocation that is pinned for one device only: that
+/// device. `None` for portable pinned memory and for memory that is not pinned.
+pub fn pinned_home(addr: usize, len: usize) -> Option<usize> {
+    let reg = registry();
+    let (&base, alloc) = reg.pinned.range(..=addr).next_back()?;
+    let inside = addr < base + alloc.len && addr.saturating_add(len) <= base + alloc.len;
+    inside.then_some(alloc.home).flatten()
 }
 
 /// Frees the pinned host allocation at `addr` made by `api`.
@@ -125,6 +142,7 @@ pub fn alloc_device(device: usize, size: usize, api: Api) -> Result<*mut c_void,
             len: size,
             api,
             device: Some(device),
+            home: None,
         },
     );
     *reg.device_bytes.entry(device).or_insert(0) += size as u64;
