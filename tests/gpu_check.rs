@@ -108,6 +108,7 @@ fn shellcheck_passes_on_every_script() {
         "scripts/test.sh",
         "scripts/gpu-check.sh",
         "scripts/real-libs.sh",
+        "scripts/bench.sh",
         "deploy/kubernetes/gen-prometheusrule.sh",
     ];
     let out = Command::new("shellcheck")
