@@ -109,6 +109,46 @@ fn assert_one_pin_per_group(backend: &dyn Backend) {
     assert_eq!(hook("chd_fake_unportable_pinned_copies"), unportable);
 }
 
+/// The held-host-memory gauge during a window (its largest value, as seen between cells) and
+/// after it.
+fn held_host_memory(backend: &dyn Backend, cells: Vec<CellKey>) -> (i64, i64) {
+    let spec = WindowSpec {
+        cells,
+        affinity_cpus: vec![],
+        budget: Duration::from_secs(60),
+        warmup: 1,
+        iterations: 2,
+        host_memory: HostMemory::Pinned,
+        keep: 5,
+    };
+    let store = Arc::new(RwLock::new(Store::default()));
+    let metrics = ProbeMetrics::default();
+    let mut most = 0;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            window::run(&spec, backend, &store, &metrics, &mut || {
+                most = most.max(metrics.held_host_memory.get());
+                true
+            })
+        })
+        .join()
+        .unwrap()
+    });
+    (most, metrics.held_host_memory.get())
+}
+
+#[test]
+fn the_held_host_memory_gauge_shows_the_group_buffer_then_zero() {
+    let _one = exclusive();
+    let backend = CudaBackend::open(Some(setup()), Path::new("/sys")).unwrap();
+    let (during, after) = held_host_memory(
+        &backend,
+        cells(&["0", "1", "2"], &[4 << 20], &[Direction::H2d]),
+    );
+    assert_eq!(during, 4 << 20, "one 4 MiB buffer held for the group");
+    assert_eq!(after, 0, "nothing held after the window");
+}
+
 #[test]
 fn cuda_windows_pin_once_per_group() {
     let _one = exclusive();

@@ -4,6 +4,7 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
@@ -57,6 +58,8 @@ pub struct ProbeMetrics {
     pub idle_windows: Family<OutcomeLabels, Counter>,
     pub duration: Family<ProbeLabels, Histogram, fn() -> Histogram>,
     pub rechecks: Family<RecheckLabels, Counter>,
+    /// Host memory the copy probe holds for its cell group in flight (0 between windows).
+    pub held_host_memory: Gauge,
 }
 
 impl Default for ProbeMetrics {
@@ -67,6 +70,7 @@ impl Default for ProbeMetrics {
             idle_windows: Family::default(),
             duration: Family::new_with_constructor(duration_histogram),
             rechecks: Family::default(),
+            held_host_memory: Gauge::default(),
         }
     }
 }
@@ -124,6 +128,12 @@ impl ProbeMetrics {
             "chd_probe_duration_seconds",
             "Wall time of probe windows",
             m.duration.clone(),
+        );
+        registry.register(
+            "chd_held_host_memory_bytes",
+            "Host memory the copy probe holds for the cell group it is measuring (pinned on \
+             accelerators); 0 between windows",
+            m.held_host_memory.clone(),
         );
         m
     }

@@ -97,7 +97,7 @@ impl<'a> CopyCells<'a> {
     fn measure_in_group(&mut self, cell: &CellKey) -> Result<f64, ProbeError> {
         if !self.group.as_ref().is_some_and(|g| g.serves(cell)) {
             // Free the previous group's buffer before allocating the next one.
-            self.group = None;
+            self.release_group();
             self.group = Some(h2d::CellGroup::open(
                 self.backend,
                 cell,
@@ -105,12 +105,27 @@ impl<'a> CopyCells<'a> {
             )?);
         }
         let group = self.group.as_mut().expect("opened above");
-        group.measure(
+        let value = group.measure(
             cell,
             self.spec.warmup,
             self.spec.iterations,
             self.spec.host_memory,
-        )
+        );
+        let held = i64::try_from(group.pinned_bytes()).unwrap_or(i64::MAX);
+        self.metrics.held_host_memory.set(held);
+        value
+    }
+
+    /// Drop the group in flight (its binding and host buffer) and say so.
+    fn release_group(&mut self) {
+        self.group = None;
+        self.metrics.held_host_memory.set(0);
+    }
+}
+
+impl Drop for CopyCells<'_> {
+    fn drop(&mut self) {
+        self.release_group();
     }
 }
 
