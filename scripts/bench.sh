@@ -17,6 +17,9 @@
 #   3. host copy: chd probe h2d --backend host on CPU 0 (64 MiB, node 0) against a plain C
 #      memcpy loop built here, on the same CPU, same size, in the same run: GB/s and ratio.
 #   4. idle CPU: chd serve --no-probe for 20 s, scraped every 5 s: CPU time used, as % of a core.
+#   5. probe throughput: windows over the fake runtime's cost model (benches/probe_throughput.rs),
+#      per-cell pinning vs grouped cells: cells per second of probe budget, the simulated time
+#      to cover 30,720 cells at the default 3.3 % duty, and the ratio.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -171,6 +174,18 @@ row "reference memcpy, CPU 0, 64 MiB (C, -O2)" \
   "$(awk -v v="$ref" 'BEGIN {printf "%.2f GB/s", v/1e9}')" "best of 10"
 row "chd host copy / memcpy" "$(awk -v a="$host" -v b="$ref" 'BEGIN {printf "%.2f", a/b}')" \
   "target within 10 %"
+
+# 5. Probe throughput on the fake runtime's cost model (simulated time, not wall time).
+echo "scripts/bench.sh: probe throughput (fake runtime cost model)" >&2
+CHD_BENCH_ROUNDS=1 cargo bench --locked --quiet --bench probe_throughput >"$out/throughput.txt" 2>&1
+for mode in per-cell grouped; do
+  read -r cps hours < <(awk -v m="$mode" '$1 == m {print $7, $8}' "$out/throughput.txt")
+  row "probe windows, $mode pinning (fake cost model)" "$cps cells/s" \
+    "30,720 cells in $hours h at 3.3 % duty"
+done
+row "grouped / per-cell cells per second" \
+  "$(sed -n 's/^grouped \/ per-cell cells per second of probe budget: \([0-9.]*x\).*/\1/p' "$out/throughput.txt")" \
+  "target: 30,720 cells under 12 h"
 
 {
   echo "| measure | value | notes |"
