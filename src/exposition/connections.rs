@@ -236,6 +236,7 @@ impl Drop for Busy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::future::Future;
 
     fn limit(max: usize) -> Arc<Limit> {
         Limit::new(max, ServerMetrics::default())
@@ -251,8 +252,7 @@ mod tests {
         assert_eq!(l.metrics().open.get(), 2);
         assert_eq!(l.metrics().drop_counter("evicted").get(), 1);
         // `a` was told to go; `b` was not.
-        let waker = futures_task_noop();
-        let mut cx = std::task::Context::from_waker(&waker);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         let mut fa = Box::pin(a.evicted());
         let mut fb = Box::pin(b.evicted());
         assert!(fa.as_mut().poll(&mut cx).is_ready());
@@ -275,9 +275,21 @@ mod tests {
         assert_eq!(l.metrics().open.get(), 0);
     }
 
-    fn futures_task_noop() -> std::task::Waker {
-        std::task::Waker::noop().clone()
+    #[tokio::test]
+    async fn room_waits_while_every_slot_is_busy() {
+        let l = limit(1);
+        let a = Arc::new(l.admit().unwrap());
+        let busy = a.busy();
+        let waiting = tokio::spawn({
+            let l = l.clone();
+            async move { l.room().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "room while the only slot is busy");
+        drop(busy);
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
+            .await
+            .expect("room once the slot is idle")
+            .unwrap();
     }
-
-    use std::future::Future;
 }
