@@ -1,8 +1,9 @@
 //! The HTTP server's connection bound: at most `max_connections` open at once, and the
 //! metrics that show it.
 //!
-//! A connection is *busy* from the moment its request head is parsed until its response
-//! body has been written, *idle* otherwise (waiting for its first or next request, a
+//! A connection is *busy* from the moment its request head is parsed until hyper has taken
+//! its response body (into its write buffer: up to ~400 KiB of it may still be on the way
+//! to a slow reader), *idle* otherwise (waiting for its first or next request, a
 //! half-sent header included). At the cap a new connection is admitted by closing the
 //! connection that has been idle longest, so a flood of silent or half-open connections
 //! cannot lock out a scraper or `/healthz`: each new one displaces the oldest idler, and a
