@@ -8,8 +8,14 @@
 //! and after one scrape) and writes the Prometheus text body to
 //! `target/scrape-sample.prom` for `promtool check metrics < target/scrape-sample.prom`.
 //!
-//! Benchmarks: `encode/prometheus_text`, `encode/openmetrics` (cells exported) and
-//! `encode/prometheus_text_no_cells` (`exposition.cells = false`: aggregates only).
+//! Then one `scrape: gzip ...` line per flate2 level (1, 2, 3, 4, 6, 9): bytes on the wire and the
+//! median time to compress the cells-on body, side by side with the plain body, which is how
+//! `exposition::content_coding::GZIP_LEVEL` was chosen.
+//!
+//! Benchmarks: `encode/prometheus_text`, `encode/openmetrics` (cells exported),
+//! `encode/prometheus_text_no_cells` (`exposition.cells = false`: aggregates only), and
+//! `encode/prometheus_text_gzip`, `encode/prometheus_text_no_cells_gzip` (what a Prometheus
+//! scrape costs: encode, then gzip at `GZIP_LEVEL`).
 //!
 //! Run: `cargo bench --bench scrape` (about a minute; the figures: `... | grep '^scrape:'`).
 
@@ -20,6 +26,7 @@ use std::time::Duration;
 use criterion::Criterion;
 use prometheus_client::registry::Registry;
 
+use chd::exposition::content_coding::{gzip, gzip_at, GZIP_LEVEL};
 use chd::exposition::store_collector::StoreView;
 use chd::exposition::{encode, Format};
 use chd::runtime::{DeviceInfo, Direction};
@@ -230,6 +237,44 @@ fn report_body(name: &str, body: &str) {
     println!("scrape: {name} series={series}");
 }
 
+/// Median of `runs` timings of `f`, milliseconds.
+fn median_ms(runs: usize, mut f: impl FnMut()) -> f64 {
+    let mut t: Vec<f64> = (0..runs)
+        .map(|_| {
+            let start = std::time::Instant::now();
+            f();
+            start.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[runs / 2]
+}
+
+/// Bytes and compression time per gzip level, for the cells-on and cells-off bodies.
+fn report_gzip(prom: &str, no_cells: &str) {
+    for (name, body) in [
+        ("prometheus_text", prom),
+        ("prometheus_text_no_cells", no_cells),
+    ] {
+        println!("scrape: gzip {name} level=none bytes={}", body.len());
+        for level in [1, 2, 3, 4, 6, 9] {
+            let bytes = gzip_at(body.as_bytes(), level).len();
+            let ms = median_ms(9, || {
+                black_box(gzip_at(black_box(body.as_bytes()), level));
+            });
+            let chosen = if level == GZIP_LEVEL {
+                " (GZIP_LEVEL)"
+            } else {
+                ""
+            };
+            println!(
+                "scrape: gzip {name} level={level} bytes={bytes} ratio={:.1} compress_ms={ms:.2}{chosen}",
+                body.len() as f64 / bytes as f64
+            );
+        }
+    }
+}
+
 fn main() {
     println!("scrape: rss_start_kib={}", rss_kib());
     let fx = fixture();
@@ -253,6 +298,7 @@ fn main() {
         Ok(()) => println!("scrape: sample={}", sample.display()),
         Err(e) => println!("scrape: sample not written: {e}"),
     }
+    report_gzip(&prom, &no_cells);
     drop((prom, om, no_cells));
 
     let mut c = Criterion::default()
@@ -270,6 +316,24 @@ fn main() {
         });
         group.bench_function("prometheus_text_no_cells", |b| {
             b.iter(|| encode(black_box(&fx.registry_no_cells), Format::Prometheus).unwrap())
+        });
+        group.bench_function("prometheus_text_gzip", |b| {
+            b.iter(|| {
+                gzip(
+                    encode(black_box(&fx.registry), Format::Prometheus)
+                        .unwrap()
+                        .as_bytes(),
+                )
+            })
+        });
+        group.bench_function("prometheus_text_no_cells_gzip", |b| {
+            b.iter(|| {
+                gzip(
+                    encode(black_box(&fx.registry_no_cells), Format::Prometheus)
+                        .unwrap()
+                        .as_bytes(),
+                )
+            })
         });
         group.finish();
     }

@@ -305,6 +305,16 @@ pub struct ServeArgs {
     /// state.json; topology from the file, probing and collectors off [server.replay].
     #[arg(long, value_name = "FILE")]
     pub replay: Option<PathBuf>,
+    /// Most HTTP connections open at once; at the cap the longest-idle connection is closed
+    /// for a new one, and while all are busy new ones wait [server.max_connections]
+    /// (default 64).
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// Longest a connection may take to send a complete request head after its accept or
+    /// its previous response (so also the keep-alive idle timeout) [server.header_timeout]
+    /// (default 10s).
+    #[arg(long, value_name = "DURATION")]
+    pub header_timeout: Option<String>,
     /// Where the matrix is saved [paths.state_dir] (default /var/lib/chd, else ./chd-state).
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
@@ -446,6 +456,8 @@ impl Cli {
             l.schedule.device_busy_threshold = a.device_busy_threshold;
             l.server.listen = a.listen.clone();
             l.server.replay = a.replay.clone();
+            l.server.max_connections = a.max_connections;
+            l.server.header_timeout = a.header_timeout.clone();
             l.paths.state_dir = a.state_dir.clone();
             l.schedule.interval = a.interval.clone();
             l.schedule.window_budget = a.window_budget.clone();

@@ -9,6 +9,7 @@ use tokio::sync::watch;
 
 use chd::collect::{self, PciDeviceRef};
 use chd::config::{Config, FALLBACK_STATE_DIR};
+use chd::exposition::connections::ServerMetrics;
 use chd::exposition::pair_probe_collector::PairProbeView;
 use chd::exposition::server;
 use chd::exposition::store_collector::StoreView;
@@ -159,6 +160,7 @@ async fn run_replay(config: Config, path: std::path::PathBuf) -> anyhow::Result<
     };
     let mut registry = Registry::default();
     let metrics = ProbeMetrics::register(&mut registry);
+    let http = ServerMetrics::register(&mut registry, config.server.max_connections);
     // The first tick is counted before any scrape can see the exporter.
     metrics.idle_window("disabled");
     for e in &replay.errors {
@@ -191,6 +193,8 @@ async fn run_replay(config: Config, path: std::path::PathBuf) -> anyhow::Result<
         listener,
         Arc::new(registry),
         Some(matrix_page(&store, &topology, &backend.devices)),
+        config.server.clone(),
+        http,
         shutdown_rx.clone(),
     ));
     let ticks = {
@@ -265,6 +269,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let store = Arc::new(RwLock::new(loaded));
     let mut registry = Registry::default();
     let metrics = ProbeMetrics::register(&mut registry);
+    let http = ServerMetrics::register(&mut registry, config.server.max_connections);
     let collectors = collect::build_set(&collect::BuildContext {
         settings: &config.collectors,
         roots: &config.roots,
@@ -303,6 +308,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         listener,
         Arc::new(registry),
         Some(matrix_page(&store, &topology, backend.devices())),
+        config.server.clone(),
+        http,
         shutdown_rx.clone(),
     ));
     let scheduler = Scheduler {

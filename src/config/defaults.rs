@@ -21,6 +21,12 @@ use crate::collect::CollectorSettings;
 
 /// Default port: registered for chd in the exporter port allocation style (9863).
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:9863";
+/// Default `server.max_connections`. A node is scraped by one Prometheus or an HA pair
+/// (one keep-alive connection each), probed by a kubelet or load balancer on `/healthz`, and
+/// opened now and then by a person on `/matrix`: under ten at once. 64 leaves six-fold room
+/// for federation, debugging and reconnect storms, while 64 connections' buffers (hyper
+/// reads into 8 KiB and writes up to a whole gzipped scrape) stay within a few MiB.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
 /// Default state directory; `./chd-state` is used when it is not writable.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/chd";
 /// Fallback state directory, relative to the working directory.
@@ -33,6 +39,10 @@ impl Layer {
             server: ServerLayer {
                 listen: Some(DEFAULT_LISTEN.into()),
                 replay: None,
+                max_connections: Some(DEFAULT_MAX_CONNECTIONS),
+                // A scraper sends its whole request head in one packet; 10 s is slack for
+                // any real client and short enough that silent connections do not pile up.
+                header_timeout: Some("10s".into()),
             },
             paths: PathsLayer {
                 sysfs: Some("/sys".into()),

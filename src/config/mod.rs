@@ -16,6 +16,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use crate::collect::CollectorSettings;
+use crate::exposition::server::ServerSettings;
 use crate::runtime::select::RuntimeConfig;
 use crate::topology::Roots;
 
@@ -23,7 +24,9 @@ use crate::topology::Roots;
 pub use crate::schedule::settings::{ProbeConfig, ScheduleConfig};
 /// The selectors are topology types; re-exported here for the modules that name them so.
 pub use crate::topology::{CpuSelection, PairSelection};
-pub use defaults::{DEFAULT_LISTEN, DEFAULT_STATE_DIR, FALLBACK_STATE_DIR};
+pub use defaults::{
+    DEFAULT_LISTEN, DEFAULT_MAX_CONNECTIONS, DEFAULT_STATE_DIR, FALLBACK_STATE_DIR,
+};
 pub use error::{ConfigError, Problem};
 pub use schema::{
     CollectorsLayer, ExpositionLayer, Layer, PathsLayer, ProbeLayer, RawOption, RuntimeLayer,
@@ -36,6 +39,8 @@ pub struct Config {
     pub listen: SocketAddr,
     /// A recording to serve instead of probing.
     pub replay: Option<PathBuf>,
+    /// The HTTP server's bounds.
+    pub server: ServerSettings,
     pub roots: Roots,
     pub state_dir: PathBuf,
     pub runtime: RuntimeConfig,
@@ -79,6 +84,8 @@ mod tests {
         assert_eq!(c.schedule.interval, Duration::from_secs(60));
         assert_eq!(c.probe.sizes_bytes, vec![64 << 20]);
         assert_eq!(c.probe.cpus, CpuSelection::All);
+        assert_eq!(c.server.max_connections, DEFAULT_MAX_CONNECTIONS);
+        assert_eq!(c.server.header_timeout, Duration::from_secs(10));
     }
 
     #[test]
@@ -110,6 +117,16 @@ mod tests {
             ("[probe]\ncpus = \"0-x\"", "probe.cpus"),
             ("[probe]\nsizes_mib = [0]", "probe.sizes_mib"),
             ("[server]\nlisten = \"nowhere\"", "server.listen"),
+            ("[server]\nmax_connections = 0", "server.max_connections"),
+            (
+                "[server]\nmax_connections = 100000",
+                "server.max_connections",
+            ),
+            ("[server]\nheader_timeout = \"0s\"", "server.header_timeout"),
+            (
+                "[server]\nheader_timeout = \"a while\"",
+                "server.header_timeout",
+            ),
             (
                 "[schedule]\nwindow_budget = \"2m\"",
                 "schedule.window_budget",
@@ -133,7 +150,7 @@ mod tests {
     #[test]
     fn print_config_round_trips() {
         let c =
-            Config::resolve([layer("[probe]\ncpus = \"0-3,8\"\nsizes_mib = [16, 64]").unwrap()])
+            Config::resolve([layer("[probe]\ncpus = \"0-3,8\"\nsizes_mib = [16, 64]\n[server]\nmax_connections = 8\nheader_timeout = \"1500ms\"").unwrap()])
                 .unwrap();
         let again = Config::resolve([layer(&c.to_toml()).unwrap()]).unwrap();
         assert_eq!(c, again);

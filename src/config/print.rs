@@ -14,6 +14,10 @@ impl Config {
             server: ServerLayer {
                 listen: Some(self.listen.to_string()),
                 replay: self.replay.clone(),
+                max_connections: Some(self.server.max_connections),
+                header_timeout: Some(
+                    humantime::format_duration(self.server.header_timeout).to_string(),
+                ),
             },
             paths: PathsLayer {
                 sysfs: Some(self.roots.sysfs.clone()),

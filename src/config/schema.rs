@@ -37,6 +37,12 @@ pub struct ServerLayer {
     pub listen: Option<String>,
     /// Serve this recorded matrix instead of probing.
     pub replay: Option<PathBuf>,
+    /// Most HTTP connections open at once; at the cap the longest-idle one is closed for a
+    /// new one, and when all are busy new ones wait in the listen backlog.
+    pub max_connections: Option<usize>,
+    /// Longest a connection may take to send a complete request head, counted from its
+    /// accept or its previous response (so also the keep-alive idle timeout), e.g. `10s`.
+    pub header_timeout: Option<String>,
 }
 
 /// `[paths]`
@@ -135,7 +141,12 @@ macro_rules! layer_merge {
         }
     };
 }
-layer_merge!(ServerLayer { listen, replay });
+layer_merge!(ServerLayer {
+    listen,
+    replay,
+    max_connections,
+    header_timeout
+});
 layer_merge!(PathsLayer {
     sysfs,
     procfs,

@@ -10,6 +10,7 @@ use std::time::Duration;
 use super::error::{ConfigError, Problem};
 use super::schema::{ExpositionLayer, Layer, ProbeLayer, RuntimeLayer, ScheduleLayer};
 use super::{Config, ExpositionConfig, ProbeConfig, ScheduleConfig};
+use crate::exposition::server::ServerSettings;
 use crate::runtime::select::RuntimeConfig;
 use crate::runtime::Direction;
 use crate::topology::{CpuSelection, PairSelection, Roots};
@@ -18,6 +19,8 @@ use crate::topology::{CpuSelection, PairSelection, Roots};
 const MAX_SIZE_MIB: u64 = 64 * 1024;
 /// The most MiB per rank one pair allgather (`probe.pair_size_mib`) may move.
 const MAX_PAIR_SIZE_MIB: u64 = 16 * 1024;
+/// The most `server.max_connections`: beyond this the cap no longer bounds memory.
+const MAX_CONNECTIONS: u64 = 10_000;
 /// The most samples a cell may keep (`probe.samples_per_cell`).
 const MAX_SAMPLES_PER_CELL: u64 = 1000;
 
@@ -90,9 +93,19 @@ impl Config {
         let listen: SocketAddr = listen_text.parse().map_err(|_| {
             ConfigError::invalid("server.listen", Problem::NotAnAddress(listen_text))
         })?;
+        let server = ServerSettings {
+            max_connections: in_range(
+                "server.max_connections",
+                given("server.max_connections", l.server.max_connections)? as u64,
+                "",
+                MAX_CONNECTIONS,
+            )? as usize,
+            header_timeout: duration("server.header_timeout", l.server.header_timeout)?,
+        };
         Ok(Config {
             listen,
             replay: l.server.replay,
+            server,
             roots: Roots {
                 sysfs: given("paths.sysfs", l.paths.sysfs)?,
                 procfs: given("paths.procfs", l.paths.procfs)?,

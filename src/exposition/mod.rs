@@ -1,7 +1,10 @@
 //! Exposition: the prometheus-client registry (live probe counters plus the scrape-time
 //! store and pair-probe views) and its encoding in the Prometheus 0.0.4 text format (default) or OpenMetrics
-//! (when the scraper's Accept header asks for it). `server` serves it over HTTP.
+//! (when the scraper's Accept header asks for it). `server` serves it over HTTP, gzipped when
+//! asked (`content_coding`), within the connection bounds of `connections`.
 
+pub mod connections;
+pub mod content_coding;
 pub mod pair_probe_collector;
 pub mod server;
 pub mod store_collector;

@@ -1,24 +1,43 @@
 //! The HTTP server (hyper 1 on tokio): `/metrics`, `/healthz`, the `/matrix` heatmap page and
 //! a small index page at `/`.
-//! Encoding runs on the blocking pool so a large scrape never stalls the reactor; it reads
-//! the store only and never waits for a probe.
+//! Encoding and compression run on the blocking pool so a large scrape never stalls the
+//! reactor; they read the store only and never wait for a probe. Responses are gzipped when
+//! the client asks for it ([`super::content_coding`]). Connections are bounded
+//! ([`super::connections`]): at most `max_connections` at once, and each must send a
+//! complete request head within `header_timeout` of being accepted or of its previous
+//! response (hyper starts its header timer as soon as a connection awaits a request, so
+//! this is also the keep-alive idle timeout).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use http_body_util::Full;
-use hyper::body::{Bytes, Incoming};
-use hyper::header::{ACCEPT, CONTENT_TYPE};
+use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
+use hyper::header::{HeaderValue, ACCEPT, ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_TYPE, VARY};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use super::connections::{Busy, Limit, ServerMetrics, Ticket};
+use super::content_coding::{self, Acceptable, Coding};
 use super::{encode, Format};
+
+/// The server's bounds (`[server]` keys).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerSettings {
+    /// Most connections open at once (`server.max_connections`).
+    pub max_connections: usize,
+    /// Longest wait for a complete request head (`server.header_timeout`).
+    pub header_timeout: Duration,
+}
 
 const INDEX: &str = "<!doctype html>
 <html><head><title>chd</title></head><body>
@@ -28,86 +47,225 @@ const INDEX: &str = "<!doctype html>
 </body></html>
 ";
 
-fn response(
+const TEXT: &str = "text/plain; charset=utf-8";
+
+/// A response body that keeps its connection marked busy until hyper has taken all of it.
+pub struct ReplyBody {
+    inner: Full<Bytes>,
+    _busy: Busy,
+}
+
+impl Body for ReplyBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A response in `coding`, or 406 when `accept` allows neither gzip nor identity.
+fn reply(
     status: StatusCode,
     content_type: &str,
-    body: impl Into<Bytes>,
+    body: Vec<u8>,
+    accept: Acceptable,
+    vary: &'static str,
 ) -> Response<Full<Bytes>> {
+    let Some(coding) = accept.choose(body.len()) else {
+        return plain(
+            StatusCode::NOT_ACCEPTABLE,
+            TEXT,
+            "neither gzip nor identity is acceptable\n",
+        );
+    };
+    let body = match coding {
+        Coding::Gzip => content_coding::gzip(&body),
+        Coding::Identity => body,
+    };
+    let mut r = Response::builder()
+        .status(status)
+        .header(CONTENT_TYPE, content_type)
+        .header(VARY, HeaderValue::from_static(vary));
+    if let Some(value) = coding.header_value() {
+        r = r.header(CONTENT_ENCODING, value);
+    }
+    r.body(Full::new(body.into()))
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
+}
+
+/// A response without content negotiation (errors).
+fn plain(status: StatusCode, content_type: &str, body: &'static str) -> Response<Full<Bytes>> {
     Response::builder()
         .status(status)
         .header(CONTENT_TYPE, content_type)
-        .body(Full::new(body.into()))
+        .body(Full::new(Bytes::from_static(body.as_bytes())))
         .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
 }
 
 /// Renders an HTML page on demand (`/matrix`); called on the blocking pool.
 pub type PageRenderer = Arc<dyn Fn() -> String + Send + Sync>;
 
-async fn handle(
+struct Site {
     registry: Arc<Registry>,
     matrix: Option<PageRenderer>,
-    req: Request<Incoming>,
-) -> Result<Response<Full<Bytes>>, Infallible> {
+}
+
+async fn handle(site: Arc<Site>, req: Request<Incoming>) -> Response<Full<Bytes>> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
-        return Ok(response(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "text/plain; charset=utf-8",
-            "only GET and HEAD\n",
-        ));
+        return plain(StatusCode::METHOD_NOT_ALLOWED, TEXT, "only GET and HEAD\n");
     }
-    let reply = match req.uri().path() {
+    let accept = Acceptable::parse(
+        req.headers()
+            .get_all(ACCEPT_ENCODING)
+            .iter()
+            .filter_map(|v| v.to_str().ok()),
+    );
+    match req.uri().path() {
         "/metrics" => {
             let format = Format::negotiate(req.headers().get(ACCEPT).and_then(|v| v.to_str().ok()));
-            match tokio::task::spawn_blocking(move || encode(&registry, format)).await {
-                Ok(Ok(body)) => response(StatusCode::OK, format.content_type(), body),
+            let registry = site.registry.clone();
+            let work = move || match encode(&registry, format) {
+                Ok(body) => Ok(reply(
+                    StatusCode::OK,
+                    format.content_type(),
+                    body.into_bytes(),
+                    accept,
+                    "Accept, Accept-Encoding",
+                )),
+                Err(e) => Err(e),
+            };
+            match tokio::task::spawn_blocking(work).await {
+                Ok(Ok(r)) => r,
                 Ok(Err(_)) | Err(_) => {
                     tracing::error!("encoding /metrics failed");
-                    response(
+                    plain(
                         StatusCode::INTERNAL_SERVER_ERROR,
-                        "text/plain; charset=utf-8",
+                        TEXT,
                         "encoding metrics failed\n",
                     )
                 }
             }
         }
-        "/matrix" => match matrix {
-            Some(render) => match tokio::task::spawn_blocking(move || render()).await {
-                Ok(page) => response(StatusCode::OK, "text/html; charset=utf-8", page),
-                Err(_) => {
-                    tracing::error!("rendering /matrix failed");
-                    response(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "text/plain; charset=utf-8",
-                        "rendering the matrix page failed\n",
+        "/matrix" => match site.matrix.clone() {
+            Some(render) => {
+                let work = move || {
+                    reply(
+                        StatusCode::OK,
+                        "text/html; charset=utf-8",
+                        render().into_bytes(),
+                        accept,
+                        "Accept-Encoding",
                     )
+                };
+                match tokio::task::spawn_blocking(work).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        tracing::error!("rendering /matrix failed");
+                        plain(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            TEXT,
+                            "rendering the matrix page failed\n",
+                        )
+                    }
                 }
-            },
-            None => response(
-                StatusCode::NOT_FOUND,
-                "text/plain; charset=utf-8",
-                "not found\n",
-            ),
+            }
+            None => plain(StatusCode::NOT_FOUND, TEXT, "not found\n"),
         },
-        "/healthz" => response(StatusCode::OK, "text/plain; charset=utf-8", "ok\n"),
-        "/" => response(StatusCode::OK, "text/html; charset=utf-8", INDEX),
-        _ => response(
-            StatusCode::NOT_FOUND,
-            "text/plain; charset=utf-8",
-            "not found\n",
+        "/healthz" => reply(
+            StatusCode::OK,
+            TEXT,
+            b"ok\n".to_vec(),
+            accept,
+            "Accept-Encoding",
         ),
-    };
-    Ok(reply)
+        "/" => reply(
+            StatusCode::OK,
+            "text/html; charset=utf-8",
+            INDEX.as_bytes().to_vec(),
+            accept,
+            "Accept-Encoding",
+        ),
+        _ => plain(StatusCode::NOT_FOUND, TEXT, "not found\n"),
+    }
 }
 
-/// Serve `registry` (and the `matrix` page, when given) on `listener` until `shutdown` turns
-/// true.
+/// Serve one admitted connection until it ends, is evicted, or the server shuts down.
+async fn connection(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    ticket: Ticket,
+    site: Arc<Site>,
+    settings: Arc<ServerSettings>,
+    metrics: ServerMetrics,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let ticket = Arc::new(ticket);
+    let service = {
+        let ticket = ticket.clone();
+        service_fn(move |req| {
+            let busy = ticket.busy();
+            let site = site.clone();
+            async move {
+                let response = handle(site, req).await;
+                Ok::<_, Infallible>(response.map(|inner| ReplyBody { inner, _busy: busy }))
+            }
+        })
+    };
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(settings.header_timeout)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    tokio::select! {
+        r = conn.as_mut() => {
+            if let Err(e) = r {
+                if e.is_timeout() {
+                    metrics.dropped("header_timeout");
+                }
+                tracing::debug!(%peer, "connection ended: {e}");
+            }
+        }
+        _ = ticket.evicted() => {
+            tracing::debug!(%peer, "connection closed for a newer one (server.max_connections)");
+        }
+        _ = shutdown.changed() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }
+}
+
+/// Serve `registry` (and the `matrix` page, when given) on `listener` within `settings`'
+/// bounds until `shutdown` turns true. `metrics` are the ones registered in `registry`.
 pub async fn serve(
     listener: TcpListener,
     registry: Arc<Registry>,
     matrix: Option<PageRenderer>,
+    settings: ServerSettings,
+    metrics: ServerMetrics,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let site = Arc::new(Site { registry, matrix });
+    let limit = Limit::new(settings.max_connections, metrics.clone());
+    let settings = Arc::new(settings);
     loop {
+        // At the cap with every connection busy, leave new ones in the listen backlog.
+        tokio::select! {
+            () = limit.room() => {}
+            _ = shutdown.changed() => break,
+        }
         let accepted = tokio::select! {
             a = listener.accept() => a,
             _ = shutdown.changed() => break,
@@ -116,28 +274,28 @@ pub async fn serve(
             Ok(a) => a,
             Err(e) => {
                 tracing::warn!("accept failed: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
-        let registry = registry.clone();
-        let matrix = matrix.clone();
-        let mut conn_shutdown = shutdown.clone();
-        tokio::spawn(async move {
-            let service = service_fn(move |req| handle(registry.clone(), matrix.clone(), req));
-            let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(conn);
-            tokio::select! {
-                r = conn.as_mut() => {
-                    if let Err(e) = r {
-                        tracing::debug!(%peer, "connection ended: {e}");
-                    }
-                }
-                _ = conn_shutdown.changed() => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
-                }
+        let ticket = loop {
+            if let Some(t) = limit.admit() {
+                break Some(t);
             }
-        });
+            tokio::select! {
+                () = limit.room() => {}
+                _ = shutdown.changed() => break None,
+            }
+        };
+        let Some(ticket) = ticket else { break };
+        tokio::spawn(connection(
+            stream,
+            peer,
+            ticket,
+            site.clone(),
+            settings.clone(),
+            metrics.clone(),
+            shutdown.clone(),
+        ));
     }
 }
