@@ -10,6 +10,8 @@
 # What it measures:
 #   1. encode: one /metrics encode of a 640 CPU x 16 device x 3 size store (30,720 cells),
 #      with cells and without (criterion, benches/scrape.rs): median time, bytes, series.
+#      Plus gzip (the level chd uses) and the body on the wire, and (benches/connections.rs)
+#      RSS and /healthz under 10,000 half-open connections.
 #   2. collectors over HTTP: chd serve --no-probe and Debian's prometheus-node-exporter on the
 #      same fixture tree (tests/fixtures/collectors/roce-dual-rail), their counter collectors
 #      only (chd: rdma, numa, netdev, pcie; node_exporter: infiniband, netdev, meminfo_numa),
@@ -95,6 +97,11 @@ row "encode, 30,720 cells, cells on (median)" "$(crit prometheus_text) ms" \
   "$(fig 'prometheus_text bytes') bytes, $(fig 'prometheus_text series') series"
 row "encode, 30,720 cells, cells off (median)" "$(crit prometheus_text_no_cells) ms" \
   "$(fig 'prometheus_text_no_cells bytes') bytes, $(fig 'prometheus_text_no_cells series') series"
+gz() { sed -n "s/^scrape: gzip $1 level=[0-9]* bytes=\([0-9]*\).*(GZIP_LEVEL)$/\1/p" "$out/scrape.txt" | head -1; }
+row "encode + gzip, 30,720 cells, cells on (median)" "$(crit prometheus_text_gzip) ms" \
+  "$(gz prometheus_text) bytes on the wire (target < 400 KB)"
+row "encode + gzip, 30,720 cells, cells off (median)" "$(crit prometheus_text_no_cells_gzip) ms" \
+  "$(gz prometheus_text_no_cells) bytes on the wire"
 row "RSS after building the store and registry" "$(($(fig rss_after_build_kib) / 1024)) MiB" \
   "benches/scrape.rs process"
 
@@ -123,6 +130,15 @@ row "collectors scrape over HTTP, chd (median)" "$chd_ms ms" "$chd_series series
 row "collectors scrape over HTTP, node_exporter 1.5 (median)" "$ne_ms ms" "$ne_series series"
 row "chd / node_exporter scrape time" "$(awk -v a="$chd_ms" -v b="$ne_ms" 'BEGIN {printf "%.2f", a/b}')" \
   "same tree, interleaved"
+
+# 2b. 10,000 half-open connections against the default connection cap.
+echo "scripts/bench.sh: 10,000 half-open connections" >&2
+cargo bench --locked --quiet --bench connections >"$out/connections.txt" 2>&1
+conn() { sed -n "s/^connections: .*$1=\([0-9.]*\).*/\1/p" "$out/connections.txt" | head -1; }
+row "RSS with 10,000 half-open connections" "$(($(conn rss_with_open_kib) / 1024)) MiB" \
+  "$(($(conn rss_before_kib) / 1024)) MiB before, $(($(conn rss_after_close_kib) / 1024)) MiB after they close (targets < 64, < 40)"
+row "/healthz during the flood" "$(sed -n 's/^connections: healthz_ok=\([0-9/]*\).*/\1/p' "$out/connections.txt")" \
+  "slowest $(conn slowest_ms) ms"
 
 # 4. Idle CPU of the exporter between windows (the collectors server from step 2).
 echo "scripts/bench.sh: idle CPU (${idle_s} s)" >&2
