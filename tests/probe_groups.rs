@@ -51,6 +51,17 @@ fn cells(devices: &[&str], sizes: &[u64], directions: &[Direction]) -> Vec<CellK
 }
 
 fn run_window(backend: &dyn Backend, cells: Vec<CellKey>) -> (window::WindowReport, Store) {
+    let (report, store, _) = run_window_watching(backend, cells, &mut |_| {});
+    (report, store)
+}
+
+/// Run one window over `cells`, showing `watch` the probe metrics before every cell; returns
+/// the report, the store and the metrics after the window.
+fn run_window_watching(
+    backend: &dyn Backend,
+    cells: Vec<CellKey>,
+    watch: &mut (dyn FnMut(&ProbeMetrics) + Send),
+) -> (window::WindowReport, Store, ProbeMetrics) {
     let spec = WindowSpec {
         cells,
         affinity_cpus: vec![],
@@ -64,12 +75,17 @@ fn run_window(backend: &dyn Backend, cells: Vec<CellKey>) -> (window::WindowRepo
     let metrics = ProbeMetrics::default();
     // A dedicated thread, as the scheduler runs windows: each group binds it.
     let report = std::thread::scope(|s| {
-        s.spawn(|| window::run(&spec, backend, &store, &metrics, &mut || true))
-            .join()
-            .unwrap()
+        s.spawn(|| {
+            window::run(&spec, backend, &store, &metrics, &mut || {
+                watch(&metrics);
+                true
+            })
+        })
+        .join()
+        .unwrap()
     });
     let store = store.read().unwrap().clone();
-    (report, store)
+    (report, store, metrics)
 }
 
 fn assert_one_pin_per_group(backend: &dyn Backend) {
@@ -112,27 +128,9 @@ fn assert_one_pin_per_group(backend: &dyn Backend) {
 /// The held-host-memory gauge during a window (its largest value, as seen between cells) and
 /// after it.
 fn held_host_memory(backend: &dyn Backend, cells: Vec<CellKey>) -> (i64, i64) {
-    let spec = WindowSpec {
-        cells,
-        affinity_cpus: vec![],
-        budget: Duration::from_secs(60),
-        warmup: 1,
-        iterations: 2,
-        host_memory: HostMemory::Pinned,
-        keep: 5,
-    };
-    let store = Arc::new(RwLock::new(Store::default()));
-    let metrics = ProbeMetrics::default();
     let mut most = 0;
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            window::run(&spec, backend, &store, &metrics, &mut || {
-                most = most.max(metrics.held_host_memory.get());
-                true
-            })
-        })
-        .join()
-        .unwrap()
+    let (_, _, metrics) = run_window_watching(backend, cells, &mut |m| {
+        most = most.max(m.held_host_memory.get());
     });
     (most, metrics.held_host_memory.get())
 }
