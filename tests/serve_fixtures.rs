@@ -22,22 +22,7 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn serve_on(tree: &str, extra: &[&str]) -> (tempfile::TempDir, Chd) {
-    let dir = tempfile::tempdir().unwrap();
-    let root = fixture(tree);
-    let sys = root.join("sys");
-    let proc = root.join("proc");
-    let mut args = vec![
-        "--sysfs-root",
-        sys.to_str().unwrap(),
-        "--procfs-root",
-        proc.to_str().unwrap(),
-        "--no-probe",
-        "--backend",
-        "host",
-    ];
-    args.extend_from_slice(extra);
-    let chd = Chd::serve(dir.path(), &args);
-    (dir, chd)
+    chd_process::serve_collector_tree(tree, extra)
 }
 
 #[test]

@@ -11,7 +11,6 @@ mod golden;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -20,21 +19,7 @@ use chd_process::{Chd, Metrics};
 /// `chd serve --no-probe` on the `infiniband` collector fixture tree (host backend): every
 /// value is fixed except timings and the server's own connection counters.
 fn serve(extra: &[&str]) -> (tempfile::TempDir, Chd) {
-    let dir = tempfile::tempdir().unwrap();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/collectors/infiniband");
-    let (sys, proc) = (root.join("sys"), root.join("proc"));
-    let mut args = vec![
-        "--sysfs-root",
-        sys.to_str().unwrap(),
-        "--procfs-root",
-        proc.to_str().unwrap(),
-        "--no-probe",
-        "--backend",
-        "host",
-    ];
-    args.extend_from_slice(extra);
-    let chd = Chd::serve(dir.path(), &args);
-    (dir, chd)
+    chd_process::serve_collector_tree("infiniband", extra)
 }
 
 /// A scrape with what changes from one scrape to the next masked: timings (as the golden

@@ -276,6 +276,29 @@ impl Metrics {
     }
 }
 
+/// `chd serve --no-probe --backend host` on the collector fixture tree `tree`
+/// (`tests/fixtures/collectors/<tree>/{sys,proc}`) with `extra` flags; the state directory
+/// lives as long as the returned guard.
+pub fn serve_collector_tree(tree: &str, extra: &[&str]) -> (tempfile::TempDir, Chd) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/collectors")
+        .join(tree);
+    let (sys, proc) = (root.join("sys"), root.join("proc"));
+    let mut args = vec![
+        "--sysfs-root",
+        sys.to_str().unwrap(),
+        "--procfs-root",
+        proc.to_str().unwrap(),
+        "--no-probe",
+        "--backend",
+        "host",
+    ];
+    args.extend_from_slice(extra);
+    let chd = Chd::serve(dir.path(), &args);
+    (dir, chd)
+}
+
 /// Run `promtool check metrics` on `body` (see `promtool.rs`).
 pub fn promtool_check_metrics(body: &str) {
     promtool::check_metrics("chd", body);
