@@ -172,23 +172,12 @@ pub fn save(dir: &Path, file: &StateFile) -> Result<(), StateWriteError> {
     Ok(())
 }
 
-/// What reading `dir/state.json` found.
-#[derive(Debug)]
-pub enum Read {
-    /// No state file yet.
-    Missing,
-    /// The file's bytes.
-    Bytes(Vec<u8>),
-    /// The file exists but could not be read.
-    Unreadable(StateReadError),
-}
-
-/// Read `dir/state.json`'s bytes.
-pub fn read(dir: &Path) -> Read {
+/// Read `dir/state.json`'s bytes: `None` when there is no state file yet.
+pub fn read(dir: &Path) -> Result<Option<Vec<u8>>, StateReadError> {
     match fs::read(state_path(dir)) {
-        Ok(b) => Read::Bytes(b),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Read::Missing,
-        Err(e) => Read::Unreadable(StateReadError::Unreadable(e)),
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(StateReadError::Unreadable(e)),
     }
 }
 

@@ -134,11 +134,6 @@ pub fn from_file(file: StateFile) -> Result<Store, StateReadError> {
     Ok(store)
 }
 
-/// Encode the store as the state file's JSON.
-pub fn encode(store: &Store, saved_at: f64) -> Result<Vec<u8>, PersistError> {
-    Ok(state_file::encode(&to_file(store, saved_at))?)
-}
-
 /// Decode a state file's JSON.
 pub fn decode(bytes: &[u8]) -> Result<Store, StateReadError> {
     from_file(state_file::decode(bytes)?)
@@ -152,12 +147,12 @@ pub fn save(dir: &Path, store: &Store, saved_at: f64) -> Result<(), PersistError
 /// Read `dir/state.json`. A corrupt file is renamed aside and reported, never an error.
 pub fn load(dir: &Path, now: f64) -> Loaded {
     let problem = match state_file::read(dir) {
-        state_file::Read::Missing => return Loaded::Missing,
-        state_file::Read::Bytes(bytes) => match decode(&bytes) {
+        Ok(None) => return Loaded::Missing,
+        Ok(Some(bytes)) => match decode(&bytes) {
             Ok(store) => return Loaded::Restored(store),
             Err(problem) => problem,
         },
-        state_file::Read::Unreadable(problem) => problem,
+        Err(problem) => problem,
     };
     let path = state_path(dir);
     match state_file::set_aside(&path, now) {
@@ -255,7 +250,7 @@ mod tests {
     #[test]
     fn truncated_file_is_set_aside() {
         let dir = tempfile::tempdir().unwrap();
-        let bytes = encode(&sample_store(), 1.0).unwrap();
+        let bytes = state_file::encode(&to_file(&sample_store(), 1.0)).unwrap();
         fs::write(state_path(dir.path()), &bytes[..bytes.len() / 2]).unwrap();
         match load(dir.path(), 1234.0) {
             Loaded::SetAside { moved_to, problem } => {
