@@ -80,14 +80,25 @@ fn slow_rank0_core(backend: &str, collective: &str) {
     let slow = cpus.last().unwrap().clone();
     let spec = format!("13.7;rank0:{slow}=4.0");
     let (_dir, chd) = serve(backend, collective, &[("CHD_FAKE_PAIR_GBPS", &spec)], &[]);
-    // Ratios are judged on the whole matrix: wait until every cell is measured.
-    let m = chd.wait_for(Duration::from_secs(60), "the whole pair matrix", |m| {
-        pair_covered(m)
-            && m.value(
-                "chd_probe_cells",
-                &[("probe", "pair"), ("state", "unmeasured")],
-            ) == 0.0
-    });
+    // Ratios are judged on the whole matrix: wait until every cell is measured and the window
+    // that measured the last of them has ended (its cells reach the store as they are
+    // measured, its run is counted when it ends, so one scrape can fall in between).
+    let m = chd.wait_for(
+        Duration::from_secs(60),
+        "the whole pair matrix, and a pair window ended",
+        |m| {
+            pair_covered(m)
+                && m.value(
+                    "chd_probe_cells",
+                    &[("probe", "pair"), ("state", "unmeasured")],
+                ) == 0.0
+                && m.find("chd_probe_runs_total", &[("probe", "pair")])
+                    .iter()
+                    .map(|s| s.value)
+                    .sum::<f64>()
+                    >= 1.0
+        },
+    );
     for rank in ["0", "1"] {
         for cpu in &cpus {
             let r = m.value(
