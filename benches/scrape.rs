@@ -12,21 +12,34 @@
 //! median time to compress the cells-on body, side by side with the plain body, which is how
 //! `exposition::content_coding::GZIP_LEVEL` was chosen.
 //!
+//! Then `scrape: http ...` lines: the median time of a `GET /metrics` over a keep-alive
+//! connection to the real server (`exposition::server`, in process, on 127.0.0.1), plain and
+//! gzip, cells on and off, through the per-window cache (`Exposition::with_store`, what
+//! `chd serve` runs) and, side by side in the same interleaved rounds, encoding everything
+//! at every scrape (the view registered as an ordinary collector, as before the cache).
+//!
 //! Benchmarks: `encode/prometheus_text`, `encode/openmetrics` (cells exported),
 //! `encode/prometheus_text_no_cells` (`exposition.cells = false`: aggregates only), and
-//! `encode/prometheus_text_gzip`, `encode/prometheus_text_no_cells_gzip` (what a Prometheus
-//! scrape costs: encode, then gzip at `GZIP_LEVEL`).
+//! `encode/prometheus_text_gzip`, `encode/prometheus_text_no_cells_gzip` (encode, then gzip
+//! at `GZIP_LEVEL`): the cost of encoding the store, which is also what the first scrape
+//! after a probe window pays. `cached/...`: the same bodies from the cache while the store
+//! does not change (every other scrape).
 //!
-//! Run: `cargo bench --bench scrape` (about a minute; the figures: `... | grep '^scrape:'`).
+//! Run: `cargo bench --bench scrape` (about two minutes; the figures: `... | grep '^scrape:'`).
 
 use std::hint::black_box;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use criterion::Criterion;
 use prometheus_client::registry::Registry;
 
-use chd::exposition::content_coding::{gzip, gzip_at, GZIP_LEVEL};
+use chd::exposition::connections::ServerMetrics;
+use chd::exposition::content_coding::{gzip, gzip_at, Acceptable, GZIP_LEVEL};
+use chd::exposition::scrape::Exposition;
+use chd::exposition::server::{self, ServerSettings};
 use chd::exposition::store_collector::StoreView;
 use chd::exposition::{encode, Format};
 use chd::runtime::{DeviceInfo, Direction};
@@ -142,21 +155,17 @@ fn store(universe: &[CellKey], topology: &Topology, devices: &[DeviceInfo]) -> S
 }
 
 struct Fixture {
-    /// Cells exported (the default).
+    /// Cells exported, the whole view encoded at every scrape.
     registry: Registry,
-    /// `exposition.cells = false`.
+    /// `exposition.cells = false`, encoded at every scrape.
     registry_no_cells: Registry,
+    /// Cells exported, the store's part cached (what `chd serve` runs).
+    cached: Exposition,
+    cached_no_cells: Exposition,
 }
 
-/// A registry the way `serve::run` builds it, with some probe activity recorded.
-fn registry(
-    store: &SharedStore,
-    topology: &Arc<Topology>,
-    devices: &[DeviceInfo],
-    universe: &Arc<Vec<CellKey>>,
-    affinity_cpus: &Arc<Vec<u32>>,
-    cells: bool,
-) -> Registry {
+/// The registry `serve::run` builds before the store's view, with some probe activity.
+fn probe_registry() -> Registry {
     let mut registry = Registry::default();
     let metrics = ProbeMetrics::register(&mut registry);
     for _ in 0..100 {
@@ -167,7 +176,19 @@ fn registry(
     metrics.run("affinity", "ok");
     metrics.observe_duration("affinity", 0.03);
     metrics.error("h2d", "3", "copy");
-    registry.register_collector(Box::new(StoreView {
+    registry
+}
+
+/// The store's view the way `serve::run` builds it.
+fn view(
+    store: &SharedStore,
+    topology: &Arc<Topology>,
+    devices: &[DeviceInfo],
+    universe: &Arc<Vec<CellKey>>,
+    affinity_cpus: &Arc<Vec<u32>>,
+    cells: bool,
+) -> StoreView {
+    StoreView {
         store: store.clone(),
         topology: topology.clone(),
         devices: devices.to_vec(),
@@ -178,8 +199,7 @@ fn registry(
         cells,
         pairs: vec![],
         pair_cells: false,
-    }));
-    registry
+    }
 }
 
 fn fixture() -> Fixture {
@@ -201,17 +221,167 @@ fn fixture() -> Fixture {
     let store: SharedStore = Arc::new(RwLock::new(store(&universe, &topology, &devices)));
     let universe = Arc::new(universe);
     let affinity_cpus = Arc::new(topology.cpus.iter().map(|c| c.id).collect::<Vec<u32>>());
-    Fixture {
-        registry: registry(&store, &topology, &devices, &universe, &affinity_cpus, true),
-        registry_no_cells: registry(
+    let view = |cells| {
+        view(
             &store,
             &topology,
             &devices,
             &universe,
             &affinity_cpus,
-            false,
-        ),
+            cells,
+        )
+    };
+    let uncached = |cells| {
+        let mut registry = probe_registry();
+        registry.register_collector(Box::new(view(cells)));
+        registry
+    };
+    Fixture {
+        registry: uncached(true),
+        registry_no_cells: uncached(false),
+        cached: Exposition::with_store(probe_registry(), view(true)),
+        cached_no_cells: Exposition::with_store(probe_registry(), view(false)),
     }
+}
+
+/// An exposition served by `exposition::server` on 127.0.0.1 in a runtime of its own.
+fn serve(exposition: Exposition, runtime: &tokio::runtime::Runtime) -> SocketAddr {
+    let mut http = Registry::default();
+    let metrics = ServerMetrics::register(&mut http, 64);
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .expect("bind 127.0.0.1:0");
+    let addr = listener.local_addr().expect("bound address");
+    let (_stop, shutdown) = tokio::sync::watch::channel(false);
+    runtime.spawn(async move {
+        let _stop = _stop;
+        server::serve(
+            listener,
+            Arc::new(exposition),
+            None,
+            ServerSettings {
+                max_connections: 64,
+                header_timeout: Duration::from_secs(10),
+            },
+            metrics,
+            shutdown,
+        )
+        .await
+    });
+    addr
+}
+
+/// A keep-alive HTTP/1.1 client for `GET /metrics`: enough of the protocol for chd's
+/// responses (a status line, headers, a `content-length` body).
+struct Client {
+    reader: BufReader<TcpStream>,
+    request: Vec<u8>,
+}
+
+impl Client {
+    fn connect(addr: SocketAddr, gzip: bool) -> Client {
+        let stream = TcpStream::connect(addr).expect("connect to the bench server");
+        stream.set_nodelay(true).expect("TCP_NODELAY");
+        let encoding = if gzip {
+            "Accept-Encoding: gzip\r\n"
+        } else {
+            ""
+        };
+        Client {
+            reader: BufReader::new(stream),
+            request: format!("GET /metrics HTTP/1.1\r\nHost: bench\r\n{encoding}\r\n").into_bytes(),
+        }
+    }
+
+    /// One scrape; the body's length on the wire.
+    fn get(&mut self) -> usize {
+        self.reader
+            .get_mut()
+            .write_all(&self.request)
+            .expect("send the request");
+        let mut len = None;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            self.reader
+                .read_line(&mut line)
+                .expect("read the response head");
+            let header = line.trim_end();
+            if header.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = header.split_once(':') {
+                if name.eq_ignore_ascii_case("content-length") {
+                    len = value.trim().parse().ok();
+                }
+            }
+        }
+        let len = len.expect("a content-length header");
+        let mut body = vec![0; len];
+        self.reader.read_exact(&mut body).expect("read the body");
+        black_box(&body);
+        len
+    }
+}
+
+/// Median times of `GET /metrics`, cached and uncached, interleaved round by round.
+fn report_http(fx: Fixture, rounds: usize) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let Fixture {
+        registry,
+        registry_no_cells,
+        cached,
+        cached_no_cells,
+    } = fx;
+    let servers = [
+        ("cached cells_on", serve(cached, &runtime)),
+        ("cached cells_off", serve(cached_no_cells, &runtime)),
+        (
+            "uncached cells_on",
+            serve(Exposition::new(registry), &runtime),
+        ),
+        (
+            "uncached cells_off",
+            serve(Exposition::new(registry_no_cells), &runtime),
+        ),
+    ];
+    let mut cases: Vec<(String, Client, Vec<f64>, usize)> = servers
+        .iter()
+        .flat_map(|&(name, addr)| {
+            [(false, "identity"), (true, "gzip")].map(|(gzip, coding)| {
+                (
+                    format!("{name} {coding}"),
+                    Client::connect(addr, gzip),
+                    Vec::new(),
+                    0,
+                )
+            })
+        })
+        .collect();
+    for (_, client, _, bytes) in &mut cases {
+        // The first scrape of a cached exposition encodes its snapshot.
+        *bytes = client.get();
+    }
+    for _ in 0..rounds {
+        for (_, client, times, _) in &mut cases {
+            let start = std::time::Instant::now();
+            client.get();
+            times.push(start.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    for (name, _, mut times, bytes) in cases {
+        times.sort_by(f64::total_cmp);
+        println!(
+            "scrape: http {name} median_ms={:.3} p99_ms={:.3} bytes={bytes}",
+            times[times.len() / 2],
+            times[(times.len() * 99 / 100).min(times.len() - 1)]
+        );
+    }
+    runtime.shutdown_timeout(Duration::from_secs(1));
 }
 
 /// VmRSS of this process, KiB.
@@ -337,5 +507,34 @@ fn main() {
         });
         group.finish();
     }
+    {
+        let mut group = c.benchmark_group("cached");
+        let identity = Acceptable::parse([]);
+        let gzip_ok = Acceptable::parse(["gzip"]);
+        for (name, exposition, accept) in [
+            ("prometheus_text", &fx.cached, identity),
+            ("prometheus_text_no_cells", &fx.cached_no_cells, identity),
+            ("prometheus_text_gzip", &fx.cached, gzip_ok),
+            (
+                "prometheus_text_no_cells_gzip",
+                &fx.cached_no_cells,
+                gzip_ok,
+            ),
+        ] {
+            group.bench_function(name, |b| {
+                b.iter(|| {
+                    black_box(exposition)
+                        .scrape(Format::Prometheus, accept)
+                        .unwrap()
+                })
+            });
+        }
+        group.finish();
+    }
     c.final_summary();
+    let rounds = std::env::var("CHD_BENCH_HTTP_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60);
+    report_http(fx, rounds);
 }

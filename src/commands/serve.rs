@@ -11,6 +11,7 @@ use chd::collect::{self, PciDeviceRef};
 use chd::config::{Config, FALLBACK_STATE_DIR};
 use chd::exposition::connections::ServerMetrics;
 use chd::exposition::pair_probe_collector::PairProbeView;
+use chd::exposition::scrape::Exposition;
 use chd::exposition::server;
 use chd::exposition::store_collector::StoreView;
 use chd::runtime::{self, Backend, DeviceInfo};
@@ -169,18 +170,21 @@ async fn run_replay(config: Config, path: std::path::PathBuf) -> anyhow::Result<
     let universe: Vec<CellKey> = replay.store.h2d.keys().cloned().collect();
     let cpus: Vec<u32> = topology.cpus.iter().map(|c| c.id).collect();
     let store = Arc::new(RwLock::new(replay.store));
-    registry.register_collector(Box::new(StoreView {
-        store: store.clone(),
-        topology: topology.clone(),
-        devices: backend.devices.clone(),
-        backend: backend.name().to_string(),
-        universe: Arc::new(universe),
-        affinity_cpus: Arc::new(cpus),
-        stale_after: config.probe.stale_after,
-        cells: config.exposition.cells,
-        pairs: replay.pairs,
-        pair_cells: config.exposition.pair_cells,
-    }));
+    let exposition = Exposition::with_store(
+        registry,
+        StoreView {
+            store: store.clone(),
+            topology: topology.clone(),
+            devices: backend.devices.clone(),
+            backend: backend.name().to_string(),
+            universe: Arc::new(universe),
+            affinity_cpus: Arc::new(cpus),
+            stale_after: config.probe.stale_after,
+            cells: config.exposition.cells,
+            pairs: replay.pairs,
+            pair_cells: config.exposition.pair_cells,
+        },
+    );
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -191,7 +195,7 @@ async fn run_replay(config: Config, path: std::path::PathBuf) -> anyhow::Result<
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let server = tokio::spawn(server::serve(
         listener,
-        Arc::new(registry),
+        Arc::new(exposition),
         Some(matrix_page(&store, &topology, &backend.devices)),
         config.server.clone(),
         http,
@@ -284,18 +288,21 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             pairs: pairs.clone(),
         }));
     }
-    registry.register_collector(Box::new(StoreView {
-        store: store.clone(),
-        topology: topology.clone(),
-        devices: backend.devices().to_vec(),
-        backend: backend.name().to_string(),
-        universe: universe.clone(),
-        affinity_cpus: affinity_cpus.clone(),
-        stale_after: config.probe.stale_after,
-        cells: config.exposition.cells,
-        pairs: pairs.clone(),
-        pair_cells: config.exposition.pair_cells,
-    }));
+    let exposition = Exposition::with_store(
+        registry,
+        StoreView {
+            store: store.clone(),
+            topology: topology.clone(),
+            devices: backend.devices().to_vec(),
+            backend: backend.name().to_string(),
+            universe: universe.clone(),
+            affinity_cpus: affinity_cpus.clone(),
+            stale_after: config.probe.stale_after,
+            cells: config.exposition.cells,
+            pairs: pairs.clone(),
+            pair_cells: config.exposition.pair_cells,
+        },
+    );
 
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -306,7 +313,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let server = tokio::spawn(server::serve(
         listener,
-        Arc::new(registry),
+        Arc::new(exposition),
         Some(matrix_page(&store, &topology, backend.devices())),
         config.server.clone(),
         http,

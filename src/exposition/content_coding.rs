@@ -7,11 +7,16 @@
 //! unless the field says `identity;q=0`, or `*;q=0` without listing `identity`; an empty
 //! field means identity only; no field means any coding, and identity is sent. `x-gzip` is
 //! `gzip` (§8.4.1.3). A malformed element (a bad weight) is ignored, not guessed at.
+//!
+//! A gzip body can be assembled from parts compressed at different times ([`DeflatedPart`],
+//! [`gzip_member`]): the scrape compresses only what changed since the matrix was last
+//! encoded and reuses the matrix's compressed part. The result is one ordinary gzip member
+//! (RFC 1952), which every decoder reads, not a concatenation of members, which some do not.
 
 use std::io::Write;
 
 use flate2::write::GzEncoder;
-use flate2::Compression;
+use flate2::{Compress, Compression, FlushCompress, Status};
 
 /// gzip level for response bodies, chosen with `cargo bench --bench scrape` (its
 /// `scrape: gzip` lines) on the 30,720-cell exposition (4.06 MB plain), zlib-rs backend:
@@ -160,6 +165,101 @@ pub fn gzip_at(body: &[u8], level: u32) -> Vec<u8> {
     encoder.finish().expect("gzip into memory")
 }
 
+/// Bytes compressed on their own as raw DEFLATE (RFC 1951) blocks, with the CRC-32 and length
+/// of what they hold: one part of a gzip member. A part that does not end the member
+/// ([`DeflatedPart::leading`]) ends on a sync flush: an empty stored block that leaves the
+/// stream byte-aligned and not final, so the next part's blocks may follow it directly.
+/// Every part starts with an empty history, so no part refers back into another.
+#[derive(Debug, Clone)]
+pub struct DeflatedPart {
+    deflated: Vec<u8>,
+    crc: crc32fast::Hasher,
+    len: u64,
+    last: bool,
+}
+
+impl DeflatedPart {
+    /// `data` as a part other parts follow.
+    pub fn leading(data: &[u8]) -> DeflatedPart {
+        DeflatedPart::compress(data, false)
+    }
+
+    /// `data` as the part that ends the member.
+    pub fn last(data: &[u8]) -> DeflatedPart {
+        DeflatedPart::compress(data, true)
+    }
+
+    /// Compressed size in bytes.
+    pub fn compressed_len(&self) -> usize {
+        self.deflated.len()
+    }
+
+    fn compress(data: &[u8], last: bool) -> DeflatedPart {
+        let mut compress = Compress::new(Compression::new(GZIP_LEVEL), false);
+        let flush = if last {
+            FlushCompress::Finish
+        } else {
+            FlushCompress::Sync
+        };
+        // Text exposition compresses about tenfold; start there to grow the buffer rarely.
+        let mut deflated = Vec::with_capacity(data.len() / 8 + 64);
+        loop {
+            let consumed = compress.total_in() as usize;
+            // Compressing into memory cannot fail: the input is plain bytes and the stream
+            // is never reused after Finish.
+            let status = compress
+                .compress_vec(&data[consumed..], &mut deflated, flush)
+                .expect("deflate into memory");
+            let all_in = compress.total_in() as usize == data.len();
+            // A flush is complete once it leaves output space unused; Finish says so.
+            let done = match status {
+                Status::StreamEnd => true,
+                _ => !last && all_in && deflated.len() < deflated.capacity(),
+            };
+            if done {
+                break;
+            }
+            deflated.reserve(deflated.capacity().max(1024));
+        }
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(data);
+        DeflatedPart {
+            deflated,
+            crc,
+            len: data.len() as u64,
+            last,
+        }
+    }
+}
+
+/// One gzip member holding `parts` in order: every part but the last must be
+/// [`DeflatedPart::leading`], the last [`DeflatedPart::last`].
+pub fn gzip_member(parts: &[&DeflatedPart]) -> Vec<u8> {
+    debug_assert!(
+        parts
+            .split_last()
+            .is_some_and(|(last, rest)| last.last && rest.iter().all(|p| !p.last)),
+        "only the last part of a gzip member may end it"
+    );
+    // RFC 1952 §2.3: ID1 ID2, CM = 8 (deflate), no flags, MTIME 0 (none), XFL 0, OS 255
+    // (unknown).
+    const HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
+    let compressed: usize = parts.iter().map(|p| p.deflated.len()).sum();
+    let mut member = Vec::with_capacity(HEADER.len() + compressed + 8);
+    member.extend_from_slice(&HEADER);
+    let mut crc = crc32fast::Hasher::new();
+    let mut len = 0u64;
+    for part in parts {
+        member.extend_from_slice(&part.deflated);
+        crc.combine(&part.crc);
+        len += part.len;
+    }
+    // CRC32 and ISIZE (the length modulo 2^32), little-endian.
+    member.extend_from_slice(&crc.finalize().to_le_bytes());
+    member.extend_from_slice(&(len as u32).to_le_bytes());
+    member
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,6 +347,59 @@ mod tests {
         assert_eq!(qvalue("1.001"), None);
         assert_eq!(qvalue("00.5"), None);
         assert_eq!(qvalue("-0"), None);
+    }
+
+    fn gunzip(packed: &[u8]) -> String {
+        use std::io::Read;
+        let mut back = String::new();
+        // GzDecoder reads one member: all the text must be in the first.
+        flate2::read::GzDecoder::new(packed)
+            .read_to_string(&mut back)
+            .unwrap();
+        back
+    }
+
+    #[test]
+    fn parts_compressed_apart_make_one_member() {
+        let live = "chd_probe_runs_total{probe=\"h2d\",result=\"ok\"} 3\n".repeat(300);
+        let matrix = "chd_h2d_bandwidth_bytes_per_second{cpu=\"1\"} 58000000000\n".repeat(5000);
+        let live_part = DeflatedPart::leading(live.as_bytes());
+        let matrix_part = DeflatedPart::last(matrix.as_bytes());
+        let packed = gzip_member(&[&live_part, &matrix_part]);
+        assert_eq!(gunzip(&packed), format!("{live}{matrix}"));
+        // One member: the decoder stops at its end, and the whole body is that member.
+        let mut decoder = flate2::bufread::GzDecoder::new(&packed[..]);
+        std::io::copy(&mut decoder, &mut std::io::sink()).unwrap();
+        assert!(
+            decoder.into_inner().is_empty(),
+            "bytes after the first member"
+        );
+        // About as small as compressing the whole body at once.
+        let whole = gzip(format!("{live}{matrix}").as_bytes());
+        assert!(
+            packed.len() <= whole.len() + 64,
+            "{} vs {}",
+            packed.len(),
+            whole.len()
+        );
+    }
+
+    #[test]
+    fn empty_and_lone_parts_are_valid() {
+        let empty = DeflatedPart::leading(b"");
+        let tail = DeflatedPart::last(b"# EOF\n");
+        assert_eq!(gunzip(&gzip_member(&[&empty, &tail])), "# EOF\n");
+        assert_eq!(gunzip(&gzip_member(&[&DeflatedPart::last(b"")])), "");
+        // Incompressible input larger than the first output guess.
+        let noise: Vec<u8> = (0..200_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        let noise_text: String = noise.iter().map(|b| char::from(b'a' + b % 26)).collect();
+        let packed = gzip_member(&[
+            &DeflatedPart::leading(noise_text.as_bytes()),
+            &DeflatedPart::last(noise_text.as_bytes()),
+        ]);
+        assert_eq!(gunzip(&packed), format!("{noise_text}{noise_text}"));
     }
 
     #[test]

@@ -1,11 +1,15 @@
 //! Exposition: the prometheus-client registry (live probe counters plus the scrape-time
 //! store and pair-probe views) and its encoding in the Prometheus 0.0.4 text format (default) or OpenMetrics
-//! (when the scraper's Accept header asks for it). `server` serves it over HTTP, gzipped when
-//! asked (`content_coding`), within the connection bounds of `connections`.
+//! (when the scraper's Accept header asks for it). A scrape (`scrape`) joins what is encoded
+//! at every scrape with the store's families, which `matrix_cache` encodes once per store
+//! generation. `server` serves it over HTTP, gzipped when asked (`content_coding`), within
+//! the connection bounds of `connections`.
 
 pub mod connections;
 pub mod content_coding;
+pub mod matrix_cache;
 pub mod pair_probe_collector;
+pub mod scrape;
 pub mod server;
 pub mod store_collector;
 
@@ -44,6 +48,17 @@ impl Format {
 /// Size of the previous scrape, so the next one allocates its buffer once (a 30,720-cell
 /// matrix encodes to about 4 MB).
 static LAST_BODY_BYTES: AtomicUsize = AtomicUsize::new(64 * 1024);
+
+/// Encode the registry as a first part of an exposition, which more families follow: in
+/// OpenMetrics without the `# EOF` line.
+pub fn encode_leading(registry: &Registry, format: Format) -> Result<String, std::fmt::Error> {
+    let mut body = String::with_capacity(64 * 1024);
+    match format {
+        Format::Prometheus => prometheus_text::encode(&mut body, registry)?,
+        Format::OpenMetrics => text::encode_registry(&mut body, registry)?,
+    }
+    Ok(body)
+}
 
 /// Encode the whole registry.
 pub fn encode(registry: &Registry, format: Format) -> Result<String, std::fmt::Error> {

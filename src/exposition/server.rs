@@ -22,13 +22,13 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use super::connections::{Busy, Limit, ServerMetrics, Ticket};
 use super::content_coding::{self, Acceptable, Coding};
-use super::{encode, Format};
+use super::scrape::Exposition;
+use super::Format;
 
 /// The server's bounds (`[server]` keys).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +94,17 @@ fn reply(
         Coding::Gzip => content_coding::gzip(&body),
         Coding::Identity => body,
     };
+    coded(status, content_type, body, coding, vary)
+}
+
+/// A response whose body is already in `coding`.
+fn coded(
+    status: StatusCode,
+    content_type: &str,
+    body: Vec<u8>,
+    coding: Coding,
+    vary: &'static str,
+) -> Response<Full<Bytes>> {
     let mut r = Response::builder()
         .status(status)
         .header(CONTENT_TYPE, content_type)
@@ -118,7 +129,7 @@ fn plain(status: StatusCode, content_type: &str, body: &'static str) -> Response
 pub type PageRenderer = Arc<dyn Fn() -> String + Send + Sync>;
 
 struct Site {
-    registry: Arc<Registry>,
+    exposition: Arc<Exposition>,
     matrix: Option<PageRenderer>,
 }
 
@@ -135,19 +146,21 @@ async fn handle(site: Arc<Site>, req: Request<Incoming>) -> Response<Full<Bytes>
     match req.uri().path() {
         "/metrics" => {
             let format = Format::negotiate(req.headers().get(ACCEPT).and_then(|v| v.to_str().ok()));
-            let registry = site.registry.clone();
-            let work = move || match encode(&registry, format) {
-                Ok(body) => Ok(reply(
+            let exposition = site.exposition.clone();
+            let work = move || exposition.scrape(format, accept);
+            match tokio::task::spawn_blocking(work).await {
+                Ok(Ok(Some(scrape))) => coded(
                     StatusCode::OK,
                     format.content_type(),
-                    body.into_bytes(),
-                    accept,
+                    scrape.body,
+                    scrape.coding,
                     "Accept, Accept-Encoding",
-                )),
-                Err(e) => Err(e),
-            };
-            match tokio::task::spawn_blocking(work).await {
-                Ok(Ok(r)) => r,
+                ),
+                Ok(Ok(None)) => plain(
+                    StatusCode::NOT_ACCEPTABLE,
+                    TEXT,
+                    "neither gzip nor identity is acceptable\n",
+                ),
                 Ok(Err(_)) | Err(_) => {
                     tracing::error!("encoding /metrics failed");
                     plain(
@@ -247,17 +260,17 @@ async fn connection(
     }
 }
 
-/// Serve `registry` (and the `matrix` page, when given) on `listener` within `settings`'
-/// bounds until `shutdown` turns true. `metrics` are the ones registered in `registry`.
+/// Serve `exposition` (and the `matrix` page, when given) on `listener` within `settings`'
+/// bounds until `shutdown` turns true. `metrics` are the ones registered in `exposition`.
 pub async fn serve(
     listener: TcpListener,
-    registry: Arc<Registry>,
+    exposition: Arc<Exposition>,
     matrix: Option<PageRenderer>,
     settings: ServerSettings,
     metrics: ServerMetrics,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let site = Arc::new(Site { registry, matrix });
+    let site = Arc::new(Site { exposition, matrix });
     let limit = Limit::new(settings.max_connections, metrics.clone());
     let settings = Arc::new(settings);
     loop {

@@ -108,18 +108,59 @@ fn column_labels<'v>(&(device, size, direction): &ColumnKey<'v>) -> [(&'static s
     ]
 }
 
-/// Counts of (fresh, stale, unmeasured) given each item's newest measurement time.
-fn coverage(times: impl Iterator<Item = Option<f64>>, stale_before: f64) -> [u64; 3] {
-    let mut counts = [0u64; 3];
-    for at in times {
-        let state = match at {
-            Some(at) if at >= stale_before => 0,
-            Some(_) => 1,
-            None => 2,
-        };
-        counts[state] += 1;
+/// One probe's coverage: when each measured item was last measured, sorted, and how many
+/// items it has.
+#[derive(Debug, Clone)]
+struct ProbeCoverage {
+    probe: &'static str,
+    measured_at: Vec<f64>,
+    total: u64,
+}
+
+impl ProbeCoverage {
+    fn new(probe: &'static str, mut measured_at: Vec<f64>, total: u64) -> ProbeCoverage {
+        measured_at.sort_by(f64::total_cmp);
+        ProbeCoverage {
+            probe,
+            measured_at,
+            total,
+        }
     }
-    counts
+
+    /// (fresh, stale, unmeasured) when measurements before `stale_before` are stale.
+    fn counts(&self, stale_before: f64) -> [u64; 3] {
+        let stale = self.measured_at.partition_point(|&at| at < stale_before) as u64;
+        let fresh = self.measured_at.len() as u64 - stale;
+        [fresh, stale, self.total.saturating_sub(fresh + stale)]
+    }
+}
+
+/// Matrix coverage (`chd_probe_cells`) of one store generation. Which cells are fresh
+/// depends on the clock, so the counts are taken at every scrape, each in O(log cells).
+#[derive(Debug, Clone)]
+pub struct Coverage {
+    probes: [ProbeCoverage; 3],
+    stale_after: Duration,
+}
+
+impl Coverage {
+    /// Encode `chd_probe_cells` as of `now` (unix seconds).
+    pub fn encode(&self, now: f64, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+        let stale_before = now - self.stale_after.as_secs_f64();
+        gauges(
+            enc,
+            "chd_probe_cells",
+            "Matrix coverage: cells measured recently (fresh), measured long ago (stale), never measured",
+            self.probes.iter().flat_map(|p| {
+                ["fresh", "stale", "unmeasured"]
+                    .into_iter()
+                    .zip(p.counts(stale_before))
+                    .map(move |(state, n)| {
+                        ([("probe", Value::Str(p.probe)), ("state", Value::Str(state))], n)
+                    })
+            }),
+        )
+    }
 }
 
 impl StoreView {
@@ -292,48 +333,6 @@ impl StoreView {
                 )
             }),
         )?;
-        let stale_before = unix_now() - self.stale_after.as_secs_f64();
-        let h2d = coverage(
-            self.universe
-                .iter()
-                .map(|k| store.h2d.get(k).and_then(|c| c.last_sample_at())),
-            stale_before,
-        );
-        let affinity = coverage(
-            self.affinity_cpus
-                .iter()
-                .map(|cpu| store.bindable.get(cpu).map(|v| v.at)),
-            stale_before,
-        );
-        let pair = {
-            let total =
-                (self.affinity_cpus.len() * self.affinity_cpus.len() * self.pairs.len()) as u64;
-            let [fresh, stale, _] = coverage(
-                store
-                    .pair
-                    .iter()
-                    .filter(|(k, _)| self.pairs.contains(&k.pair))
-                    .map(|(_, c)| c.last_sample_at())
-                    .filter(Option::is_some),
-                stale_before,
-            );
-            [fresh, stale, total.saturating_sub(fresh + stale)]
-        };
-        gauges(
-            enc,
-            "chd_probe_cells",
-            "Matrix coverage: cells measured recently (fresh), measured long ago (stale), never measured",
-            [("h2d", h2d), ("pair", pair), ("affinity", affinity)]
-                .into_iter()
-                .flat_map(|(probe, counts)| {
-                    ["fresh", "stale", "unmeasured"]
-                        .into_iter()
-                        .zip(counts)
-                        .map(move |(state, n)| {
-                            ([("probe", Value::Str(probe)), ("state", Value::Str(state))], n)
-                        })
-                }),
-        )?;
         gauges(
             enc,
             "chd_probe_last_success_timestamp_seconds",
@@ -343,6 +342,51 @@ impl StoreView {
                 .iter()
                 .map(|(probe, at)| ([("probe", Value::Str(probe))], *at)),
         )
+    }
+
+    /// When each cell of each probe was last measured, for [`Coverage::encode`].
+    pub fn coverage(&self, store: &Store) -> Coverage {
+        let mut h2d = Vec::with_capacity(self.universe.len());
+        h2d.extend(
+            self.universe
+                .iter()
+                .filter_map(|k| store.h2d.get(k).and_then(|c| c.last_sample_at())),
+        );
+        let affinity = self
+            .affinity_cpus
+            .iter()
+            .filter_map(|cpu| store.bindable.get(cpu).map(|v| v.at))
+            .collect();
+        let pair = store
+            .pair
+            .iter()
+            .filter(|(k, _)| self.pairs.contains(&k.pair))
+            .filter_map(|(_, c)| c.last_sample_at())
+            .collect();
+        let pair_total =
+            (self.affinity_cpus.len() * self.affinity_cpus.len() * self.pairs.len()) as u64;
+        Coverage {
+            probes: [
+                ProbeCoverage::new("h2d", h2d, self.universe.len() as u64),
+                ProbeCoverage::new("pair", pair, pair_total),
+                ProbeCoverage::new("affinity", affinity, self.affinity_cpus.len() as u64),
+            ],
+            stale_after: self.stale_after,
+        }
+    }
+
+    /// Every family that depends only on the store and the node (all of them but the
+    /// coverage, which also depends on the clock): what [`super::matrix_cache`] encodes
+    /// once per store generation.
+    pub fn encode_store(&self, store: &Store, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+        let numa = live::numa_map(&self.topology);
+        let h2d = live::h2d_cells(store);
+        let pairs = live::pair_cells(store);
+        let analysis = StoreAnalysis::of(&live::by_matrix(&h2d), &pairs, &self.pairs, &numa);
+        self.encode_matrix(&h2d, &analysis, &numa, enc)?;
+        self.encode_pairs(&pairs, &analysis, enc)?;
+        self.encode_probe_state(store, enc)?;
+        self.encode_info(enc)
     }
 
     fn encode_info(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
@@ -396,24 +440,19 @@ impl StoreView {
     }
 }
 
+/// The whole view, encoded afresh at every scrape: the coverage, then the store's families.
+/// `chd serve` encodes the same families through [`super::matrix_cache`] instead, which
+/// encodes the store's part once per generation.
 impl Collector for StoreView {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        {
-            let store = self.store.read().unwrap_or_else(|p| p.into_inner());
-            let numa = live::numa_map(&self.topology);
-            let h2d = live::h2d_cells(&store);
-            let pairs = live::pair_cells(&store);
-            let analysis = StoreAnalysis::of(&live::by_matrix(&h2d), &pairs, &self.pairs, &numa);
-            self.encode_matrix(&h2d, &analysis, &numa, &mut encoder)?;
-            self.encode_pairs(&pairs, &analysis, &mut encoder)?;
-            self.encode_probe_state(&store, &mut encoder)?;
-        }
-        self.encode_info(&mut encoder)
+        let store = self.store.read().unwrap_or_else(|p| p.into_inner());
+        self.coverage(&store).encode(unix_now(), &mut encoder)?;
+        self.encode_store(&store, &mut encoder)
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::exposition::{encode, Format};
     use crate::store::Sample;
@@ -446,7 +485,7 @@ mod tests {
         }
     }
 
-    fn key(cpu: u32, device: &str) -> CellKey {
+    pub(crate) fn key(cpu: u32, device: &str) -> CellKey {
         CellKey {
             cpu,
             device: device.into(),
@@ -457,7 +496,7 @@ mod tests {
 
     /// Device "0" and "3" typical (58.4 GB/s), "1" slow everywhere (12.7, the seed's NPU0),
     /// "2" slow only from node 1's CPUs; cpu 3 never measured on device "3".
-    fn view(cells: bool) -> StoreView {
+    pub(crate) fn view(cells: bool) -> StoreView {
         let mut store = Store::default();
         let now = unix_now();
         for cpu in 0..4 {
@@ -687,5 +726,22 @@ mod tests {
             value(&text, "chd_probe_cells{probe=\"h2d\",state=\"fresh\"}"),
             0.0
         );
+    }
+
+    /// A snapshot's coverage is counted as of each scrape: the same measurement times turn
+    /// stale when the clock passes `stale_after`, without the store changing.
+    #[test]
+    fn coverage_is_counted_as_of_the_scrape() {
+        let v = view(true);
+        let coverage = v.coverage(&v.store.read().unwrap());
+        let now = unix_now();
+        let h2d = &coverage.probes[0];
+        assert_eq!(h2d.probe, "h2d");
+        assert_eq!(h2d.counts(now - 3600.0), [15, 0, 1]);
+        assert_eq!(h2d.counts(now + 1.0), [0, 15, 1]);
+        let affinity = &coverage.probes[2];
+        assert_eq!(affinity.counts(now - 3600.0), [4, 0, 0]);
+        // No pair configured: nothing to cover.
+        assert_eq!(coverage.probes[1].counts(now), [0, 0, 0]);
     }
 }

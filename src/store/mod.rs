@@ -5,6 +5,7 @@
 pub mod persist;
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use crate::runtime::Direction;
@@ -84,7 +85,12 @@ pub struct Bindable {
 }
 
 /// Everything probes have measured on this node.
-#[derive(Debug, Clone, Default, PartialEq)]
+///
+/// Change it through its methods once it is shared: each of them gives the store a new
+/// [`Store::generation`], which is how the exposition knows its cached encoding is stale.
+/// (Writing the public fields directly is for building a store before it is shared, as
+/// `persist` does.)
+#[derive(Debug, Clone)]
 pub struct Store {
     /// Core x device copy matrix.
     pub h2d: BTreeMap<CellKey, Cell>,
@@ -97,34 +103,81 @@ pub struct Store {
     /// CPU -> NUMA node of the machine that measured the cells (saved with them, so a
     /// replay of the state file knows the segments).
     pub cpu_numa: BTreeMap<u32, u32>,
+    /// Changes with every write through a method; unique across all stores of the process.
+    generation: u64,
+}
+
+/// A generation no store of this process has had.
+fn next_generation() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+impl Default for Store {
+    fn default() -> Store {
+        Store {
+            h2d: BTreeMap::new(),
+            pair: BTreeMap::new(),
+            bindable: BTreeMap::new(),
+            last_success: BTreeMap::new(),
+            cpu_numa: BTreeMap::new(),
+            generation: next_generation(),
+        }
+    }
+}
+
+/// Two stores are equal when they hold the same measurements, whatever their generations.
+impl PartialEq for Store {
+    fn eq(&self, other: &Store) -> bool {
+        self.h2d == other.h2d
+            && self.pair == other.pair
+            && self.bindable == other.bindable
+            && self.last_success == other.last_success
+            && self.cpu_numa == other.cpu_numa
+    }
 }
 
 /// The store shared between the prober (writer) and scrapes (readers).
 pub type SharedStore = Arc<RwLock<Store>>;
 
 impl Store {
+    /// Identifies the store's content: it changes whenever a method writes to the store, so
+    /// an encoding of a store tagged with its generation is current while they match.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    fn changed(&mut self) {
+        self.generation = next_generation();
+    }
+
     /// Record a successful sample, keeping at most `keep` samples.
     pub fn record_sample(&mut self, key: CellKey, sample: Sample, keep: usize) {
+        self.changed();
         self.h2d.entry(key).or_default().push(sample, keep);
     }
 
     /// Record a failed attempt: the cell keeps its samples but counts as tried.
     pub fn record_error(&mut self, key: CellKey, at: f64) {
+        self.changed();
         self.h2d.entry(key).or_default().fail(at);
     }
 
     /// [`Store::record_sample`] for a core-pair cell.
     pub fn record_pair_sample(&mut self, key: PairKey, sample: Sample, keep: usize) {
+        self.changed();
         self.pair.entry(key).or_default().push(sample, keep);
     }
 
     /// [`Store::record_error`] for a core-pair cell.
     pub fn record_pair_error(&mut self, key: PairKey, at: f64) {
+        self.changed();
         self.pair.entry(key).or_default().fail(at);
     }
 
     /// Record the affinity verdicts of one scan.
     pub fn record_bindable(&mut self, results: &[(u32, bool)], at: f64) {
+        self.changed();
         for &(cpu, bindable) in results {
             self.bindable.insert(cpu, Bindable { bindable, at });
         }
@@ -132,6 +185,7 @@ impl Store {
 
     /// Mark `probe` as having measured something at `at`.
     pub fn record_success(&mut self, probe: &str, at: f64) {
+        self.changed();
         self.last_success.insert(probe.to_string(), at);
     }
 
@@ -142,6 +196,7 @@ impl Store {
         cpu_exists: impl Fn(u32) -> bool,
         device_exists: impl Fn(&str) -> bool,
     ) -> usize {
+        self.changed();
         let before = self.h2d.len() + self.bindable.len();
         let before = before + self.pair.len();
         self.h2d
@@ -197,6 +252,44 @@ mod tests {
         assert_eq!(cell.samples.len(), 3);
         assert_eq!(cell.median(), Some(6.0));
         assert_eq!(cell.last_attempt, 4.0);
+    }
+
+    /// Every write through a method gives a new generation, never one another store of the
+    /// process had; reading and cloning keep it; equality ignores it.
+    #[test]
+    fn every_write_changes_the_generation() {
+        let mut s = Store::default();
+        let fresh = Store::default();
+        assert_ne!(s.generation(), fresh.generation());
+        assert_eq!(s, fresh);
+        let mut seen = vec![s.generation(), fresh.generation()];
+        let sample = Sample {
+            bytes_per_second: 1.0,
+            at: 1.0,
+        };
+        let pair = PairKey {
+            pair: "0,1".into(),
+            cpu0: 0,
+            cpu1: 1,
+        };
+        let writes: [&dyn Fn(&mut Store); 7] = [
+            &|s| s.record_sample(key(0, "0"), sample, 3),
+            &|s| s.record_error(key(0, "0"), 2.0),
+            &|s| s.record_pair_sample(pair.clone(), sample, 3),
+            &|s| s.record_pair_error(pair.clone(), 2.0),
+            &|s| s.record_bindable(&[(0, true)], 2.0),
+            &|s| s.record_success("h2d", 2.0),
+            &|s| {
+                s.retain_known(|_| true, |_| true);
+            },
+        ];
+        for write in writes {
+            write(&mut s);
+            assert!(!seen.contains(&s.generation()));
+            seen.push(s.generation());
+            let _ = s.measured_cells().count();
+            assert_eq!(s.clone().generation(), s.generation());
+        }
     }
 
     #[test]

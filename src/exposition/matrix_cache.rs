@@ -1,0 +1,140 @@
+//! The store's families (matrix, aggregates, pairs, affinity verdicts, info), encoded once per
+//! store generation and format instead of at every scrape: the matrix only changes when a
+//! probe records a cell, while a scrape comes every few seconds. A [`Snapshot`] holds the
+//! text and, once a scrape has asked for gzip, its compressed form; the coverage
+//! (`chd_probe_cells`), which depends on the clock, is counted at every scrape from the
+//! snapshot's sorted measurement times ([`CoverageView`]).
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::registry::Registry;
+
+use super::content_coding::DeflatedPart;
+use super::store_collector::{Coverage, StoreView};
+use super::{encode, Format};
+use crate::store::unix_now;
+
+/// The store's families as of one store generation, in one format.
+#[derive(Debug)]
+pub struct Snapshot {
+    generation: u64,
+    /// The encoded families; in OpenMetrics it ends with the `# EOF` line, since a scrape
+    /// puts this part last.
+    text: String,
+    coverage: Arc<Coverage>,
+    gzip: OnceLock<DeflatedPart>,
+}
+
+impl Snapshot {
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The text as the last part of a gzip member, compressed the first time it is asked for.
+    pub fn gzip(&self) -> &DeflatedPart {
+        self.gzip
+            .get_or_init(|| DeflatedPart::last(self.text.as_bytes()))
+    }
+}
+
+/// Encodes a [`StoreView`]'s families for a private registry: `Registry` owns its
+/// collectors, and this one shares the view with the cache.
+#[derive(Debug)]
+struct StorePart(Arc<StoreView>);
+
+impl Collector for StorePart {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let store = self.0.store.read().unwrap_or_else(|p| p.into_inner());
+        self.0.encode_store(&store, &mut encoder)
+    }
+}
+
+/// The latest snapshot of each format.
+#[derive(Debug)]
+pub struct MatrixCache {
+    view: Arc<StoreView>,
+    part: Registry,
+    /// Indexed by [`slot`].
+    snapshots: Mutex<[Option<Arc<Snapshot>>; 2]>,
+}
+
+fn slot(format: Format) -> usize {
+    match format {
+        Format::Prometheus => 0,
+        Format::OpenMetrics => 1,
+    }
+}
+
+impl MatrixCache {
+    pub fn new(view: StoreView) -> MatrixCache {
+        let view = Arc::new(view);
+        let mut part = Registry::default();
+        part.register_collector(Box::new(StorePart(view.clone())));
+        MatrixCache {
+            view,
+            part,
+            snapshots: Mutex::new([None, None]),
+        }
+    }
+
+    /// The snapshot of the store as it is now, in `format`: the cached one while the store
+    /// has not changed since it was encoded, else a new one. Scrapes that arrive while one
+    /// is being encoded wait for it rather than encode it again.
+    pub fn snapshot(&self, format: Format) -> Result<Arc<Snapshot>, std::fmt::Error> {
+        let mut snapshots = self.snapshots.lock().unwrap_or_else(|p| p.into_inner());
+        let (generation, coverage) = {
+            let store = self.view.store.read().unwrap_or_else(|p| p.into_inner());
+            let generation = store.generation();
+            if let Some(current) = snapshots[slot(format)]
+                .as_ref()
+                .filter(|s| s.generation == generation)
+            {
+                return Ok(current.clone());
+            }
+            let coverage = snapshots
+                .iter()
+                .flatten()
+                .find(|s| s.generation == generation)
+                .map(|s| s.coverage.clone());
+            let coverage = coverage.unwrap_or_else(|| Arc::new(self.view.coverage(&store)));
+            (generation, coverage)
+        };
+        // Encoded under a fresh read lock: if a probe wrote in between, the text is newer
+        // than `generation`, and the next scrape, seeing a newer generation, encodes again.
+        let snapshot = Arc::new(Snapshot {
+            generation,
+            text: encode(&self.part, format)?,
+            coverage,
+            gzip: OnceLock::new(),
+        });
+        snapshots[slot(format)] = Some(snapshot.clone());
+        Ok(snapshot)
+    }
+
+    /// The coverage of the store's current generation: the snapshot's when there is one, else
+    /// counted from the store.
+    fn coverage(&self) -> Arc<Coverage> {
+        let snapshots = self.snapshots.lock().unwrap_or_else(|p| p.into_inner());
+        let store = self.view.store.read().unwrap_or_else(|p| p.into_inner());
+        let generation = store.generation();
+        snapshots
+            .iter()
+            .flatten()
+            .find(|s| s.generation == generation)
+            .map(|s| s.coverage.clone())
+            .unwrap_or_else(|| Arc::new(self.view.coverage(&store)))
+    }
+}
+
+/// `chd_probe_cells` of a [`MatrixCache`]'s store, counted as of each scrape; registered in
+/// the registry of the families encoded at every scrape.
+#[derive(Debug)]
+pub struct CoverageView(pub Arc<MatrixCache>);
+
+impl Collector for CoverageView {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        self.0.coverage().encode(unix_now(), &mut encoder)
+    }
+}

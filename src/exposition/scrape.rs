@@ -1,0 +1,191 @@
+//! One `/metrics` scrape: the families encoded at every scrape (probe counters, HTTP
+//! counters, scrape-time collectors, coverage) followed by the store's families from the
+//! [`MatrixCache`], in the negotiated format and content coding. In gzip, only the first
+//! part is compressed per scrape; the store's part is compressed once per snapshot.
+
+use std::sync::Arc;
+
+use prometheus_client::registry::Registry;
+
+use super::content_coding::{gzip_member, Acceptable, Coding, DeflatedPart};
+use super::matrix_cache::{CoverageView, MatrixCache};
+use super::store_collector::StoreView;
+use super::{encode, encode_leading, Format};
+
+/// What `/metrics` serves.
+#[derive(Debug)]
+pub struct Exposition {
+    /// Encoded at every scrape.
+    live: Registry,
+    matrix: Option<Arc<MatrixCache>>,
+}
+
+/// A scrape's body in its coding.
+#[derive(Debug)]
+pub struct Scrape {
+    pub body: Vec<u8>,
+    pub coding: Coding,
+}
+
+impl Exposition {
+    /// Only `live`, encoded at every scrape.
+    pub fn new(live: Registry) -> Exposition {
+        Exposition { live, matrix: None }
+    }
+
+    /// `live` and the families of `view`, whose store part is cached per store generation
+    /// (its coverage joins `live`).
+    pub fn with_store(mut live: Registry, view: StoreView) -> Exposition {
+        let matrix = Arc::new(MatrixCache::new(view));
+        live.register_collector(Box::new(CoverageView(matrix.clone())));
+        Exposition {
+            live,
+            matrix: Some(matrix),
+        }
+    }
+
+    /// The whole exposition as text.
+    pub fn text(&self, format: Format) -> Result<String, std::fmt::Error> {
+        let Some(matrix) = &self.matrix else {
+            return encode(&self.live, format);
+        };
+        let snapshot = matrix.snapshot(format)?;
+        let mut text = encode_leading(&self.live, format)?;
+        text.push_str(snapshot.text());
+        Ok(text)
+    }
+
+    /// The whole exposition in the coding `accept` prefers, `None` when it accepts neither
+    /// gzip nor identity.
+    pub fn scrape(
+        &self,
+        format: Format,
+        accept: Acceptable,
+    ) -> Result<Option<Scrape>, std::fmt::Error> {
+        let Some(matrix) = &self.matrix else {
+            let text = encode(&self.live, format)?;
+            return Ok(accept.choose(text.len()).map(|coding| Scrape {
+                body: match coding {
+                    Coding::Gzip => gzip_member(&[&DeflatedPart::last(text.as_bytes())]),
+                    Coding::Identity => text.into_bytes(),
+                },
+                coding,
+            }));
+        };
+        // The snapshot first: the coverage in `live` is counted from it.
+        let snapshot = matrix.snapshot(format)?;
+        let live = encode_leading(&self.live, format)?;
+        let Some(coding) = accept.choose(live.len() + snapshot.text().len()) else {
+            return Ok(None);
+        };
+        let body = match coding {
+            Coding::Gzip => {
+                gzip_member(&[&DeflatedPart::leading(live.as_bytes()), snapshot.gzip()])
+            }
+            Coding::Identity => {
+                let mut body = live.into_bytes();
+                body.extend_from_slice(snapshot.text().as_bytes());
+                body
+            }
+        };
+        Ok(Some(Scrape { body, coding }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exposition::store_collector::tests::{key, view};
+    use crate::store::{unix_now, Sample};
+    use std::io::Read;
+
+    fn gzip_accepted() -> Acceptable {
+        Acceptable::parse(["gzip"])
+    }
+
+    fn sorted_lines(text: &str) -> Vec<&str> {
+        let mut lines: Vec<&str> = text.lines().collect();
+        lines.sort_unstable();
+        lines
+    }
+
+    /// The exposition served from the cache holds the same lines as the view encoded afresh.
+    #[test]
+    fn cached_scrape_equals_a_fresh_encoding() {
+        let uncached = {
+            let mut registry = Registry::default();
+            registry.register_collector(Box::new(view(true)));
+            encode(&registry, Format::Prometheus).unwrap()
+        };
+        let exposition = Exposition::with_store(Registry::default(), view(true));
+        let cached = exposition.text(Format::Prometheus).unwrap();
+        assert_eq!(sorted_lines(&cached), sorted_lines(&uncached));
+        assert!(cached.contains("chd_probe_cells{probe=\"h2d\",state=\"unmeasured\"} 1\n"));
+    }
+
+    #[test]
+    fn openmetrics_ends_once_with_eof() {
+        let exposition = Exposition::with_store(Registry::default(), view(false));
+        let text = exposition.text(Format::OpenMetrics).unwrap();
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        assert_eq!(text.matches("# EOF").count(), 1);
+        // The live part (coverage) comes first, the store's families after it.
+        let coverage = text.find("# TYPE chd_probe_cells gauge").unwrap();
+        let matrix = text.find("# TYPE chd_h2d_device_ratio gauge").unwrap();
+        assert!(coverage < matrix);
+    }
+
+    #[test]
+    fn gzip_scrape_decodes_to_the_identity_scrape() {
+        let exposition = Exposition::with_store(Registry::default(), view(true));
+        let plain = exposition
+            .scrape(Format::Prometheus, Acceptable::parse([]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(plain.coding, Coding::Identity);
+        let packed = exposition
+            .scrape(Format::Prometheus, gzip_accepted())
+            .unwrap()
+            .unwrap();
+        assert_eq!(packed.coding, Coding::Gzip);
+        let mut text = Vec::new();
+        flate2::read::GzDecoder::new(&packed.body[..])
+            .read_to_end(&mut text)
+            .unwrap();
+        assert_eq!(text, plain.body);
+        let refused = exposition
+            .scrape(Format::Prometheus, Acceptable::parse(["*;q=0"]))
+            .unwrap();
+        assert!(refused.is_none());
+    }
+
+    /// The store's part is encoded once per store generation: the same snapshot until a
+    /// probe records something, a new one after, with the new value in it.
+    #[test]
+    fn the_store_part_is_encoded_again_only_when_the_store_changes() {
+        let view = view(true);
+        let store = view.store.clone();
+        let cache = MatrixCache::new(view);
+        let first = cache.snapshot(Format::Prometheus).unwrap();
+        let again = cache.snapshot(Format::Prometheus).unwrap();
+        assert!(Arc::ptr_eq(&first, &again));
+        // The other format has a snapshot of its own.
+        let om = cache.snapshot(Format::OpenMetrics).unwrap();
+        assert!(!Arc::ptr_eq(&first, &om));
+        let series = "chd_h2d_bandwidth_bytes_per_second{cpu=\"3\",numa_node=\"1\",device=\"3\",size_bytes=\"67108864\",direction=\"h2d\"}";
+        assert!(!first.text().contains(series));
+        store.write().unwrap().record_sample(
+            key(3, "3"),
+            Sample {
+                bytes_per_second: 5.0e10,
+                at: unix_now(),
+            },
+            5,
+        );
+        let after = cache.snapshot(Format::Prometheus).unwrap();
+        assert!(!Arc::ptr_eq(&first, &after));
+        assert!(after.text().contains(&format!("{series} 50000000000\n")));
+        // The gzip form is made once per snapshot.
+        assert!(std::ptr::eq(after.gzip(), after.gzip()));
+    }
+}
