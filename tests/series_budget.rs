@@ -292,6 +292,9 @@ fn a_typical_eight_gpu_node_exports_its_cells_by_default() {
         &at_limit,
     );
     assert_eq!(at_limit.get(CELL_FAMILY), Some(&12_288));
+    let at_limit_off = families(&scrape(AUTO_LIMIT, false));
+    print_table(AUTO_LIMIT, "exposition.cells = false", &at_limit_off);
+    assert_eq!(total(&at_limit), total(&at_limit_off) + 12_288);
     let one_more = Config::resolve([]).unwrap().exposition.cells_for(12_289);
     assert!(!one_more.on, "{one_more}");
 }
