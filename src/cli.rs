@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use chd::config::Layer;
+use chd::config::{Layer, RawCells};
 use collector_args::CollectorArgs;
 
 /// chd keeps accelerator nodes honest: it measures, in idle windows, how fast each CPU core
@@ -367,9 +367,11 @@ pub struct ServeArgs {
     /// Age after which a cell counts as stale [probe.stale_after] (default 24h).
     #[arg(long, value_name = "DURATION")]
     pub stale_after: Option<String>,
-    /// Export every matrix cell, not only aggregates [exposition.cells] (default true).
-    #[arg(long, value_name = "BOOL")]
-    pub cells: Option<bool>,
+    /// Export every matrix cell, not only aggregates: true, false, or auto (when the planned
+    /// matrix has at most exposition.auto_cells_limit cells, default 12288) [exposition.cells]
+    /// (default auto).
+    #[arg(long, value_name = "MODE", value_parser = ["true", "false", "auto"])]
+    pub cells: Option<String>,
     /// A device pair for the core-pair probe, e.g. 0,5, or auto (device 0 and its farthest
     /// peer by PCI topology); repeatable [probe.pairs] (default none).
     #[arg(long = "pair", value_name = "A,B")]
@@ -470,7 +472,7 @@ impl Cli {
             l.probe.cpus = a.cpus.clone();
             l.probe.samples_per_cell = a.samples;
             l.probe.stale_after = a.stale_after.clone();
-            l.exposition.cells = a.cells;
+            l.exposition.cells = a.cells.as_deref().map(RawCells::from);
             l.exposition.pair_cells = a.pair_cells;
             l.probe.pairs = (!a.pairs.is_empty()).then(|| a.pairs.clone());
             l.probe.pair_size_mib = a.pair_size;

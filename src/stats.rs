@@ -1,5 +1,6 @@
 //! Robust statistics over probe samples: median, quantiles and the five-number summaries
-//! (`min`, `p10`, `median`, `p90`, `max`) that the aggregate metrics publish.
+//! (`min`, `p10`, `median`, `p90`, `max`) that the aggregate metrics publish, and their
+//! three-number form (`min`, `median`, `max`) for the families with many groups.
 
 /// Quantile `q` in `[0, 1]` of `values` by linear interpolation between closest ranks (the
 /// numpy default). `None` for an empty slice; NaNs are ignored.
@@ -29,6 +30,9 @@ pub fn median(values: &[f64]) -> Option<f64> {
 
 /// The `stat` label values of aggregate metrics, in exposition order.
 pub const SUMMARY_STATS: [&str; 5] = ["min", "p10", "median", "p90", "max"];
+
+/// The `stat` label values of the three-number summary ([`Summary::three_number`]).
+pub const THREE_NUMBER_STATS: [&str; 3] = ["min", "median", "max"];
 
 /// Five-number summary of a group of cells.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -66,6 +70,16 @@ impl Summary {
             ("p10", self.p10),
             ("median", self.median),
             ("p90", self.p90),
+            ("max", self.max),
+        ]
+    }
+
+    /// `(stat label, value)` pairs of [`THREE_NUMBER_STATS`]: the spread and the middle
+    /// without the tails' quantiles, for families with many groups (the NUMA segments).
+    pub fn three_number(&self) -> [(&'static str, f64); 3] {
+        [
+            ("min", self.min),
+            ("median", self.median),
             ("max", self.max),
         ]
     }
@@ -119,6 +133,18 @@ mod tests {
             "p10 {} must resist one outlier",
             s.p10
         );
+    }
+
+    #[test]
+    fn three_number_summary_is_the_five_without_the_tail_quantiles() {
+        let s = Summary::of(&[5.0, 1.0, 3.0, 2.0, 4.0]).unwrap();
+        let five = s.labelled();
+        let three = s.three_number();
+        assert_eq!(three.map(|(stat, _)| stat), THREE_NUMBER_STATS);
+        for (stat, value) in three {
+            assert!(five.contains(&(stat, value)), "{stat}");
+        }
+        assert_eq!(three, [("min", 1.0), ("median", 3.0), ("max", 5.0)]);
     }
 
     #[test]

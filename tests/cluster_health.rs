@@ -32,7 +32,14 @@ fn report(input: &Path, out: &Path) -> Output {
 fn replay(input: &Path, state: &Path) -> Chd {
     Chd::serve(
         state,
-        &["--replay", input.to_str().unwrap(), "--pair-cells", "true"],
+        &[
+            "--replay",
+            input.to_str().unwrap(),
+            "--cells",
+            "true",
+            "--pair-cells",
+            "true",
+        ],
     )
 }
 
@@ -461,4 +468,37 @@ fn a_640_cpu_16_npu_recording_in_the_tools_shape_replays_every_cell() {
             ]
         ) < 0.3
     );
+    drop(chd);
+
+    // By default (`exposition.cells = "auto"`) the 30,720 cells stay off and the whole
+    // scrape is within the series budget of issue 13 (a replay runs no collectors).
+    let state = tempfile::tempdir().unwrap();
+    let chd = Chd::serve(state.path(), &["--replay", run.to_str().unwrap()]);
+    let body = chd.scrape();
+    let series = body
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .count();
+    assert!(series <= 3_000, "{series} series");
+    let m = Metrics::parse(&body);
+    assert!(m.find("chd_h2d_bandwidth_bytes_per_second", &[]).is_empty());
+    assert!(
+        m.value(
+            "chd_h2d_device_ratio",
+            &[
+                ("device", "0"),
+                ("size_bytes", "268435456"),
+                ("direction", "h2d")
+            ]
+        ) < 0.3
+    );
+    assert!(
+        chd.log().contains(
+            "per-cell series off: exposition.cells = auto and 30,720 cells > \
+             exposition.auto_cells_limit 12,288"
+        ),
+        "{}",
+        chd.log()
+    );
+    eprintln!("default replay of 640 x 16 x 3: {series} series");
 }

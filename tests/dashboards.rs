@@ -10,7 +10,7 @@ mod prometheus;
 use std::collections::BTreeSet;
 
 use prometheus::{
-    contract, dashboard_queries, dashboards, is_known_metric, metric_names, panels,
+    contract, dashboard_queries, dashboards, is_known_metric, matrix_link, metric_names, panels,
     promtool_check_exprs, record_names, repo, rules_path, substitute,
 };
 use serde_json::{json, Value};
@@ -169,4 +169,107 @@ fn grafana_provisioning_points_at_the_dashboards() {
     assert!(path.trim().starts_with('/'), "absolute path: {path}");
     let datasources = std::fs::read_to_string(dir.join("datasources/prometheus.yml")).unwrap();
     assert!(datasources.contains("type: prometheus"), "{datasources}");
+}
+
+fn node_dashboard() -> Value {
+    let (_, d) = dashboards()
+        .into_iter()
+        .find(|(f, _)| f.ends_with("chd-node.json"))
+        .expect("dashboards/chd-node.json");
+    d
+}
+
+/// The panel whose first query reads `metric`.
+fn panel_reading<'a>(d: &'a Value, metric: &str) -> &'a Value {
+    panels(d)
+        .into_iter()
+        .find(|p| {
+            p["targets"][0]["expr"]
+                .as_str()
+                .is_some_and(|e| e.starts_with(&format!("{metric}{{")))
+        })
+        .unwrap_or_else(|| panic!("no panel reads {metric}"))
+}
+
+#[test]
+fn node_dashboard_opens_on_the_numa_segment_heatmap() {
+    // The core x device view works whether or not the node exports cells (issue 13): its
+    // first panel is the NUMA segment x device heatmap, which every node exports.
+    let d = node_dashboard();
+    let first = panels(&d)
+        .into_iter()
+        .find(|p| p["type"] != "row")
+        .expect("a panel");
+    let seg = panel_reading(&d, "chd_h2d_segment_bandwidth_bytes_per_second");
+    assert_eq!(first, seg, "the segment heatmap comes first");
+    assert_eq!(seg["gridPos"]["x"], 0);
+    assert_eq!(seg["gridPos"]["y"], 1, "right under the first row");
+    let expr = seg["targets"][0]["expr"].as_str().unwrap();
+    assert!(expr.contains("stat=\"median\""), "{expr}");
+    assert!(expr.contains("size_bytes=\"$size\""), "{expr}");
+    // A heatmap table: one row per NUMA node, one column per device, coloured cells.
+    assert_eq!(seg["type"], "table");
+    let grouping = seg["transformations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == "groupingToMatrix")
+        .expect("groupingToMatrix");
+    assert_eq!(grouping["options"]["rowField"], "numa_node");
+    assert_eq!(grouping["options"]["columnField"], "device");
+    assert_eq!(
+        seg["fieldConfig"]["defaults"]["custom"]["cellOptions"]["type"],
+        "color-background"
+    );
+
+    // The per-cell panel stays, and says when and why it is empty.
+    let cells = panel_reading(&d, "chd_h2d_bandwidth_bytes_per_second");
+    let why = cells["description"].as_str().unwrap();
+    for word in ["exposition.cells", "auto_cells_limit", "/matrix"] {
+        assert!(
+            why.contains(word),
+            "cells panel description lacks {word}: {why}"
+        );
+    }
+}
+
+#[test]
+fn node_heatmaps_link_to_the_nodes_matrix_page() {
+    let d = node_dashboard();
+    let port = chd::config::DEFAULT_LISTEN.rsplit(':').next().unwrap();
+    let chd_port = d["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "chd_port")
+        .expect("a chd_port variable");
+    assert_eq!(chd_port["type"], "textbox");
+    assert_eq!(chd_port["query"], port, "chd_port defaults to chd's port");
+    for metric in [
+        "chd_h2d_segment_bandwidth_bytes_per_second",
+        "chd_h2d_bandwidth_bytes_per_second",
+    ] {
+        let p = panel_reading(&d, metric);
+        // The instance label as the shipped scrape configurations set it (the node's name),
+        // or with the port kept, or an address: the link goes to chd's port on that host.
+        for (instance, want) in [
+            ("gpu-node-17", "http://gpu-node-17:9863/matrix"),
+            ("gpu-node-17:9863", "http://gpu-node-17:9863/matrix"),
+            ("10.1.2.3:9100", "http://10.1.2.3:9863/matrix"),
+            ("[fd00::17]:9863", "http://[fd00::17]:9863/matrix"),
+        ] {
+            assert_eq!(matrix_link(&d, p, instance, port), want, "{metric}");
+        }
+        // The same link on every cell (a data link), raw: Grafana percent-encodes variables
+        // in links by default, which would turn host:port into host%3Aport.
+        let panel_link = &p["links"][0];
+        let data_link = &p["fieldConfig"]["defaults"]["links"][0];
+        assert_eq!(panel_link["url"], data_link["url"], "{metric}");
+        let url = panel_link["url"].as_str().unwrap();
+        assert!(
+            url.contains("${chd_host:raw}") && url.contains("${chd_port:raw}"),
+            "{url}"
+        );
+        assert_eq!(panel_link["targetBlank"], true);
+    }
 }

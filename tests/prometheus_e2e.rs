@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 use chd_process::Chd;
 use fake::fake_runtime_path;
 use prometheus::{
-    dashboard_queries, dashboards, free_port, rules_path, rules_with_for, substitute, Alert,
-    Prometheus,
+    dashboard_queries, dashboards, free_port, http_get, matrix_link, panels, rules_path,
+    rules_with_for, substitute, Alert, Prometheus,
 };
 use sysfs_builder::{CpuSpec, CpuTopology, Machine, NodeSpec, Numa};
 
@@ -418,6 +418,44 @@ fn alerts_fire_and_dashboards_return_data_in_a_real_prometheus() {
         failures.len(),
         failures.join("\n")
     );
+
+    // The node dashboard's links to the node's /matrix page, built from the `instance`
+    // label as this Prometheus stores it, open the probing node's heatmaps.
+    let (_, node) = dashboards()
+        .into_iter()
+        .find(|(f, _)| f.ends_with("chd-node.json"))
+        .expect("dashboards/chd-node.json");
+    let build_info = prom
+        .query(&format!(
+            "chd_build_info{{instance=\"{probing_instance}\"}}"
+        ))
+        .unwrap();
+    let instance = build_info[0]["metric"]["instance"].as_str().unwrap();
+    let port = probing.addr.port().to_string();
+    let mut links = 0;
+    for p in panels(&node) {
+        let to_matrix = p["links"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|l| l["url"].as_str().is_some_and(|u| u.ends_with("/matrix")));
+        if !to_matrix {
+            continue;
+        }
+        let url = matrix_link(&node, p, instance, &port);
+        let (address, path) = url
+            .strip_prefix("http://")
+            .and_then(|rest| rest.split_once('/'))
+            .unwrap_or_else(|| panic!("{url}"));
+        let (status, body) = http_get(address.parse().unwrap(), &format!("/{path}")).unwrap();
+        assert_eq!(status, 200, "{url}: {body}");
+        assert!(
+            body.contains("<svg"),
+            "{url} is not the heatmap page: {body}"
+        );
+        links += 1;
+    }
+    assert!(links >= 2, "{links} panels link to /matrix");
 
     let elapsed = started.elapsed();
     eprintln!("{checked} dashboard queries returned data; whole test {elapsed:.1?}");

@@ -83,6 +83,51 @@ fn cluster_health_results_replay_with_their_findings() {
     );
 }
 
+/// `exposition.cells = "auto"` resolves on the recording's cells: above
+/// `exposition.auto_cells_limit` the per-cell family goes, the aggregates stay, and the log
+/// says why.
+#[test]
+fn auto_cells_turn_off_above_the_limit_in_a_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let file =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/replay/results-npu-node.json");
+    let config = dir.path().join("chd.toml");
+    std::fs::write(&config, "[exposition]\nauto_cells_limit = 10\n").unwrap();
+    let chd = Chd::serve(
+        dir.path(),
+        &[
+            "--replay",
+            file.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    let m = Metrics::parse(&chd.scrape());
+    assert!(m.find("chd_h2d_bandwidth_bytes_per_second", &[]).is_empty());
+    assert!(!m
+        .find(
+            "chd_h2d_segment_bandwidth_bytes_per_second",
+            &[("stat", "median")]
+        )
+        .is_empty());
+    let log = chd.log();
+    assert!(
+        log.contains("per-cell series off: exposition.cells = auto and ")
+            && log.contains(" cells > exposition.auto_cells_limit 10"),
+        "{log}"
+    );
+    // The segments keep min, median and max only (the series budget).
+    let stats: std::collections::BTreeSet<String> = m
+        .find("chd_h2d_segment_bandwidth_bytes_per_second", &[])
+        .iter()
+        .map(|s| s.labels["stat"].clone())
+        .collect();
+    assert_eq!(
+        stats.into_iter().collect::<Vec<_>>(),
+        ["max", "median", "min"]
+    );
+}
+
 #[test]
 fn an_unreadable_recording_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();

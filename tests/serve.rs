@@ -72,6 +72,13 @@ fn serves_cells_and_bindable_for_every_allowed_cpu() {
         }
     }
     assert_eq!(m.value("chd_backend_up", &[("backend", "host")]), 1.0);
+    // The default `exposition.cells = "auto"`, resolved for this small matrix, and said so.
+    assert!(
+        chd.log()
+            .contains("per-cell series on: exposition.cells = auto and "),
+        "{}",
+        chd.log()
+    );
     assert!(
         m.value(
             "chd_probe_runs_total",

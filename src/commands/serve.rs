@@ -131,6 +131,14 @@ fn load_store(dir: &std::path::Path, topology: &Topology, backend: &dyn Backend)
     }
 }
 
+/// Whether the per-cell series are exported for a matrix of `planned` cells (resolving
+/// `exposition.cells = "auto"`), logged with the reason.
+fn export_cells(config: &Config, planned: usize) -> bool {
+    let decision = config.exposition.cells_for(planned);
+    tracing::info!("{decision}");
+    decision.on
+}
+
 /// The `/matrix` page: the store's heatmaps, rendered under a read lock when asked for.
 fn matrix_page(
     store: &SharedStore,
@@ -168,6 +176,7 @@ async fn run_replay(config: Config, path: std::path::PathBuf) -> anyhow::Result<
         metrics.error(e.probe, &e.device, "recorded");
     }
     let universe: Vec<CellKey> = replay.store.h2d.keys().cloned().collect();
+    let cells = export_cells(&config, universe.len());
     let cpus: Vec<u32> = topology.cpus.iter().map(|c| c.id).collect();
     let store = Arc::new(RwLock::new(replay.store));
     let exposition = Exposition::with_store(
@@ -180,7 +189,7 @@ async fn run_replay(config: Config, path: std::path::PathBuf) -> anyhow::Result<
             universe: Arc::new(universe),
             affinity_cpus: Arc::new(cpus),
             stale_after: config.probe.stale_after,
-            cells: config.exposition.cells,
+            cells,
             pairs: replay.pairs,
             pair_cells: config.exposition.pair_cells,
         },
@@ -264,6 +273,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         "matrix planned"
     );
 
+    let cells = export_cells(&config, universe.len());
+
     let mut loaded = load_store(&state_dir, &topology, &*backend);
     loaded.cpu_numa = topology
         .cpus
@@ -298,7 +309,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             universe: universe.clone(),
             affinity_cpus: affinity_cpus.clone(),
             stale_after: config.probe.stale_after,
-            cells: config.exposition.cells,
+            cells,
             pairs: pairs.clone(),
             pair_cells: config.exposition.pair_cells,
         },

@@ -14,6 +14,7 @@
 //! `samples_per_cell` (5) samples, each from another window and another visiting order.
 
 use super::collectors::CollectorsLayer;
+use super::exposition::{RawCells, DEFAULT_AUTO_CELLS_LIMIT};
 use super::schema::{
     ExpositionLayer, Layer, PathsLayer, ProbeLayer, RuntimeLayer, ScheduleLayer, ServerLayer,
 };
@@ -80,7 +81,10 @@ impl Layer {
                 pair_timeout: Some("30s".into()),
             },
             exposition: ExpositionLayer {
-                cells: Some(true),
+                // Cells on for a typical 8-GPU node, off for the 30,720 of the seed's (see
+                // DEFAULT_AUTO_CELLS_LIMIT): the fleet series budget.
+                cells: Some(RawCells::Text("auto".into())),
+                auto_cells_limit: Some(DEFAULT_AUTO_CELLS_LIMIT),
                 pair_cells: Some(false),
             },
             collectors: CollectorsLayer::of(&CollectorSettings::default()),

@@ -60,6 +60,9 @@ pub enum Problem {
     NotASwitch(String),
     #[error("{0} is a switch, this key is a pattern (a regex)")]
     NotAPattern(bool),
+    /// `exposition.cells` is none of its three values; holds the value as written.
+    #[error("expected true, false or \"auto\", got {0}")]
+    NotCellExport(String),
     /// A domain type refused the text (a backend, direction, cpulist, pair ...): its reason.
     #[error("{0}")]
     Refused(String),

@@ -8,6 +8,7 @@
 mod collectors;
 mod defaults;
 mod error;
+mod exposition;
 mod print;
 mod schema;
 mod validate;
@@ -28,6 +29,9 @@ pub use defaults::{
     DEFAULT_LISTEN, DEFAULT_MAX_CONNECTIONS, DEFAULT_STATE_DIR, FALLBACK_STATE_DIR,
 };
 pub use error::{ConfigError, Problem};
+pub use exposition::{
+    CellExport, CellsDecision, ExpositionConfig, RawCells, DEFAULT_AUTO_CELLS_LIMIT,
+};
 pub use schema::{
     CollectorsLayer, ExpositionLayer, Layer, PathsLayer, ProbeLayer, RawOption, RuntimeLayer,
     ScheduleLayer, ServerLayer,
@@ -49,12 +53,6 @@ pub struct Config {
     pub exposition: ExpositionConfig,
     /// Which scrape-time collectors run and what they cover.
     pub collectors: CollectorSettings,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct ExpositionConfig {
-    pub cells: bool,
-    pub pair_cells: bool,
 }
 
 impl Config {
@@ -137,6 +135,59 @@ mod tests {
                 .to_string();
             assert!(err.starts_with(key), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn exposition_cells_defaults_to_auto_and_keeps_true_and_false() {
+        let c = Config::resolve([]).unwrap();
+        assert_eq!(
+            c.exposition.cells,
+            CellExport::Auto {
+                limit: DEFAULT_AUTO_CELLS_LIMIT
+            }
+        );
+        assert_eq!(c.exposition.auto_cells_limit, 12_288);
+        for (text, want) in [
+            ("true", CellExport::On),
+            ("false", CellExport::Off),
+            ("\"auto\"", CellExport::Auto { limit: 100 }),
+        ] {
+            let l = layer(&format!(
+                "[exposition]\ncells = {text}\nauto_cells_limit = 100\n"
+            ))
+            .unwrap();
+            let c = Config::resolve([l]).unwrap();
+            assert_eq!(c.exposition.cells, want, "{text}");
+            let again = Config::resolve([layer(&c.to_toml()).unwrap()]).unwrap();
+            assert_eq!(c, again, "{text}: --print-config round trip");
+        }
+        // The default resolves on for a typical 8-GPU node and off for the seed's.
+        assert!(c_default().cells_for(512 * 8 * 3).on);
+        assert!(!c_default().cells_for(640 * 16 * 3).on);
+    }
+
+    fn c_default() -> ExpositionConfig {
+        Config::resolve([]).unwrap().exposition
+    }
+
+    #[test]
+    fn exposition_cells_refuses_other_values_by_key() {
+        for (text, got) in [
+            ("\"yes\"", "\"yes\""),
+            ("\"Auto\"", "\"Auto\""),
+            ("3", "3"),
+            ("[true]", "[true]"),
+        ] {
+            let l = layer(&format!("[exposition]\ncells = {text}\n")).unwrap();
+            let err = Config::resolve([l]).unwrap_err().to_string();
+            assert_eq!(
+                err,
+                format!("exposition.cells: expected true, false or \"auto\", got {got}")
+            );
+        }
+        let l = layer("[exposition]\nauto_cells_limit = 0\n").unwrap();
+        let err = Config::resolve([l]).unwrap_err().to_string();
+        assert!(err.starts_with("exposition.auto_cells_limit: "), "{err}");
     }
 
     #[test]

@@ -62,7 +62,8 @@ impl Config {
                 pair_timeout: Some(humantime::format_duration(self.probe.pair_timeout).to_string()),
             },
             exposition: ExpositionLayer {
-                cells: Some(self.exposition.cells),
+                cells: Some(self.exposition.cells.raw()),
+                auto_cells_limit: Some(self.exposition.auto_cells_limit),
                 pair_cells: Some(self.exposition.pair_cells),
             },
             collectors: CollectorsLayer::of(&self.collectors),

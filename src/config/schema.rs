@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 pub use super::collectors::{CollectorsLayer, RawOption};
 use super::error::ConfigError;
+use super::exposition::RawCells;
 
 /// One configuration layer as written in TOML (or built from flags). Every key optional.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -123,8 +124,11 @@ pub struct ProbeLayer {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExpositionLayer {
-    /// Export every H2D cell (`chd_h2d_bandwidth_bytes_per_second`).
-    pub cells: Option<bool>,
+    /// Export every H2D cell (`chd_h2d_bandwidth_bytes_per_second`): `true`, `false`, or
+    /// `"auto"` (when the planned matrix has at most `auto_cells_limit` cells).
+    pub cells: Option<RawCells>,
+    /// The most planned cells for which `cells = "auto"` exports them.
+    pub auto_cells_limit: Option<usize>,
     /// Export every pair cell (off by default: 409,600 series at 640 CPUs).
     pub pair_cells: Option<bool>,
 }
@@ -181,7 +185,11 @@ layer_merge!(ProbeLayer {
     pair_size_mib,
     pair_timeout
 });
-layer_merge!(ExpositionLayer { cells, pair_cells });
+layer_merge!(ExpositionLayer {
+    cells,
+    auto_cells_limit,
+    pair_cells
+});
 
 impl Layer {
     /// Parse a TOML layer; errors carry the file name and toml's key/line context.

@@ -8,6 +8,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use super::error::{ConfigError, Problem};
+use super::exposition::CellExport;
 use super::schema::{ExpositionLayer, Layer, ProbeLayer, RuntimeLayer, ScheduleLayer};
 use super::{Config, ExpositionConfig, ProbeConfig, ScheduleConfig};
 use crate::exposition::server::ServerSettings;
@@ -23,6 +24,9 @@ const MAX_PAIR_SIZE_MIB: u64 = 16 * 1024;
 const MAX_CONNECTIONS: u64 = 10_000;
 /// The most samples a cell may keep (`probe.samples_per_cell`).
 const MAX_SAMPLES_PER_CELL: u64 = 1000;
+/// The most `exposition.auto_cells_limit`: ten million cell series is past what any
+/// Prometheus should take from one node, so a larger limit is a typo.
+const MAX_AUTO_CELLS_LIMIT: u64 = 10_000_000;
 
 /// The value of `key`, present in every layer merged over the defaults.
 fn given<T>(key: &'static str, value: Option<T>) -> Result<T, ConfigError> {
@@ -244,8 +248,16 @@ fn probe(l: ProbeLayer) -> Result<ProbeConfig, ConfigError> {
 }
 
 fn exposition(l: ExpositionLayer) -> Result<ExpositionConfig, ConfigError> {
+    let auto_cells_limit = given("exposition.auto_cells_limit", l.auto_cells_limit)?;
+    in_range(
+        "exposition.auto_cells_limit",
+        auto_cells_limit as u64,
+        " cells",
+        MAX_AUTO_CELLS_LIMIT,
+    )?;
     Ok(ExpositionConfig {
-        cells: given("exposition.cells", l.cells)?,
+        cells: CellExport::validate(given("exposition.cells", l.cells)?, auto_cells_limit)?,
+        auto_cells_limit,
         pair_cells: given("exposition.pair_cells", l.pair_cells)?,
     })
 }

@@ -209,8 +209,11 @@ impl StoreView {
                 let [device, size, direction] = column_labels(key);
                 matrix.segments_of(key.0).flat_map(move |segment| {
                     let node = ("numa_node", node_value(segment.numa_node));
-                    stat_rows(segment.summary, move |stat| {
-                        [node, device, size, direction, ("stat", Value::Str(stat))]
+                    // min, median, max only: the series budget (issue 13, docs/METRICS.md).
+                    let stats = segment.summary.three_number().into_iter();
+                    stats.map(move |(stat, v)| {
+                        let labels = [node, device, size, direction, ("stat", Value::Str(stat))];
+                        (labels, bytes_per_second(v))
                     })
                 })
             }),

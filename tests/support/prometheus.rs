@@ -559,6 +559,39 @@ pub fn dashboard_queries(file: &Path, dashboard: &Value) -> Vec<DashboardQuery> 
     out
 }
 
+/// The URL a panel's link to chd's `/matrix` page opens for a node whose `instance` label is
+/// `instance` and whose chd listens on `port`: the `chd_host` variable's regex applied to the
+/// instance as Grafana applies it (the first capture group), then the link's variables
+/// substituted. Panics when the dashboard lacks the variable or the panel a `/matrix` link.
+pub fn matrix_link(dashboard: &Value, panel: &Value, instance: &str, port: &str) -> String {
+    let var = dashboard["templating"]["list"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| v["name"] == "chd_host")
+        .expect("a chd_host variable");
+    let pattern = var["regex"].as_str().expect("chd_host has a regex");
+    let pattern = pattern
+        .strip_prefix('/')
+        .and_then(|p| p.strip_suffix('/'))
+        .unwrap_or_else(|| panic!("chd_host regex {pattern:?} is not /.../"));
+    let host = regex::Regex::new(pattern)
+        .unwrap_or_else(|e| panic!("chd_host regex {pattern:?}: {e}"))
+        .captures(instance)
+        .and_then(|c| c.get(1))
+        .unwrap_or_else(|| panic!("chd_host regex {pattern:?} does not match {instance:?}"))
+        .as_str()
+        .to_string();
+    let url = panel["links"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|l| l["url"].as_str())
+        .find(|u| u.ends_with("/matrix"))
+        .unwrap_or_else(|| panic!("panel {:?} has no /matrix link", panel["title"]));
+    substitute(url, &[("chd_host", &host), ("chd_port", port)]).unwrap()
+}
+
 /// Grafana's built-in interval variables as a test pins them, then the caller's values.
 pub fn substitute(expr: &str, vars: &[(&str, &str)]) -> Result<String, String> {
     let builtins = [
