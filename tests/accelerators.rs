@@ -176,6 +176,38 @@ fn a_busy_device_keeps_windows_from_opening() {
     );
 }
 
+/// The device half of the gate fails closed: a device whose utilization and processes NVML
+/// cannot read keeps every window shut as `gate_error`, with the device named in the log,
+/// while its memory (which the gate does not need) is still exported.
+#[test]
+fn unreadable_device_telemetry_keeps_windows_shut() {
+    let dir = tempfile::tempdir().unwrap();
+    let chd = serve(
+        dir.path(),
+        &fast("cuda"),
+        &[
+            ("CHD_FAKE_DEVICE_COUNT", "2"),
+            ("CHD_FAKE_TELEMETRY_FAIL_DEVICES", "1"),
+        ],
+    );
+    let m = chd.wait_for(Duration::from_secs(30), "two gate_error ticks", |m| {
+        m.value("chd_idle_windows_total", &[("outcome", "gate_error")]) >= 2.0
+    });
+    assert_eq!(
+        m.value("chd_idle_windows_total", &[("outcome", "probed")]),
+        0.0
+    );
+    assert!(m.find("chd_h2d_bandwidth_bytes_per_second", &[]).is_empty());
+    assert!(!m
+        .find("chd_device_memory_used_bytes", &[("device", "1")])
+        .is_empty());
+    let log = chd.log();
+    assert!(
+        log.contains("idle gate input unreadable: device 1: nvml utilization could not be read"),
+        "{log}"
+    );
+}
+
 #[test]
 fn a_device_turning_busy_stops_the_window_in_progress() {
     let dir = tempfile::tempdir().unwrap();
@@ -219,7 +251,12 @@ fn a_device_turning_busy_stops_the_window_in_progress() {
             &[("probe", "h2d"), ("state", "unmeasured")]
         ) > 0.0
     );
-    assert!(chd.log().contains("device 3 became busy"), "{}", chd.log());
+    assert!(
+        chd.log()
+            .contains("idle gate closed mid-window (device 3 busy)"),
+        "{}",
+        chd.log()
+    );
 }
 
 #[test]

@@ -156,3 +156,97 @@ fn a_window_in_progress_stops_when_the_node_gets_busy() {
         chd.log()
     );
 }
+
+/// The gate fails closed: with `/proc/stat` garbled from the start, no window runs (not even
+/// the first, which ignores the load but needs a reading), every tick counts as
+/// `gate_error`, and the log names the file. Once the file reads again, probing resumes.
+#[test]
+fn an_unreadable_proc_stat_skips_windows_instead_of_probing_blind() {
+    let state = tempfile::tempdir().unwrap();
+    let proc = Arc::new(FakeProc::new());
+    let root = proc.root();
+    std::fs::write(root.join("stat"), "cpu  these are not counters\n").unwrap();
+    let chd = Chd::serve(
+        state.path(),
+        &[
+            "--procfs-root",
+            root.to_str().unwrap(),
+            "--interval",
+            "300ms",
+            "--window-budget",
+            "200ms",
+            "--sizes",
+            "4",
+            "--iterations",
+            "1",
+        ],
+    );
+    let m = chd.wait_for(Duration::from_secs(20), "three gate_error ticks", |m| {
+        m.value("chd_idle_windows_total", &[("outcome", "gate_error")]) >= 3.0
+    });
+    assert_eq!(
+        m.value("chd_idle_windows_total", &[("outcome", "probed")]),
+        0.0
+    );
+    assert!(m.find("chd_h2d_bandwidth_bytes_per_second", &[]).is_empty());
+    let stat = root.join("stat");
+    let log = chd.log();
+    assert!(
+        log.contains("skipping probe window: idle gate input unreadable")
+            && log.contains(stat.to_str().unwrap()),
+        "{log}"
+    );
+    // The file reads again (frozen counters: idle): the gate opens.
+    proc.write(1_000_000, 0);
+    chd.wait_for(Duration::from_secs(20), "a probed tick", |m| {
+        m.value("chd_idle_windows_total", &[("outcome", "probed")]) >= 1.0
+    });
+}
+
+/// A window in progress stops when `/proc/stat` stops reading, as it does when the node
+/// gets busy.
+#[test]
+fn a_window_stops_when_proc_stat_becomes_unreadable() {
+    let state = tempfile::tempdir().unwrap();
+    let proc = Arc::new(FakeProc::new());
+    let root = proc.root();
+    let chd = Chd::serve(
+        state.path(),
+        &[
+            "--procfs-root",
+            root.to_str().unwrap(),
+            "--interval",
+            "1h",
+            "--window-budget",
+            "30m",
+            "--sizes",
+            "16,32,48,64,80,96,112,128",
+            "--directions",
+            "h2d,d2h",
+            "--iterations",
+            "20",
+        ],
+    );
+    chd.wait_for(Duration::from_secs(30), "the first cell", |m| {
+        !m.find("chd_h2d_bandwidth_bytes_per_second", &[]).is_empty()
+    });
+    std::fs::remove_file(root.join("stat")).unwrap();
+    let m = chd.wait_for(Duration::from_secs(20), "an aborted window", |m| {
+        m.value(
+            "chd_probe_runs_total",
+            &[("probe", "h2d"), ("result", "aborted")],
+        ) >= 1.0
+    });
+    assert!(
+        m.value(
+            "chd_probe_cells",
+            &[("probe", "h2d"), ("state", "unmeasured")]
+        ) > 0.0,
+        "the window should have stopped before covering the matrix"
+    );
+    let log = chd.log();
+    assert!(
+        log.contains("idle gate closed mid-window (idle gate input unreadable"),
+        "{log}"
+    );
+}

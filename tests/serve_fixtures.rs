@@ -161,10 +161,10 @@ fn golden_scrape(tree: &str) -> String {
         }
     };
     let chd = Chd::serve_env(dir.path(), &args, &env);
-    // The scheduler logs the fixture's missing /proc/stat just before it counts its first
+    // The scheduler logs that probing is disabled just before it counts its first
     // (disabled) idle window; one scrape only, since the `odd` tree's read errors are
     // counted again on every scrape.
-    chd.wait_for_log("idle gate:", Duration::from_secs(30));
+    chd.wait_for_log("probing disabled", Duration::from_secs(30));
     std::thread::sleep(Duration::from_millis(200));
     let body = chd.scrape();
     promtool_check_metrics(&body);

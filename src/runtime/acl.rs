@@ -270,6 +270,11 @@ impl AclRuntime {
         }))
     }
 
+    /// Whether the runtime has the utilization query (CANN 7 and later).
+    pub fn has_utilization(&self) -> bool {
+        self.utilization_rate.is_some()
+    }
+
     /// Busiest engine's utilization (0..1) of `device`; `None` where the runtime lacks the
     /// query (CANN before 7).
     pub fn utilization(&self, device: i32) -> Option<Result<f64, ApiError>> {

@@ -39,6 +39,15 @@ pub trait DeviceTelemetry: Send + Sync {
     fn source(&self) -> &'static str;
     /// Current state of every device it can see. Errors are per device (a `None` field).
     fn sample(&self) -> Vec<DeviceSample>;
+    /// Whether [`DeviceSample::foreign_processes`] is something this source reads (so a
+    /// `None` there is a failed read, not a question it cannot ask).
+    fn reports_processes(&self) -> bool {
+        false
+    }
+    /// Whether [`DeviceSample::utilization`] is something this source reads.
+    fn reports_utilization(&self) -> bool {
+        true
+    }
 }
 
 /// No device telemetry (host backend, or NVML unavailable).
@@ -140,6 +149,11 @@ impl DeviceTelemetry for NvmlTelemetry {
         "nvml"
     }
 
+    /// `nvmlDeviceGetComputeRunningProcesses` answers on every GPU NVML manages.
+    fn reports_processes(&self) -> bool {
+        true
+    }
+
     fn sample(&self) -> Vec<DeviceSample> {
         self.devices
             .iter()
@@ -183,6 +197,11 @@ pub struct AclTelemetry {
 impl DeviceTelemetry for AclTelemetry {
     fn source(&self) -> &'static str {
         "acl"
+    }
+
+    /// Not before CANN 7, which lacks the query.
+    fn reports_utilization(&self) -> bool {
+        self.backend.runtime().has_utilization()
     }
 
     fn sample(&self) -> Vec<DeviceSample> {

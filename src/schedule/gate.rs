@@ -1,6 +1,11 @@
 //! The idle gate: is the node quiet enough to probe? Reads `/proc/stat` and chd's own
 //! `/proc/self/stat` and computes the CPU utilization of everything except chd itself over an
-//! interval, so chd's own probing never closes its own gate.
+//! interval, so chd's own probing never closes its own gate; and asks the device telemetry
+//! whether any device is busy.
+//!
+//! The gate fails closed: an input it cannot read ([`Closed::Unreadable`]) keeps it shut
+//! exactly like a busy node, since probing through a training job is what it exists to
+//! prevent.
 
 use std::fs::File;
 use std::io::BufReader;
@@ -8,6 +13,68 @@ use std::path::{Path, PathBuf};
 
 use procfs::process::Stat;
 use procfs::{FromBufReadSI, FromRead};
+
+use crate::runtime::telemetry::DeviceTelemetry;
+
+/// Why the gate is shut.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Closed {
+    /// Others' CPU utilization is above the threshold.
+    CpuBusy,
+    /// This device is above its threshold or runs someone else's process.
+    DeviceBusy(String),
+    /// An input of the gate could not be read: why.
+    Unreadable(String),
+}
+
+impl Closed {
+    /// The `outcome` of `chd_idle_windows_total` for a tick the gate kept shut.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Closed::CpuBusy => "cpu_busy",
+            Closed::DeviceBusy(_) => "device_busy",
+            Closed::Unreadable(_) => "gate_error",
+        }
+    }
+}
+
+impl std::fmt::Display for Closed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Closed::CpuBusy => f.write_str("CPUs busy"),
+            Closed::DeviceBusy(device) => write!(f, "device {device} busy"),
+            Closed::Unreadable(why) => write!(f, "idle gate input unreadable: {why}"),
+        }
+    }
+}
+
+/// The device half of the gate: shut when a device is busy, or when the telemetry cannot say
+/// whether one is (its utilization, or its process list, where the source reads them, could
+/// not be read). A backend without any telemetry source (`none`: the host backend, or CUDA
+/// without NVML, which `chd serve` says at start) has no device half, and a source without a
+/// query (ACL before CANN 7 has no utilization) is judged on what it does read.
+pub fn check_devices(telemetry: &dyn DeviceTelemetry, threshold: f64) -> Result<(), Closed> {
+    let samples = telemetry.sample();
+    if let Some(unread) = samples.iter().find(|s| {
+        (telemetry.reports_utilization() && s.utilization.is_none())
+            || (telemetry.reports_processes() && s.foreign_processes.is_none())
+    }) {
+        let what = if telemetry.reports_utilization() && unread.utilization.is_none() {
+            "utilization"
+        } else {
+            "compute processes"
+        };
+        return Err(Closed::Unreadable(format!(
+            "device {}: {} {what} could not be read",
+            unread.device,
+            telemetry.source()
+        )));
+    }
+    match samples.into_iter().find(|s| s.is_busy(threshold)) {
+        Some(busy) => Err(Closed::DeviceBusy(busy.device)),
+        None => Ok(()),
+    }
+}
 
 /// Cumulative CPU time counters, in clock ticks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +156,37 @@ impl CpuGate {
     pub fn threshold(&self) -> f64 {
         self.threshold
     }
+
+    /// The CPU half of the gate at a tick: `now`'s reading against `previous` (`None` when
+    /// that one could not be read). `first`: the first tick after start, which probes
+    /// whatever the load (there is no interval to measure yet) but still needs a reading.
+    /// A threshold of 1 disables the CPU half, and with it the need for its inputs.
+    pub fn check(
+        &self,
+        first: bool,
+        previous: Option<&CpuTimes>,
+        now: &Result<CpuTimes, GateError>,
+    ) -> Result<(), Closed> {
+        if self.threshold >= 1.0 {
+            return Ok(());
+        }
+        let now = now
+            .as_ref()
+            .map_err(|e| Closed::Unreadable(e.to_string()))?;
+        if first {
+            return Ok(());
+        }
+        let Some(previous) = previous else {
+            return Err(Closed::Unreadable(
+                "no earlier CPU reading to measure the interval from (the last one failed)".into(),
+            ));
+        };
+        if self.is_open(previous, now) {
+            Ok(())
+        } else {
+            Err(Closed::CpuBusy)
+        }
+    }
 }
 
 /// Utilization (0..1) of all CPUs by everything but this process between two samples.
@@ -105,6 +203,120 @@ pub fn others_utilization(before: &CpuTimes, after: &CpuTimes) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::telemetry::DeviceSample;
+
+    struct Telemetry {
+        processes: bool,
+        samples: Vec<DeviceSample>,
+    }
+
+    impl DeviceTelemetry for Telemetry {
+        fn source(&self) -> &'static str {
+            "nvml"
+        }
+        fn sample(&self) -> Vec<DeviceSample> {
+            self.samples.clone()
+        }
+        fn reports_processes(&self) -> bool {
+            self.processes
+        }
+    }
+
+    fn device(id: &str, utilization: Option<f64>, processes: Option<u32>) -> DeviceSample {
+        DeviceSample {
+            device: id.into(),
+            utilization,
+            memory_used_bytes: None,
+            foreign_processes: processes,
+        }
+    }
+
+    #[test]
+    fn unreadable_device_inputs_shut_the_gate() {
+        let gate = |processes, samples| check_devices(&Telemetry { processes, samples }, 0.1);
+        assert_eq!(gate(true, vec![device("0", Some(0.0), Some(0))]), Ok(()));
+        assert_eq!(
+            gate(
+                true,
+                vec![
+                    device("0", Some(0.0), Some(0)),
+                    device("1", Some(0.5), Some(0))
+                ]
+            ),
+            Err(Closed::DeviceBusy("1".into()))
+        );
+        let unread = gate(
+            true,
+            vec![device("0", Some(0.0), Some(0)), device("1", None, Some(0))],
+        );
+        assert_eq!(
+            unread,
+            Err(Closed::Unreadable(
+                "device 1: nvml utilization could not be read".into()
+            ))
+        );
+        assert_eq!(unread.unwrap_err().outcome(), "gate_error");
+        // A busy device does not hide an unreadable one: the reason is the unreadable input.
+        let both = gate(
+            true,
+            vec![device("0", Some(0.9), Some(0)), device("1", None, None)],
+        );
+        assert!(matches!(both, Err(Closed::Unreadable(_))));
+        assert!(matches!(
+            gate(true, vec![device("0", Some(0.0), None)]),
+            Err(Closed::Unreadable(why)) if why.contains("compute processes")
+        ));
+        // A source that never reports processes (ACL) is judged on utilization alone.
+        assert_eq!(gate(false, vec![device("0", Some(0.0), None)]), Ok(()));
+        // No device to see: nothing to shut the gate for.
+        assert_eq!(gate(true, vec![]), Ok(()));
+    }
+
+    #[test]
+    fn unreadable_cpu_counters_shut_the_gate() {
+        let gate = CpuGate::new(Path::new("/nonexistent"), 0.5);
+        let failed = gate.sample();
+        let Err(e) = &failed else {
+            panic!("read /nonexistent/stat")
+        };
+        assert!(e.to_string().contains("/nonexistent/stat"), "{e}");
+        // Even the first tick, which ignores the load, needs a reading.
+        assert!(matches!(
+            gate.check(true, None, &failed),
+            Err(Closed::Unreadable(why)) if why.contains("/nonexistent/stat")
+        ));
+        let a = CpuTimes {
+            total: 100,
+            busy: 0,
+            own: 0,
+        };
+        let b = CpuTimes {
+            total: 200,
+            busy: 90,
+            own: 0,
+        };
+        assert_eq!(gate.check(true, None, &Ok(a)), Ok(()));
+        // After a failed reading there is no interval to judge: still shut.
+        assert!(matches!(
+            gate.check(false, None, &Ok(b)),
+            Err(Closed::Unreadable(_))
+        ));
+        assert_eq!(gate.check(false, Some(&a), &Ok(b)), Err(Closed::CpuBusy));
+        assert_eq!(gate.check(false, Some(&a), &Ok(a)), Ok(()));
+        // Disabled (threshold 1): nothing to read, nothing to shut.
+        let disabled = CpuGate::new(Path::new("/nonexistent"), 1.0);
+        assert_eq!(disabled.check(false, None, &disabled.sample()), Ok(()));
+    }
+
+    #[test]
+    fn garbage_proc_stat_is_an_error_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("self")).unwrap();
+        std::fs::write(dir.path().join("stat"), "cpu  not numbers\n").unwrap();
+        std::fs::copy("/proc/self/stat", dir.path().join("self/stat")).unwrap();
+        let e = CpuGate::new(dir.path(), 0.5).sample().unwrap_err();
+        assert_eq!(e.path, dir.path().join("stat"));
+    }
 
     #[test]
     fn own_time_is_subtracted() {

@@ -13,7 +13,13 @@ pub const PROBES: [&str; 3] = ["h2d", "pair", "affinity"];
 /// `result` of `chd_probe_runs_total`.
 pub const RUN_RESULTS: [&str; 3] = ["ok", "error", "aborted"];
 /// `outcome` of `chd_idle_windows_total`.
-pub const IDLE_OUTCOMES: [&str; 4] = ["probed", "device_busy", "cpu_busy", "disabled"];
+pub const IDLE_OUTCOMES: [&str; 5] = [
+    "probed",
+    "device_busy",
+    "cpu_busy",
+    "gate_error",
+    "disabled",
+];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RunLabels {

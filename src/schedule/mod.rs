@@ -25,7 +25,7 @@ use crate::runtime::telemetry::DeviceTelemetry;
 use crate::runtime::{Backend, HostMemory};
 use crate::store::{persist, unix_now, CellKey, SharedStore};
 use crate::topology::{Roots, Topology};
-use gate::{CpuGate, CpuTimes};
+use gate::{Closed, CpuGate, CpuTimes};
 use metrics::ProbeMetrics;
 use pair_window::PairWindowSpec;
 use settings::{ProbeConfig, ScheduleConfig};
@@ -67,7 +67,12 @@ impl Scheduler {
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         let stopping = Arc::new(AtomicBool::new(false));
         let gate = CpuGate::new(&self.roots.procfs, self.schedule.cpu_busy_threshold);
-        let mut previous = sample_or_warn(&gate);
+        if !self.schedule.enabled {
+            tracing::info!(
+                "probing disabled: every tick counts as disabled, the idle gate is not read"
+            );
+        }
+        let mut previous = self.schedule.enabled.then(|| gate.sample().ok()).flatten();
         let mut first = true;
         loop {
             if !first {
@@ -85,24 +90,18 @@ impl Scheduler {
                 first = false;
                 continue;
             }
-            let now = sample_or_warn(&gate);
-            let open = first
-                || match (&previous, &now) {
-                    (Some(a), Some(b)) => gate.is_open(a, b),
-                    _ => true,
-                };
+            let now = gate.sample();
+            let verdict = gate.check(first, previous.as_ref(), &now).and_then(|()| {
+                gate::check_devices(&*self.telemetry, self.schedule.device_busy_threshold)
+            });
             first = false;
-            if !open {
-                tracing::info!("skipping probe window: CPUs busy");
-                self.metrics.idle_window("cpu_busy");
-                previous = now;
-                continue;
-            }
-            if let Some(busy) = busy_devices(&*self.telemetry, self.schedule.device_busy_threshold)
-            {
-                tracing::info!("skipping probe window: device {busy} busy");
-                self.metrics.idle_window("device_busy");
-                previous = now;
+            previous = now.ok();
+            if let Err(closed) = verdict {
+                match &closed {
+                    Closed::Unreadable(_) => tracing::warn!("skipping probe window: {closed}"),
+                    _ => tracing::info!("skipping probe window: {closed}"),
+                }
+                self.metrics.idle_window(closed.outcome());
                 continue;
             }
 
@@ -116,7 +115,7 @@ impl Scheduler {
                 "probe window done"
             );
             self.save().await;
-            previous = sample_or_warn(&gate);
+            previous = gate.sample().ok();
         }
         self.save().await;
     }
@@ -255,25 +254,6 @@ impl Scheduler {
     }
 }
 
-fn sample_or_warn(gate: &CpuGate) -> Option<CpuTimes> {
-    match gate.sample() {
-        Ok(s) => Some(s),
-        Err(e) => {
-            tracing::warn!("idle gate: {e}; treating the CPUs as idle");
-            None
-        }
-    }
-}
-
-/// The first busy device, if any.
-fn busy_devices(telemetry: &dyn DeviceTelemetry, threshold: f64) -> Option<String> {
-    telemetry
-        .sample()
-        .into_iter()
-        .find(|s| s.is_busy(threshold))
-        .map(|s| s.device)
-}
-
 /// Re-checks the gate (CPU and devices) at most every [`GATE_RECHECK`] during a window.
 struct GateChecker {
     gate: CpuGate,
@@ -304,18 +284,18 @@ impl GateChecker {
             return true;
         }
         self.checked_at = Instant::now();
-        if let Some(device) = busy_devices(&*self.telemetry, self.device_threshold) {
-            tracing::info!("device {device} became busy mid-window; stopping it");
-            return false;
+        let now = self.gate.sample();
+        let verdict = self
+            .gate
+            .check(false, self.last_cpu.as_ref(), &now)
+            .and_then(|()| gate::check_devices(&*self.telemetry, self.device_threshold));
+        self.last_cpu = now.ok();
+        match verdict {
+            Ok(()) => true,
+            Err(closed) => {
+                tracing::info!("idle gate closed mid-window ({closed}); stopping it");
+                false
+            }
         }
-        let (Some(before), Ok(now)) = (self.last_cpu, self.gate.sample()) else {
-            return true;
-        };
-        self.last_cpu = Some(now);
-        let open = self.gate.is_open(&before, &now);
-        if !open {
-            tracing::info!("idle gate closed mid-window; stopping it");
-        }
-        open
     }
 }

@@ -707,7 +707,8 @@ pub unsafe extern "C" fn aclrtGetMemInfo(
     })
 }
 
-/// `aclrtGetDeviceUtilizationRate`: 100 in every field on busy devices, else 0.
+/// `aclrtGetDeviceUtilizationRate`: 100 in every field on busy devices, else 0;
+/// `ACL_ERROR_RT_INTERNAL_ERROR` on a `CHD_FAKE_TELEMETRY_FAIL_DEVICES` device.
 /// `utilizationExtend` must be NULL.
 #[no_mangle]
 pub unsafe extern "C" fn aclrtGetDeviceUtilizationRate(
@@ -723,6 +724,14 @@ pub unsafe extern "C" fn aclrtGetDeviceUtilizationRate(
         let extend = unsafe { std::ptr::addr_of!((*info).utilizationExtend).read_unaligned() };
         if !extend.is_null() {
             return Err(invalid("utilizationExtend must be NULL"));
+        }
+        if config::get().telemetry_fails(dev) {
+            return Err((
+                ACL_ERROR_RT_INTERNAL_ERROR,
+                format!(
+                    "utilization of device {dev} unavailable (CHD_FAKE_TELEMETRY_FAIL_DEVICES)"
+                ),
+            ));
         }
         let pct = if config::get().busy_devices_now().contains(&dev) {
             100

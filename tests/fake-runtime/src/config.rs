@@ -144,6 +144,8 @@ pub struct Config {
     pub device_gbps: Vec<(usize, f64)>,
     pub slow_cpus: Vec<SlowCpuRule>,
     pub fail_devices: BTreeSet<usize>,
+    /// Devices whose utilization and process queries fail (`CHD_FAKE_TELEMETRY_FAIL_DEVICES`).
+    pub telemetry_fail_devices: BTreeSet<usize>,
     pub busy_devices: BTreeSet<usize>,
     pub busy_file: Option<PathBuf>,
     /// One entry per device.
@@ -197,6 +199,7 @@ impl Default for Config {
             device_gbps: Vec::new(),
             slow_cpus: Vec::new(),
             fail_devices: BTreeSet::new(),
+            telemetry_fail_devices: BTreeSet::new(),
             busy_devices: BTreeSet::new(),
             busy_file: None,
             pci_addresses: (0..DEFAULT_DEVICE_COUNT)
@@ -476,6 +479,10 @@ impl Config {
             cfg.acl_pci_bus_id = parse_switch(v)?;
             Ok(())
         });
+        field("CHD_FAKE_TELEMETRY_FAIL_DEVICES", "none", &mut |v| {
+            cfg.telemetry_fail_devices = parse_device_list(v)?;
+            Ok(())
+        });
         field("CHD_FAKE_BUSY_DEVICES", "none", &mut |v| {
             cfg.busy_devices = parse_device_list(v)?;
             Ok(())
@@ -591,6 +598,11 @@ impl Config {
     /// `CHD_FAKE_NO_PEER`.
     pub fn peer_supported(&self, a: usize, b: usize) -> bool {
         a != b && !self.no_peer.contains(&(a.min(b), a.max(b)))
+    }
+
+    /// Whether the utilization and process queries of `device` fail.
+    pub fn telemetry_fails(&self, device: usize) -> bool {
+        self.telemetry_fail_devices.contains(&device)
     }
 
     /// Whether copies on `device` fail (once their stream is past `fail_after` copies).

@@ -328,13 +328,17 @@ pub unsafe extern "C" fn nvmlDeviceGetName(
     })
 }
 
-/// `nvmlDeviceGetUtilizationRates`: 100/100 on busy devices, 0/0 otherwise.
+/// `nvmlDeviceGetUtilizationRates`: 100/100 on busy devices, 0/0 otherwise;
+/// `NVML_ERROR_UNKNOWN` on a `CHD_FAKE_TELEMETRY_FAIL_DEVICES` device.
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
     device: nvmlDevice_t,
     utilization: *mut nvmlUtilization_t,
 ) -> NvmlReturn {
     with_device(device, |i| {
+        if config::get().telemetry_fails(i) {
+            return NVML_ERROR_UNKNOWN;
+        }
         let pct = if busy(i) { 100 } else { 0 };
         let value = nvmlUtilization_t {
             gpu: pct,
@@ -408,6 +412,9 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
     with_device(device, |i| {
         if info_count.is_null() {
             return NVML_ERROR_INVALID_ARGUMENT;
+        }
+        if config::get().telemetry_fails(i) {
+            return NVML_ERROR_UNKNOWN;
         }
         let procs = processes(i);
         // SAFETY: non-null and readable/writable per the module contract.
