@@ -176,7 +176,8 @@ impl Visitor<'_> for TopKeys {
     }
 }
 
-/// Drain what a visitor was handed and name it, for a value of the wrong kind.
+/// The scalar visits of a visitor that takes any value: each hands `$on` the visitor and
+/// the name of the kind it met (for the message about a value of the wrong kind).
 macro_rules! kinds {
     ($ty:ty, $on:expr) => {
         fn visit_unit<E: de::Error>(self) -> Result<$ty, E> {
@@ -677,6 +678,10 @@ mod tests {
         assert!(e("{}").contains("no \"metrics\" array"));
         assert!(e(r#"{"metrics": {}}"#).contains("no \"metrics\" array (\"metrics\" is an object)"));
         assert!(e(r#"{"metrics": [], "meta": 3}"#).contains("\"meta\" is not an object"));
+        assert!(e(r#"{"metrics": null}"#).contains("(\"metrics\" is null)"));
+        assert!(e(r#"{"metrics": "x", "meta": {}}"#).contains("(\"metrics\" is a string)"));
+        assert!(e("3").contains("top level is not an object"));
+        assert!(e(r#"{"metrics": [], "x": 1} 2"#).contains("not JSON: trailing characters"));
         assert!(e("[1").contains("not JSON"));
     }
 }
