@@ -24,6 +24,10 @@
 #   5. probe throughput: windows over the fake runtime's cost model (benches/probe_throughput.rs),
 #      per-cell pinning vs grouped cells: cells per second of probe budget, the simulated time
 #      to cover 30,720 cells at the default 3.3 % duty, and the ratio.
+#   6. recordings: chd report on a 640 x 640 ClusterHealthDetect pair recording (409,600 rows)
+#      and chd serve --replay of a 640 x 16 x 3 H2D recording (30,720 rows), both written by
+#      scripts/gen-recording.py (once per version of that script, kept in target/bench):
+#      peak RSS and time of the report, RSS of the replaying server once it listens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,6 +42,8 @@ command -v prometheus-node-exporter >/dev/null 2>&1 || missing+=(prometheus-node
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v cc >/dev/null 2>&1 || missing+=(gcc)
 command -v taskset >/dev/null 2>&1 || missing+=(util-linux)
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
+[ -x /usr/bin/time ] || missing+=(time)
 if ((${#missing[@]})); then
   if [ "$(id -u)" = 0 ]; then
     sudo=()
@@ -210,6 +216,32 @@ done
 row "grouped / per-cell cells per second" \
   "$(sed -n 's/^grouped \/ per-cell cells per second of probe budget: \([0-9.]*x\).*/\1/p' "$out/throughput.txt")" \
   "target: 30,720 cells under 12 h"
+
+# 6. Recordings read streaming: the report of a large pair recording, a replay of an H2D one.
+echo "scripts/bench.sh: recordings (generate once, report, replay)" >&2
+rec="$out/recordings"
+mkdir -p "$rec"
+gen_id=$(sha256sum scripts/gen-recording.py | cut -c1-12)
+pair_rec="$rec/pair-640-$gen_id.json"
+h2d_rec="$rec/h2d-640x16x3-$gen_id.json"
+# Written once per version of the generator; a cut-short run leaves only a .tmp behind.
+gen() { [ -s "$1" ] || { python3 scripts/gen-recording.py "${@:2}" "$1.tmp" && mv "$1.tmp" "$1"; }; }
+gen "$pair_rec" pair --cpus 640
+gen "$h2d_rec" h2d --cpus 640 --devices 16 --sizes 16,64,256
+rm -rf "$rec/report"
+/usr/bin/time -v "$chd" report "$pair_rec" --out "$rec/report" >"$rec/report.log" 2>"$rec/report.time"
+peak_kib=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$rec/report.time")
+wall_s=$(sed -n 's/.*Elapsed (wall clock) time (h:mm:ss or m:ss): //p' "$rec/report.time" |
+  awk -F: '{s=0; for (i=1;i<=NF;i++) s=s*60+$i; printf "%.1f", s}')
+row "report, 409,600-row pair recording: peak RSS / time" "$((peak_kib / 1024)) MiB / $wall_s s" \
+  "$(($(stat -c %s "$pair_rec") / 1000000)) MB of JSON; target < 600 MB"
+start_chd replay --replay "$h2d_rec"
+sleep 1
+rss_kib=$(awk '/^VmRSS:/ {print $2}' "/proc/$chd_pid/status")
+hwm_kib=$(awk '/^VmHWM:/ {print $2}' "/proc/$chd_pid/status")
+kill "$chd_pid" 2>/dev/null || true
+row "serve --replay, 30,720-cell H2D recording: RSS after load" "$((rss_kib / 1024)) MiB" \
+  "peak $((hwm_kib / 1024)) MiB while loading; target < 40 MiB"
 
 {
   echo "| measure | value | notes |"

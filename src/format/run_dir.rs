@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -290,16 +290,15 @@ impl CellLog {
             .append(true)
             .open(&path)
             .map_err(io(&path))?;
-        let mut text = String::new();
-        file.read_to_string(&mut text).map_err(io(&path))?;
-        let (records, complete_len) = parse_cells(&text, &path)?;
-        if complete_len < text.len() {
+        let (records, complete_len) = parse_cells(BufReader::new(&file), &path)?;
+        let len = file.metadata().map_err(io(&path))?.len();
+        if complete_len < len {
             tracing::warn!(
                 "{}: dropping an incomplete last line ({} bytes) left by an interrupted run",
                 path.display(),
-                text.len() - complete_len
+                len - complete_len
             );
-            file.set_len(complete_len as u64).map_err(io(&path))?;
+            file.set_len(complete_len).map_err(io(&path))?;
             file.seek(SeekFrom::End(0)).map_err(io(&path))?;
         }
         Ok((run, records, CellLog { file, path }))
@@ -363,27 +362,43 @@ pub fn read_run_file(dir: &Path) -> Result<RunFile, RunDirError> {
 pub fn read_run(dir: &Path) -> Result<(RunFile, Vec<SampleRecord>), RunDirError> {
     let run = read_run_file(dir)?;
     let path = dir.join(CELLS_FILE);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+    let file = match File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((run, Vec::new())),
         Err(e) => return Err(io(&path)(e)),
     };
-    let (records, _) = parse_cells(&text, &path)?;
+    let (records, _) = parse_cells(BufReader::new(file), &path)?;
     Ok((run, records))
 }
 
-/// Parse `cells.jsonl`: every newline-terminated line must parse; an unterminated last line
-/// is ignored. Returns the records and the length of the complete part.
-fn parse_cells(text: &str, path: &Path) -> Result<(Vec<SampleRecord>, usize), RunDirError> {
-    let complete_len = text.rfind('\n').map(|i| i + 1).unwrap_or(0);
+/// Parse `cells.jsonl` line by line (never holding the file whole): every newline-terminated
+/// line must parse; an unterminated last line is ignored. Returns the records and the length
+/// in bytes of the complete part.
+fn parse_cells(
+    mut reader: impl BufRead,
+    path: &Path,
+) -> Result<(Vec<SampleRecord>, u64), RunDirError> {
     let mut records = Vec::new();
-    for (i, line) in text[..complete_len].lines().enumerate() {
-        if line.trim().is_empty() {
+    let mut complete_len = 0u64;
+    let mut line = Vec::new();
+    for n in 1.. {
+        line.clear();
+        let got = reader.read_until(b'\n', &mut line).map_err(io(path))?;
+        let Some(text) = line.strip_suffix(b"\n") else {
+            break; // the end, or a last line cut short
+        };
+        complete_len += got as u64;
+        let text = text.strip_suffix(b"\r").unwrap_or(text);
+        let text = std::str::from_utf8(text).map_err(|e| RunDirError::Format {
+            path: path.to_path_buf(),
+            reason: format!("line {n}: {e}"),
+        })?;
+        if text.trim().is_empty() {
             continue;
         }
-        let record: SampleRecord = serde_json::from_str(line).map_err(|e| RunDirError::Format {
+        let record: SampleRecord = serde_json::from_str(text).map_err(|e| RunDirError::Format {
             path: path.to_path_buf(),
-            reason: format!("line {}: {e}", i + 1),
+            reason: format!("line {n}: {e}"),
         })?;
         records.push(record);
     }

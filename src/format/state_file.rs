@@ -181,6 +181,44 @@ pub fn read(dir: &Path) -> Result<Option<Vec<u8>>, StateReadError> {
     }
 }
 
+/// Whether the file at `path` is shaped like a state file (an object with `version` and
+/// `h2d`), read only as far as it takes to see both keys, their values skipped and never
+/// built: a large file of another kind (a ClusterHealthDetect recording) costs no copy.
+pub fn looks_like(path: &Path) -> std::io::Result<bool> {
+    /// Visits the top level and notes the two keys.
+    struct Keys<'a>(&'a mut (bool, bool));
+
+    impl<'de> serde::de::Visitor<'de> for Keys<'_> {
+        type Value = ();
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an object")
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some(key) = map.next_key::<String>()? {
+                match key.as_str() {
+                    "version" => self.0 .0 = true,
+                    "h2d" => self.0 .1 = true,
+                    _ => {}
+                }
+                if *self.0 == (true, true) {
+                    return Ok(());
+                }
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+            Ok(())
+        }
+    }
+
+    let file = File::open(path)?;
+    let mut seen = (false, false);
+    let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::new(file));
+    // Stopping early (or at text that is not JSON) is an error here; only the keys count.
+    let _ = serde::Deserializer::deserialize_map(&mut de, Keys(&mut seen));
+    Ok(seen == (true, true))
+}
+
 /// Rename a state file that cannot be used to `state.json.corrupt-<now>`, so it is kept for
 /// a post-mortem and never read again. Returns where it went, or why it could not be moved
 /// (it then stays where it is).
@@ -220,6 +258,29 @@ mod tests {
             pair: vec![],
             cpu_numa: BTreeMap::from([(1, 0)]),
         }
+    }
+
+    #[test]
+    fn a_state_file_is_told_from_other_json_by_its_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.json");
+        std::fs::write(&path, encode(&file()).unwrap()).unwrap();
+        assert!(looks_like(&path).unwrap());
+        for other in [
+            r#"{"meta": {}, "metrics": [{"gbps": NaN}]}"#,
+            r#"{"version": 1, "metrics": []}"#,
+            "[1, 2]",
+            "not json",
+        ] {
+            std::fs::write(&path, other).unwrap();
+            assert!(!looks_like(&path).unwrap(), "{other}");
+        }
+        std::fs::write(&path, r#"{"h2d": [], "version": 1, "saved_at": "#).unwrap();
+        assert!(
+            looks_like(&path).unwrap(),
+            "the keys decide; decode names the damage"
+        );
+        assert!(looks_like(&dir.path().join("missing.json")).is_err());
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::path::Path;
 
 use crate::format::cluster_health::{self, RecordedCpu};
 use crate::format::run_dir::MatrixKind;
+use crate::format::state_file;
 use crate::runtime::{Backend, CopyParams, DeviceInfo, ProbeError};
 use crate::store::{persist, unix_now, Store};
 use crate::topology::{Cpu, NumaNode, Topology};
@@ -235,17 +236,15 @@ pub fn load(path: &Path, keep: usize) -> Result<Replay, ReplayError> {
         path: shown.clone(),
         problem,
     };
-    if path.is_file() {
-        let text = std::fs::read_to_string(path).map_err(|source| ReplayError::Read {
-            path: shown.clone(),
-            source,
-        })?;
-        if let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) {
-            if value.get("h2d").is_some() && value.get("version").is_some() {
-                let store = persist::decode(text.as_bytes()).map_err(|e| format(e.to_string()))?;
-                return Ok(from_state(store));
-            }
-        }
+    let read_error = |source| ReplayError::Read {
+        path: shown.clone(),
+        source,
+    };
+    // Only a state file is read whole (its typed records); a recording streams.
+    if path.is_file() && state_file::looks_like(path).map_err(read_error)? {
+        let bytes = std::fs::read(path).map_err(read_error)?;
+        let store = persist::decode(&bytes).map_err(|e| format(e.to_string()))?;
+        return Ok(from_state(store));
     }
     let (ds, _) = crate::report::load(path).map_err(|e| format(e.to_string()))?;
     if ds.cells.is_empty() {

@@ -3,10 +3,10 @@
 //! directory ([`Dataset::from_run`]) or a ClusterHealthDetect recording
 //! ([`Dataset::from_recording`]), and convertible into a [`Store`] for serving.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::format::cluster_health::{self, RecordedCpu, Recording, Rejected};
-use crate::format::run_dir::{DeviceMeta, MatrixKind, RunFile, SampleRecord, SlotId};
+use crate::format::run_dir::{DeviceMeta, MatrixKind, RunFile, SampleRecord};
 use crate::runtime::Direction;
 use crate::stats;
 use crate::store::{CellKey, PairKey, Sample, Store};
@@ -77,6 +77,96 @@ pub struct Dataset {
     pub partial: Option<String>,
     /// What the reader did or found that the reader of a report should know.
     pub notes: Vec<String>,
+}
+
+/// One sample on its way into a cell, borrowed from a run's record or a recording's sample.
+struct SampleView<'a> {
+    kind: MatrixKind,
+    load: &'a str,
+    cpu: u32,
+    peer_cpu: Option<u32>,
+    device: &'a str,
+    size_bytes: u64,
+    direction: &'a str,
+    host_memory: &'a str,
+    /// Bytes per second, or the failure's message.
+    outcome: Result<f64, &'a str>,
+}
+
+impl MatrixId {
+    /// Whether `s` belongs to this matrix.
+    fn holds(&self, s: &SampleView) -> bool {
+        self.kind == s.kind
+            && self.size_bytes == s.size_bytes
+            && self.direction == s.direction
+            && self.host_memory == s.host_memory
+            && self.load == s.load
+            && match (&self.pair, s.kind) {
+                (Some(pair), MatrixKind::Pair) => pair == s.device,
+                (None, MatrixKind::H2d) => true,
+                _ => false,
+            }
+    }
+}
+
+/// Where each cell of a dataset is, by matrix, CPUs and device, the matrices and devices
+/// numbered once each (a cell's key holds no strings).
+#[derive(Default)]
+struct CellIndex {
+    matrices: Vec<MatrixId>,
+    /// The matrix the last sample belonged to (samples come in runs of one matrix).
+    last: usize,
+    devices: HashMap<String, u32>,
+    cells: HashMap<(u32, u32, Option<u32>, u32), usize>,
+}
+
+impl CellIndex {
+    fn of(cells: &[CellResult]) -> CellIndex {
+        let mut index = CellIndex::default();
+        for (i, c) in cells.iter().enumerate() {
+            let matrix = match index.matrices.iter().position(|m| *m == c.matrix) {
+                Some(m) => m,
+                None => {
+                    index.matrices.push(c.matrix.clone());
+                    index.matrices.len() - 1
+                }
+            };
+            let device = index.device(&c.device);
+            index
+                .cells
+                .insert((matrix as u32, c.cpu, c.peer_cpu, device), i);
+        }
+        index
+    }
+
+    fn matrix(&mut self, s: &SampleView) -> u32 {
+        if !self.matrices.get(self.last).is_some_and(|m| m.holds(s)) {
+            self.last = match self.matrices.iter().position(|m| m.holds(s)) {
+                Some(m) => m,
+                None => {
+                    self.matrices.push(MatrixId {
+                        kind: s.kind,
+                        size_bytes: s.size_bytes,
+                        direction: s.direction.to_string(),
+                        host_memory: s.host_memory.to_string(),
+                        load: s.load.to_string(),
+                        pair: (s.kind == MatrixKind::Pair).then(|| s.device.to_string()),
+                    });
+                    self.matrices.len() - 1
+                }
+            };
+        }
+        self.last as u32
+    }
+
+    fn device(&mut self, device: &str) -> u32 {
+        if let Some(&d) = self.devices.get(device) {
+            return d;
+        }
+        let d = self.devices.len() as u32;
+        self.devices.insert(device.to_string(), d);
+        d
+    }
 }
 
 /// Size in the report's words: `64MiB`, `1GiB`, `512KiB`, `100B`.
@@ -162,10 +252,11 @@ impl Dataset {
         ds
     }
 
-    /// A ClusterHealthDetect recording.
-    pub fn from_recording(rec: &Recording) -> Dataset {
+    /// A ClusterHealthDetect recording, consumed: each sample is folded into its cell and
+    /// dropped, so the samples and the cells are not held twice.
+    pub fn from_recording(rec: Recording) -> Dataset {
         let files: Vec<String> = rec.files.iter().map(|f| f.display().to_string()).collect();
-        let mut meta = rec.meta.clone();
+        let mut meta = rec.meta;
         meta.push(("samples".into(), rec.samples.len().to_string()));
         if let Some(summary) = cluster_health::rejected_summary(&rec.rejected) {
             meta.push(("rows not used".into(), summary));
@@ -176,41 +267,16 @@ impl Dataset {
                 cluster_health::other_tests_text(&rec.other_tests),
             ));
         }
-        let records: Vec<SampleRecord> = rec
-            .samples
-            .iter()
-            .map(|s| SampleRecord {
-                slot: SlotId {
-                    matrix: s.matrix,
-                    load: s.load.clone(),
-                    pass: 0,
-                    cpu: s.cpu,
-                    peer_cpu: s.peer_cpu,
-                    device: s.device.clone(),
-                    size_bytes: s.size_bytes,
-                    direction: s.direction.clone(),
-                    host_memory: s.host_memory.clone(),
-                },
-                bytes_per_second: s.outcome.as_ref().ok().copied(),
-                error: s.outcome.as_ref().err().map(|f| f.message.clone()),
-                reason: s
-                    .outcome
-                    .as_ref()
-                    .err()
-                    .map(|f| f.kind.as_str().to_string()),
-                at: 0.0,
-            })
-            .collect();
-        let kind = rec.device_kind.clone().unwrap_or_default();
+        let kind = rec.device_kind.unwrap_or_default();
         let mut ds = Dataset {
             source: format!("ClusterHealthDetect {}", files.join(" + ")),
             meta,
-            numa_nodes: rec.numa_nodes.clone(),
+            numa_nodes: rec.numa_nodes,
             devices: rec
                 .devices
-                .iter()
+                .into_iter()
                 .map(|id| DeviceMeta {
-                    id: id.clone(),
+                    id,
                     name: String::new(),
                     kind: kind.clone(),
                     pci_bus_id: String::new(),
@@ -222,52 +288,77 @@ impl Dataset {
                 .iter()
                 .filter_map(|c| c.bindable.map(|b| (c.cpu, b)))
                 .collect(),
-            cpu_records: rec.cpus.clone(),
-            rejected: rec.rejected.clone(),
-            partial: rec.partial.clone(),
-            notes: rec.notes.clone(),
+            cpu_records: rec.cpus,
+            rejected: rec.rejected,
+            partial: rec.partial,
+            notes: rec.notes,
             cells: Vec::new(),
         };
-        ds.add_records(&records);
+        let mut index = CellIndex::of(&ds.cells);
+        for s in rec.samples {
+            ds.add_sample(
+                &mut index,
+                &SampleView {
+                    kind: s.matrix,
+                    load: &s.load,
+                    cpu: s.cpu,
+                    peer_cpu: s.peer_cpu,
+                    device: &s.device,
+                    size_bytes: s.size_bytes,
+                    direction: &s.direction,
+                    host_memory: &s.host_memory,
+                    outcome: s.outcome.as_ref().copied().map_err(|f| f.message.as_str()),
+                },
+            );
+        }
         ds
     }
 
     /// Fold sample records into cells.
     pub fn add_records(&mut self, records: &[SampleRecord]) {
-        let mut index: BTreeMap<(MatrixId, u32, Option<u32>, String), usize> = self
-            .cells
-            .iter()
-            .enumerate()
-            .map(|(i, c)| ((c.matrix.clone(), c.cpu, c.peer_cpu, c.device.clone()), i))
-            .collect();
+        let mut index = CellIndex::of(&self.cells);
         for r in records {
             let s = &r.slot;
-            let matrix = MatrixId {
-                kind: s.matrix,
-                size_bytes: s.size_bytes,
-                direction: s.direction.clone(),
-                host_memory: s.host_memory.clone(),
-                load: s.load.clone(),
-                pair: (s.matrix == MatrixKind::Pair).then(|| s.device.clone()),
+            let outcome = match (r.bytes_per_second, &r.error) {
+                (Some(v), _) => Ok(v),
+                (None, e) => Err(e.as_deref().unwrap_or("no value")),
             };
-            let key = (matrix.clone(), s.cpu, s.peer_cpu, s.device.clone());
-            let i = *index.entry(key).or_insert_with(|| {
-                self.cells.push(CellResult {
-                    matrix,
+            self.add_sample(
+                &mut index,
+                &SampleView {
+                    kind: s.matrix,
+                    load: &s.load,
                     cpu: s.cpu,
                     peer_cpu: s.peer_cpu,
-                    device: s.device.clone(),
-                    samples: Vec::new(),
-                    errors: Vec::new(),
-                });
-                self.cells.len() - 1
+                    device: &s.device,
+                    size_bytes: s.size_bytes,
+                    direction: &s.direction,
+                    host_memory: &s.host_memory,
+                    outcome,
+                },
+            );
+        }
+    }
+
+    /// Add one sample to its cell, the cell to `cells` when it is new.
+    fn add_sample(&mut self, index: &mut CellIndex, s: &SampleView) {
+        let matrix = index.matrix(s);
+        let device = index.device(s.device);
+        let key = (matrix, s.cpu, s.peer_cpu, device);
+        let i = *index.cells.entry(key).or_insert_with(|| {
+            self.cells.push(CellResult {
+                matrix: index.matrices[matrix as usize].clone(),
+                cpu: s.cpu,
+                peer_cpu: s.peer_cpu,
+                device: s.device.to_string(),
+                samples: Vec::new(),
+                errors: Vec::new(),
             });
-            match (r.bytes_per_second, &r.error) {
-                (Some(v), _) => self.cells[i].samples.push(v),
-                (None, e) => self.cells[i]
-                    .errors
-                    .push(e.clone().unwrap_or_else(|| "no value".into())),
-            }
+            self.cells.len() - 1
+        });
+        match s.outcome {
+            Ok(v) => self.cells[i].samples.push(v),
+            Err(e) => self.cells[i].errors.push(e.to_string()),
         }
     }
 

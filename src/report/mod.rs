@@ -80,7 +80,7 @@ pub fn load(input: &Path) -> Result<(Dataset, PathBuf), ReportError> {
             return load(&dir);
         }
         let rec = cluster_health::read(input)?;
-        return Ok((Dataset::from_recording(&rec), dir));
+        return Ok((Dataset::from_recording(rec), dir));
     }
     if !input.is_dir() {
         return Err(ReportError::Read {
@@ -90,7 +90,7 @@ pub fn load(input: &Path) -> Result<(Dataset, PathBuf), ReportError> {
     }
     if !input.join(run_dir::RUN_FILE).is_file() {
         match cluster_health::read(input) {
-            Ok(rec) => return Ok((Dataset::from_recording(&rec), input.to_path_buf())),
+            Ok(rec) => return Ok((Dataset::from_recording(rec), input.to_path_buf())),
             Err(cluster_health::Error::NoRecording(_)) => {}
             Err(e) => return Err(e.into()),
         }

@@ -49,6 +49,8 @@ impl Palette {
     }
 }
 
+/// A matrix laid out like its picture, written row by row (the sheet is in constant memory
+/// mode: a row is flushed to the temp file once the next begins).
 fn matrix_sheet(ws: &mut Worksheet, map: &Heatmap, palette: &mut Palette) -> Result<(), XlsxError> {
     let bold = Format::new().set_bold();
     ws.write_string_with_format(0, 0, &map.title, &bold)?;
@@ -61,6 +63,11 @@ fn matrix_sheet(ws: &mut Worksheet, map: &Heatmap, palette: &mut Palette) -> Res
         ),
     )?;
     let header = 3u32;
+    ws.set_freeze_panes(header + 1, 2)?;
+    let width = if map.cols.len() > 64 { 4.0 } else { 8.0 };
+    for c in 0..map.cols.len() {
+        ws.set_column_width(2 + c as u16, width)?;
+    }
     ws.write_string_with_format(header, 0, &map.row_word, &bold)?;
     ws.write_string_with_format(header, 1, "NUMA", &bold)?;
     for (c, label) in map.cols.iter().enumerate() {
@@ -103,11 +110,6 @@ fn matrix_sheet(ws: &mut Worksheet, map: &Heatmap, palette: &mut Palette) -> Res
             }
         }
     }
-    ws.set_freeze_panes(header + 1, 2)?;
-    let width = if map.cols.len() > 64 { 4.0 } else { 8.0 };
-    for c in 0..map.cols.len() {
-        ws.set_column_width(2 + c as u16, width)?;
-    }
     Ok(())
 }
 
@@ -142,14 +144,17 @@ pub fn write(
         ws.set_column_width(0, 18)?;
         ws.set_column_width(1, 60)?;
     }
+    // The matrix and cells sheets can hold hundreds of thousands of cells: they stream to a
+    // temp file row by row (rust_xlsxwriter's constant memory mode), in row order.
     for (name, map) in maps {
-        let ws = wb.add_worksheet();
+        let ws = wb.add_worksheet_with_constant_memory();
         ws.set_name(sheet_name(name, &mut taken))?;
         matrix_sheet(ws, map, &mut palette)?;
     }
     {
-        let ws = wb.add_worksheet();
+        let ws = wb.add_worksheet_with_constant_memory();
         ws.set_name(sheet_name("cells", &mut taken))?;
+        ws.set_freeze_panes(1, 0)?;
         let numa = ds.numa_map();
         let heads = [
             "matrix",
@@ -196,7 +201,6 @@ pub fn write(
                 ws.write_string(row, 13, e)?;
             }
         }
-        ws.set_freeze_panes(1, 0)?;
     }
     wb.save(path)
 }

@@ -1,21 +1,26 @@
 //! One ClusterHealthDetect results document (`{"meta": {...}, "metrics": [...]}`): which files
-//! of a run directory to read, reading them (Python's `json.dumps` may write `NaN` and
-//! `Infinity`, which JSON does not have), and the descriptive facts of `meta`.
+//! of a run directory to read, reading them streaming (row by row into a [`Sink`], through
+//! [`PythonFloats`] since Python's `json.dumps` may write `NaN` and `Infinity`, which JSON
+//! does not have), and the descriptive facts of `meta`.
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
+use super::python_floats::PythonFloats;
+use super::row::Row;
 use super::{Error, PARTIAL_FILE, RESULTS_FILE};
 use crate::topology::cpulist;
 
-/// A parsed results document.
+/// A results document read: its `meta` (its rows went to a [`Sink`]).
 #[derive(Debug, Clone)]
 pub(super) struct Document {
     pub path: PathBuf,
     pub meta: Value,
-    pub metrics: Vec<Value>,
 }
 
 /// The files of a run directory to read, and whether they are partial checkpoints.
@@ -89,95 +94,281 @@ pub(super) fn choose(dir: &Path) -> Result<Chosen, Error> {
     Err(Error::NoRecording(dir.to_path_buf()))
 }
 
-/// Replace the bare `NaN`, `Infinity` and `-Infinity` Python writes with `null`, leaving
-/// strings alone.
-fn python_floats_to_null(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.contains("NaN") && !text.contains("Infinity") {
-        return text.into();
-    }
-    let mut out = String::with_capacity(text.len());
-    let mut in_string = false;
-    let mut escaped = false;
-    let mut rest = text;
-    while let Some(c) = rest.chars().next() {
-        if in_string {
-            match (escaped, c) {
-                (true, _) => escaped = false,
-                (false, '\\') => escaped = true,
-                (false, '"') => in_string = false,
-                _ => {}
-            }
-        } else if c == '"' {
-            in_string = true;
-        } else if let Some(token) = ["-Infinity", "Infinity", "NaN"]
-            .into_iter()
-            .find(|t| rest.starts_with(t))
-        {
-            out.push_str("null");
-            rest = &rest[token.len()..];
-            continue;
-        }
-        out.push(c);
-        rest = &rest[c.len_utf8()..];
-    }
-    out.into()
+/// What takes a document's rows as they stream past: its `meta` first, then each row of
+/// `metrics` with its index.
+pub(super) trait Sink {
+    fn meta(&mut self, path: &Path, meta: &Value);
+    fn row(&mut self, index: usize, row: Row);
 }
 
-/// Parse the text of one document.
-pub(super) fn parse(text: &str, path: &Path) -> Result<Document, Error> {
-    let root: Value =
-        serde_json::from_str(&python_floats_to_null(text)).map_err(|source| Error::Json {
-            path: path.to_path_buf(),
-            source,
-        })?;
-    let shape = |problem: &str| Error::Shape {
+/// Where the top level's `metrics` stands while the document streams.
+enum Metrics {
+    Absent,
+    /// Its rows went to the sink.
+    Streamed,
+    /// Rows read before `meta` (a document whose keys are not sorted), given to the sink
+    /// once `meta` is known.
+    Held(Vec<Row>),
+    /// Not an array: what it is.
+    Not(&'static str),
+}
+
+/// The document being read: what the top level held so far.
+struct Top<'a> {
+    path: &'a Path,
+    sink: &'a mut dyn Sink,
+    /// `meta` (an object; `null` reads as an empty one), or `Err` when it is something else.
+    meta: Option<Result<Value, ()>>,
+    meta_given: bool,
+    metrics: Metrics,
+    /// Set when the top level is not an object.
+    not_an_object: bool,
+}
+
+impl Top<'_> {
+    /// Give the sink `meta` once, when it is an object.
+    fn give_meta(&mut self) -> bool {
+        match &self.meta {
+            Some(Ok(meta)) => {
+                if !self.meta_given {
+                    self.sink.meta(self.path, meta);
+                    self.meta_given = true;
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// A top-level key: `meta`, `metrics` or another.
+#[derive(Clone, Copy, PartialEq)]
+enum TopKey {
+    Meta,
+    Metrics,
+    Other,
+}
+
+/// Reads a [`TopKey`].
+struct TopKeys;
+
+impl<'de> DeserializeSeed<'de> for TopKeys {
+    type Value = TopKey;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<TopKey, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for TopKeys {
+    type Value = TopKey;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a key")
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<TopKey, E> {
+        Ok(match key {
+            "meta" => TopKey::Meta,
+            "metrics" => TopKey::Metrics,
+            _ => TopKey::Other,
+        })
+    }
+}
+
+/// The scalar visits of a visitor that takes any value: each hands `$on` the visitor and
+/// the name of the kind it met (for the message about a value of the wrong kind).
+macro_rules! kinds {
+    ($ty:ty, $on:expr) => {
+        fn visit_unit<E: de::Error>(self) -> Result<$ty, E> {
+            Ok($on(self, "null"))
+        }
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<$ty, E> {
+            Ok($on(self, "a boolean"))
+        }
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<$ty, E> {
+            Ok($on(self, "a number"))
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<$ty, E> {
+            Ok($on(self, "a number"))
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<$ty, E> {
+            Ok($on(self, "a number"))
+        }
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<$ty, E> {
+            Ok($on(self, "a string"))
+        }
+    };
+}
+
+impl<'de> DeserializeSeed<'de> for &mut Top<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for &mut Top<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a results document")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key_seed(TopKeys)? {
+            match key {
+                TopKey::Meta => {
+                    self.meta = Some(match map.next_value::<Value>()? {
+                        Value::Null => Ok(Value::Object(Default::default())),
+                        m @ Value::Object(_) => Ok(m),
+                        _ => Err(()),
+                    })
+                }
+                TopKey::Metrics => map.next_value_seed(MetricsSeed(&mut *self))?,
+                TopKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        self.not_an_object = true;
+        Ok(())
+    }
+
+    kinds!((), |top: &mut Top, _| top.not_an_object = true);
+}
+
+/// The value of the top level's `metrics`.
+struct MetricsSeed<'t, 'a>(&'t mut Top<'a>);
+
+impl<'de> DeserializeSeed<'de> for MetricsSeed<'_, '_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for MetricsSeed<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("the metrics array")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let top = self.0;
+        if top.meta.is_none() {
+            let mut held = Vec::new();
+            while let Some(row) = seq.next_element::<Row>()? {
+                held.push(row);
+            }
+            top.metrics = Metrics::Held(held);
+            return Ok(());
+        }
+        if top.give_meta() {
+            let mut index = 0;
+            while let Some(row) = seq.next_element::<Row>()? {
+                top.sink.row(index, row);
+                index += 1;
+            }
+        } else {
+            // `meta` is not an object: the document is refused, its rows only read past.
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+        }
+        top.metrics = Metrics::Streamed;
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        self.0.metrics = Metrics::Not("an object");
+        Ok(())
+    }
+
+    kinds!((), |s: MetricsSeed, kind| s.0.metrics = Metrics::Not(kind));
+}
+
+/// Read one document from `reader` (`path` names it in messages), its rows going to `sink`.
+fn from_reader(reader: impl Read, path: &Path, sink: &mut dyn Sink) -> Result<Document, Error> {
+    let mut top = Top {
+        path,
+        sink,
+        meta: None,
+        meta_given: false,
+        metrics: Metrics::Absent,
+        not_an_object: false,
+    };
+    let reader = std::io::BufReader::with_capacity(64 * 1024, PythonFloats::new(reader));
+    let mut de = serde_json::Deserializer::from_reader(reader);
+    let parsed = (&mut top).deserialize(&mut de).and_then(|()| de.end());
+    if let Err(e) = parsed {
+        return Err(if e.is_io() {
+            Error::Io {
+                path: path.to_path_buf(),
+                source: e.into(),
+            }
+        } else {
+            Error::Json {
+                path: path.to_path_buf(),
+                source: e,
+            }
+        });
+    }
+    let shape = |problem: String| Error::Shape {
         path: path.to_path_buf(),
-        problem: problem.into(),
+        problem,
     };
-    let Value::Object(mut root) = root else {
-        return Err(shape("the top level is not an object"));
-    };
-    let metrics = match root.remove("metrics") {
-        Some(Value::Array(rows)) => rows,
-        Some(other) => {
-            return Err(shape(&format!(
-                "no \"metrics\" array (\"metrics\" is {})",
-                json_kind(&other)
+    if top.not_an_object {
+        return Err(shape("the top level is not an object".into()));
+    }
+    let held = match std::mem::replace(&mut top.metrics, Metrics::Streamed) {
+        Metrics::Absent => return Err(shape("no \"metrics\" array".into())),
+        Metrics::Not(kind) => {
+            return Err(shape(format!(
+                "no \"metrics\" array (\"metrics\" is {kind})"
             )))
         }
-        None => return Err(shape("no \"metrics\" array")),
+        Metrics::Streamed => Vec::new(),
+        Metrics::Held(rows) => rows,
     };
-    let meta = match root.remove("meta") {
-        None | Some(Value::Null) => Value::Object(Default::default()),
-        Some(m @ Value::Object(_)) => m,
-        Some(_) => return Err(shape("\"meta\" is not an object")),
+    let meta = top
+        .meta
+        .take()
+        .unwrap_or_else(|| Ok(Value::Object(Default::default())));
+    let Ok(meta) = meta else {
+        return Err(shape("\"meta\" is not an object".into()));
     };
+    if !top.meta_given {
+        top.sink.meta(path, &meta);
+        for (index, row) in held.into_iter().enumerate() {
+            top.sink.row(index, row);
+        }
+    }
     Ok(Document {
         path: path.to_path_buf(),
         meta,
-        metrics,
     })
 }
 
-/// `a number`, `an object`, ... for messages.
-fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
+/// Parse the text of one document.
+pub(super) fn parse(text: &str, path: &Path, sink: &mut dyn Sink) -> Result<Document, Error> {
+    from_reader(text.as_bytes(), path, sink)
 }
 
-/// Read and parse one document.
-pub(super) fn read(path: &Path) -> Result<Document, Error> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+/// Read one document, streaming: the file is never held whole, only the row being read.
+pub(super) fn read(path: &Path, sink: &mut dyn Sink) -> Result<Document, Error> {
+    let file = std::fs::File::open(path).map_err(|source| Error::Io {
         path: path.to_path_buf(),
         source,
     })?;
-    parse(&text, path)
+    from_reader(file, path, sink)
 }
 
 /// A non-negative integer, also from `3.0` or `"3"`.
@@ -391,14 +582,83 @@ pub(super) fn facts(meta: &Value) -> Vec<(String, String)> {
 mod tests {
     use super::*;
 
+    /// Keeps what a document gives a sink.
+    #[derive(Default)]
+    struct Kept {
+        meta: Vec<Value>,
+        rows: Vec<(usize, Row)>,
+    }
+
+    impl Sink for Kept {
+        fn meta(&mut self, _: &Path, meta: &Value) {
+            self.meta.push(meta.clone());
+        }
+        fn row(&mut self, index: usize, row: Row) {
+            self.rows.push((index, row));
+        }
+    }
+
+    fn parse_kept(text: &str) -> Result<Kept, Error> {
+        let mut kept = Kept::default();
+        parse(text, Path::new("x.json"), &mut kept)?;
+        Ok(kept)
+    }
+
     #[test]
-    fn python_nan_and_infinity_become_null_outside_strings() {
-        let text = r#"{"a": NaN, "b": -Infinity, "c": "NaN Infinity \" NaN", "d": [Infinity]}"#;
-        let v: Value = serde_json::from_str(&python_floats_to_null(text)).unwrap();
-        assert_eq!(v["a"], Value::Null);
-        assert_eq!(v["b"], Value::Null);
-        assert_eq!(v["c"], "NaN Infinity \" NaN");
-        assert_eq!(v["d"][0], Value::Null);
+    fn python_nan_and_infinity_read_as_null_and_strings_keep_them() {
+        let kept = parse_kept(
+            r#"{"meta": {"a": NaN, "b": -Infinity, "c": "NaN Infinity \" NaN"},
+                "metrics": [{"gbps": Infinity, "error": "gbps=-Infinity, NaN", "size_mb": -1},
+                            {"gbps": NaN}]}"#,
+        )
+        .unwrap();
+        assert_eq!(kept.meta.len(), 1);
+        let meta = &kept.meta[0];
+        assert_eq!(meta["a"], Value::Null);
+        assert_eq!(meta["b"], Value::Null);
+        assert_eq!(meta["c"], "NaN Infinity \" NaN");
+        let (i, row) = &kept.rows[0];
+        assert_eq!(*i, 0);
+        assert_eq!(row.get("gbps"), Some(&Value::Null));
+        assert_eq!(row.get("error"), Some(&Value::from("gbps=-Infinity, NaN")));
+        assert_eq!(row.get("size_mb"), Some(&Value::from(-1)));
+        assert_eq!(kept.rows[1].1.get("gbps"), Some(&Value::Null));
+    }
+
+    #[test]
+    fn rows_before_meta_wait_for_it() {
+        let kept =
+            parse_kept(r#"{"metrics": [{"test": "a"}, {"test": "b"}], "meta": {"x": 1}}"#).unwrap();
+        assert_eq!(kept.meta, vec![serde_json::json!({"x": 1})]);
+        let tests: Vec<_> = kept
+            .rows
+            .iter()
+            .map(|(i, r)| (*i, r.get("test").cloned()))
+            .collect();
+        assert_eq!(tests, vec![(0, Some("a".into())), (1, Some("b".into()))]);
+    }
+
+    #[test]
+    fn a_truncated_file_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("results.json");
+        std::fs::write(
+            &path,
+            "{\n  \"meta\": {},\n  \"metrics\": [\n    {\n      \"gbps\": 1.5,\n",
+        )
+        .unwrap();
+        let e = read(&path, &mut Kept::default()).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("{}: not JSON: EOF while parsing", path.display())),
+            "{e}"
+        );
+        let e = read(&dir.path().join("none.json"), &mut Kept::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("cannot read ") && e.contains("none.json"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -413,11 +673,15 @@ mod tests {
     #[test]
     fn shapes_that_are_not_results_are_named() {
         let p = Path::new("x.json");
-        let e = |t: &str| parse(t, p).unwrap_err().to_string();
+        let e = |t: &str| parse(t, p, &mut Kept::default()).unwrap_err().to_string();
         assert!(e("[]").contains("top level is not an object"));
         assert!(e("{}").contains("no \"metrics\" array"));
         assert!(e(r#"{"metrics": {}}"#).contains("no \"metrics\" array (\"metrics\" is an object)"));
         assert!(e(r#"{"metrics": [], "meta": 3}"#).contains("\"meta\" is not an object"));
+        assert!(e(r#"{"metrics": null}"#).contains("(\"metrics\" is null)"));
+        assert!(e(r#"{"metrics": "x", "meta": {}}"#).contains("(\"metrics\" is a string)"));
+        assert!(e("3").contains("top level is not an object"));
+        assert!(e(r#"{"metrics": [], "x": 1} 2"#).contains("not JSON: trailing characters"));
         assert!(e("[1").contains("not JSON"));
     }
 }

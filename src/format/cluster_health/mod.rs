@@ -20,6 +20,8 @@
 
 mod affinity;
 mod document;
+mod python_floats;
+mod row;
 mod rows;
 
 use std::collections::BTreeMap;
@@ -166,18 +168,20 @@ pub fn rejected_summary(rejected: &[Rejected]) -> Option<String> {
 }
 
 /// Read a recording: a run directory or one of its files. A file's directory also lends its
-/// `affinity.json`.
+/// `affinity.json`. The files stream row by row: neither their text nor a tree of their rows
+/// is ever held whole.
 pub fn read(path: &Path) -> Result<Recording, Error> {
+    let mut rows = rows::Interpreter::default();
     let (docs, partial, dir) = if path.is_dir() {
         let chosen = document::choose(path)?;
         let docs = chosen
             .files
             .iter()
-            .map(|f| document::read(f))
+            .map(|f| document::read(f, &mut rows))
             .collect::<Result<Vec<_>, _>>()?;
         (docs, chosen.partial, path.to_path_buf())
     } else {
-        let doc = document::read(path)?;
+        let doc = document::read(path, &mut rows)?;
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         (vec![doc], false, dir)
     };
@@ -187,7 +191,7 @@ pub fn read(path: &Path) -> Result<Recording, Error> {
     } else {
         None
     };
-    let mut rec = from_documents(&docs, partial)?;
+    let mut rec = from_documents(&docs, partial, rows)?;
     if let Some(cpus) = affinity {
         rec.files.push(affinity_path);
         affinity::merge_numa(&mut rec.numa_nodes, &cpus);
@@ -198,11 +202,16 @@ pub fn read(path: &Path) -> Result<Recording, Error> {
 
 /// Parse one results document from text (`label` names it in messages).
 pub fn parse(text: &str, label: &str) -> Result<Recording, Error> {
-    let doc = document::parse(text, Path::new(label))?;
-    from_documents(&[doc], false)
+    let mut rows = rows::Interpreter::default();
+    let doc = document::parse(text, Path::new(label), &mut rows)?;
+    from_documents(&[doc], false, rows)
 }
 
-fn from_documents(docs: &[document::Document], partial_by_name: bool) -> Result<Recording, Error> {
+fn from_documents(
+    docs: &[document::Document],
+    partial_by_name: bool,
+    rows: rows::Interpreter,
+) -> Result<Recording, Error> {
     let first = &docs[0];
     let meta = &first.meta;
     let mut rec = Recording {
@@ -219,7 +228,7 @@ fn from_documents(docs: &[document::Document], partial_by_name: bool) -> Result<
     if partial_by_name || partial_meta {
         rec.partial = Some(document::progress(&first.path, meta));
     }
-    let interpreted = rows::interpret(docs);
+    let interpreted = rows.finish();
     rec.samples = interpreted.samples;
     rec.rejected = interpreted.rejected;
     rec.other_tests = interpreted.other_tests;
@@ -249,5 +258,7 @@ pub fn other_tests_text(tests: &BTreeMap<String, usize>) -> String {
         .join(", ")
 }
 
+#[cfg(test)]
+mod stream_tests;
 #[cfg(test)]
 mod tests;

@@ -21,7 +21,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde_json::Value;
 
-use super::document::{cpu, uint, uint_list, Document};
+use super::document::{cpu, uint, uint_list, Sink};
+use super::row::Row;
 use super::{Failure, FailureKind, MatrixKind, RecordedSample, Rejected};
 
 /// What the rows of a recording come to.
@@ -112,7 +113,7 @@ fn device_pair(v: Option<&Value>) -> Option<String> {
 }
 
 /// `device_id`, else the device of `device: "npu:3"`.
-fn device_id(row: &Value) -> Option<String> {
+fn device_id(row: &Row) -> Option<String> {
     if let Some(id) = uint(row.get("device_id")) {
         return Some(id.to_string());
     }
@@ -124,7 +125,7 @@ fn device_id(row: &Value) -> Option<String> {
     }
 }
 
-fn direction(row: &Value) -> Result<String, String> {
+fn direction(row: &Row) -> Result<String, String> {
     match row.get("direction").and_then(Value::as_str) {
         None => Ok("h2d".into()),
         Some("host_to_device" | "h2d" | "H2D") => Ok("h2d".into()),
@@ -135,7 +136,7 @@ fn direction(row: &Value) -> Result<String, String> {
     }
 }
 
-fn host_memory(row: &Value) -> String {
+fn host_memory(row: &Row) -> String {
     match row.get("pinned").and_then(Value::as_bool) {
         Some(true) => "pinned".into(),
         Some(false) => "pageable".into(),
@@ -145,7 +146,7 @@ fn host_memory(row: &Value) -> String {
     }
 }
 
-fn load(row: &Value) -> String {
+fn load(row: &Row) -> String {
     text(row.get("profile"))
         .or_else(|| text(row.get("load_profile")))
         .or_else(|| text(row.get("load")))
@@ -159,7 +160,7 @@ enum Status {
     Error,
 }
 
-fn status(row: &Value) -> Result<Status, String> {
+fn status(row: &Row) -> Result<Status, String> {
     let Some(s) = row.get("status").and_then(Value::as_str) else {
         return Err("no status".into());
     };
@@ -177,7 +178,7 @@ fn status(row: &Value) -> Result<Status, String> {
 }
 
 /// A failed row's message: `error (bind_cpu): requested [5], actual [0, 1]`.
-fn failure(row: &Value, collective: bool) -> Failure {
+fn failure(row: &Row, collective: bool) -> Failure {
     let operation = text(row.get("operation"));
     let kind = match operation.as_deref() {
         Some("bind_cpu") => FailureKind::Bind,
@@ -203,7 +204,7 @@ fn failure(row: &Value, collective: bool) -> Failure {
 }
 
 /// The bandwidth of an ok row, bytes per second.
-fn bandwidth(row: &Value, field: &str) -> Result<f64, String> {
+fn bandwidth(row: &Row, field: &str) -> Result<f64, String> {
     let value = row.get(field).or_else(|| row.get("gbps"));
     match float(value) {
         Some(g) if g.is_finite() && g > 0.0 => Ok(g * 1e9),
@@ -214,7 +215,7 @@ fn bandwidth(row: &Value, field: &str) -> Result<f64, String> {
     }
 }
 
-fn h2d_row(row: &Value) -> Result<Pending, String> {
+fn h2d_row(row: &Row) -> Result<Pending, String> {
     let status = status(row)?;
     let failed = (status == Status::Error).then(|| failure(row, false));
     let Some(host_cpu) = cpu(row.get("host_cpu")) else {
@@ -259,7 +260,7 @@ fn h2d_row(row: &Value) -> Result<Pending, String> {
     })
 }
 
-fn pair_row(row: &Value, facts: &RunFacts) -> Result<Pending, String> {
+fn pair_row(row: &Row, facts: &RunFacts) -> Result<Pending, String> {
     let status = status(row)?;
     let failed = (status == Status::Error).then(|| failure(row, true));
     let (Some(cpu0), Some(cpu1)) = (cpu(row.get("rank0_cpu")), cpu(row.get("rank1_cpu"))) else {
@@ -340,44 +341,76 @@ fn natural(ids: BTreeSet<String>) -> Vec<String> {
     ids
 }
 
-/// Every document's rows, in order.
-pub(super) fn interpret(docs: &[Document]) -> Interpreted {
-    let facts: Vec<RunFacts> = docs.iter().map(|d| RunFacts::of(&d.meta)).collect();
-    let mut rejected = Rejections::default();
-    let mut other_tests: BTreeMap<String, usize> = BTreeMap::new();
-    let files: Vec<String> = docs
-        .iter()
-        .map(|d| {
-            d.path
-                .file_name()
+/// Reads every document's rows, in order, as they stream past ([`Sink`]); what they come
+/// to is [`Interpreter::finish`]'s.
+#[derive(Default)]
+pub(super) struct Interpreter {
+    /// Per document, in the order read.
+    facts: Vec<RunFacts>,
+    files: Vec<String>,
+    rejected: Rejections,
+    other_tests: BTreeMap<String, usize>,
+    pending: Vec<Pending>,
+}
+
+impl Sink for Interpreter {
+    fn meta(&mut self, path: &std::path::Path, meta: &Value) {
+        self.facts.push(RunFacts::of(meta));
+        self.files.push(
+            path.file_name()
                 .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_else(|| d.path.display().to_string())
-        })
-        .collect();
-    let location = |doc: usize, row: usize| format!("{} metrics[{row}]", files[doc]);
-    let mut pending = Vec::new();
-    for (di, doc) in docs.iter().enumerate() {
-        for (i, row) in doc.metrics.iter().enumerate() {
-            let parsed = match row.get("test").and_then(Value::as_str) {
-                Some("core_h2d_matrix") => h2d_row(row),
-                Some("core_pair_d2d_matrix") => pair_row(row, &facts[di]),
-                other => {
-                    let name = other.unwrap_or("(no test name)").to_string();
-                    *other_tests.entry(name).or_default() += 1;
-                    continue;
-                }
-            };
-            match parsed {
-                Ok(mut p) => {
-                    p.facts = di;
-                    p.row = i;
-                    pending.push(p);
-                }
-                Err(reason) => rejected.add(reason, || location(di, i)),
+                .unwrap_or_else(|| path.display().to_string()),
+        );
+    }
+
+    fn row(&mut self, i: usize, row: Row) {
+        let di = self.facts.len() - 1;
+        let parsed = match row.get("test").and_then(Value::as_str) {
+            Some("core_h2d_matrix") => h2d_row(&row),
+            Some("core_pair_d2d_matrix") => pair_row(&row, &self.facts[di]),
+            other => {
+                let name = other.unwrap_or("(no test name)").to_string();
+                *self.other_tests.entry(name).or_default() += 1;
+                return;
+            }
+        };
+        match parsed {
+            Ok(mut p) => {
+                p.facts = di;
+                p.row = i;
+                self.pending.push(p);
+            }
+            Err(reason) => {
+                let file = &self.files[di];
+                self.rejected.add(reason, || format!("{file} metrics[{i}]"));
             }
         }
     }
+}
 
+impl Interpreter {
+    /// What the rows read come to.
+    pub(super) fn finish(self) -> Interpreted {
+        let Interpreter {
+            facts,
+            files,
+            rejected,
+            other_tests,
+            pending,
+        } = self;
+        let location = |doc: usize, row: usize| format!("{} metrics[{row}]", files[doc]);
+        interpret(facts, rejected, other_tests, pending, location)
+    }
+}
+
+/// The rows read, with what the documents' `meta` says filled in.
+fn interpret(
+    facts: Vec<RunFacts>,
+    mut rejected: Rejections,
+    other_tests: BTreeMap<String, usize>,
+    pending: Vec<Pending>,
+    location: impl Fn(usize, usize) -> String,
+) -> Interpreted {
     // What the rows name, for the rows that leave the device or size out.
     let mut seen_devices = BTreeSet::new();
     let mut seen_sizes: BTreeMap<MatrixKind, BTreeSet<u64>> = BTreeMap::new();
@@ -401,6 +434,10 @@ pub(super) fn interpret(docs: &[Document]) -> Interpreted {
 
     let mut expanded = Vec::with_capacity(pending.len());
     for p in pending {
+        if p.device_known && p.size_known {
+            expanded.push((p.sample, p.repeat, p.rank));
+            continue;
+        }
         let f = &facts[p.facts];
         let device_choices = if p.device_known {
             vec![p.sample.device.clone()]
@@ -479,62 +516,54 @@ pub(super) fn interpret(docs: &[Document]) -> Interpreted {
     }
 }
 
-/// The key of one pair sample across ranks: pair, CPUs, size, load, repeat.
-type SampleKey = (String, u32, Option<u32>, u64, String, Option<u64>);
-
-/// A sample in output order, or the place of a pair sample's ranks.
-enum Slot {
-    Sample(RecordedSample),
-    Ranks(SampleKey),
-}
-
-/// Fold the per-rank copies of one pair sample into one. Returns the samples and how many
-/// were folded from more than one rank.
-fn merge_ranks(
+/// Fold the per-rank copies of one pair sample (same pair, CPUs, size, load and repeat)
+/// into one, in the place of its first row. Returns the samples and how many were folded
+/// from more than one rank. Pair rows are ordered by key (positions only), so a recording
+/// whose every pair sample is recorded once passes through unchanged.
+pub(super) fn merge_ranks(
     rows: Vec<(RecordedSample, Option<u64>, Option<u64>)>,
 ) -> (Vec<RecordedSample>, usize) {
-    let mut slots = Vec::with_capacity(rows.len());
-    let mut groups: HashMap<SampleKey, BTreeMap<Option<u64>, Vec<RecordedSample>>> = HashMap::new();
-    for (sample, repeat, rank) in rows {
-        if sample.matrix != MatrixKind::Pair {
-            slots.push(Slot::Sample(sample));
-            continue;
-        }
-        let key = (
-            sample.device.clone(),
-            sample.cpu,
-            sample.peer_cpu,
-            sample.size_bytes,
-            sample.load.clone(),
-            repeat,
-        );
-        let group = groups.entry(key.clone()).or_default();
-        if group.is_empty() {
-            slots.push(Slot::Ranks(key));
-        }
-        group.entry(rank).or_default().push(sample);
+    let key = |i: u32| {
+        let (s, repeat, _) = &rows[i as usize];
+        (&s.device, s.cpu, s.peer_cpu, s.size_bytes, &s.load, *repeat)
+    };
+    let mut order: Vec<u32> = (0..rows.len() as u32)
+        .filter(|&i| rows[i as usize].0.matrix == MatrixKind::Pair)
+        .collect();
+    // Stable: within a key, the rows stay in the order read.
+    order.sort_by(|&a, &b| key(a).cmp(&key(b)));
+    let groups: Vec<&[u32]> = order
+        .chunk_by(|&a, &b| key(a) == key(b))
+        .filter(|g| g.len() > 1)
+        .collect();
+    if groups.is_empty() {
+        return (rows.into_iter().map(|(s, _, _)| s).collect(), 0);
     }
     let mut merged = 0;
-    let mut out = Vec::with_capacity(slots.len());
-    for slot in slots {
-        let key = match slot {
-            Slot::Sample(s) => {
-                out.push(s);
-                continue;
-            }
-            Slot::Ranks(key) => key,
-        };
-        let by_rank = groups.remove(&key).unwrap_or_default();
+    let mut folded: Vec<Vec<RecordedSample>> = Vec::with_capacity(groups.len());
+    let mut lead: HashMap<u32, usize> = HashMap::with_capacity(groups.len());
+    let mut absorbed = vec![false; rows.len()];
+    for (gi, group) in groups.iter().enumerate() {
+        lead.insert(group[0], gi);
+        for &i in &group[1..] {
+            absorbed[i as usize] = true;
+        }
+        let mut by_rank: BTreeMap<Option<u64>, Vec<&RecordedSample>> = BTreeMap::new();
+        for &i in group.iter() {
+            let (s, _, rank) = &rows[i as usize];
+            by_rank.entry(*rank).or_default().push(s);
+        }
         if by_rank.len() < 2 {
-            out.extend(by_rank.into_values().flatten());
+            folded.push(by_rank.into_values().flatten().cloned().collect());
             continue;
         }
         // The i-th row of each rank is the i-th sample.
         let n = by_rank.values().map(Vec::len).max().unwrap_or(0);
+        let mut out = Vec::with_capacity(n);
         for i in 0..n {
             let copies: Vec<(Option<u64>, &RecordedSample)> = by_rank
                 .iter()
-                .filter_map(|(rank, list)| list.get(i).map(|s| (*rank, s)))
+                .filter_map(|(rank, list)| list.get(i).map(|s| (*rank, *s)))
                 .collect();
             if copies.len() > 1 {
                 merged += 1;
@@ -550,6 +579,17 @@ fn merge_ranks(
                 None => copies[0].1.clone(),
             };
             out.push(sample);
+        }
+        folded.push(out);
+    }
+    let mut out = Vec::with_capacity(rows.len());
+    for (i, (sample, _, _)) in rows.into_iter().enumerate() {
+        if absorbed[i] {
+            continue;
+        }
+        match lead.get(&(i as u32)) {
+            Some(&gi) => out.append(&mut folded[gi]),
+            None => out.push(sample),
         }
     }
     (out, merged)
