@@ -7,6 +7,7 @@
 
 use std::sync::{Arc, Mutex, OnceLock};
 
+use hyper::body::Bytes;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
@@ -20,22 +21,28 @@ use crate::store::unix_now;
 #[derive(Debug)]
 pub struct Snapshot {
     generation: u64,
-    /// The encoded families; in OpenMetrics it ends with the `# EOF` line, since a scrape
-    /// puts this part last.
-    text: String,
+    /// The encoded families (UTF-8); in OpenMetrics it ends with the `# EOF` line, since a
+    /// scrape puts this part last. Shared with the responses that send it.
+    text: Bytes,
     coverage: Arc<Coverage>,
     gzip: OnceLock<DeflatedPart>,
 }
 
 impl Snapshot {
+    /// The text, validated as UTF-8 again (for tests and whole-text callers; a scrape sends
+    /// [`Snapshot::bytes`]).
     pub fn text(&self) -> &str {
-        &self.text
+        std::str::from_utf8(&self.text).expect("encoded metrics are UTF-8")
+    }
+
+    /// The text as bytes, sharing the snapshot's buffer.
+    pub fn bytes(&self) -> Bytes {
+        self.text.clone()
     }
 
     /// The text as the last part of a gzip member, compressed the first time it is asked for.
     pub fn gzip(&self) -> &DeflatedPart {
-        self.gzip
-            .get_or_init(|| DeflatedPart::last(self.text.as_bytes()))
+        self.gzip.get_or_init(|| DeflatedPart::last(&self.text))
     }
 }
 
@@ -105,7 +112,12 @@ impl MatrixCache {
         // than `generation`, and the next scrape, seeing a newer generation, encodes again.
         let snapshot = Arc::new(Snapshot {
             generation,
-            text: encode(&self.part, format)?,
+            text: {
+                let mut text = encode(&self.part, format)?;
+                // `encode` sizes its buffer for growth; a snapshot keeps it for a window.
+                text.shrink_to_fit();
+                Bytes::from(text)
+            },
             coverage,
             gzip: OnceLock::new(),
         });

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use hyper::body::Bytes;
 use prometheus_client::registry::Registry;
 
 use super::content_coding::{gzip_member, Acceptable, Coding, DeflatedPart};
@@ -20,11 +21,19 @@ pub struct Exposition {
     matrix: Option<Arc<MatrixCache>>,
 }
 
-/// A scrape's body in its coding.
+/// A scrape's body in its coding, as the chunks it is sent in (the cached part is shared
+/// with the snapshot, not copied).
 #[derive(Debug)]
 pub struct Scrape {
-    pub body: Vec<u8>,
+    pub body: Vec<Bytes>,
     pub coding: Coding,
+}
+
+impl Scrape {
+    /// The body in one buffer.
+    pub fn concat(&self) -> Vec<u8> {
+        self.body.concat()
+    }
 }
 
 impl Exposition {
@@ -65,28 +74,25 @@ impl Exposition {
         let Some(matrix) = &self.matrix else {
             let text = encode(&self.live, format)?;
             return Ok(accept.choose(text.len()).map(|coding| Scrape {
-                body: match coding {
-                    Coding::Gzip => gzip_member(&[&DeflatedPart::last(text.as_bytes())]),
-                    Coding::Identity => text.into_bytes(),
-                },
+                body: vec![match coding {
+                    Coding::Gzip => gzip_member(&[&DeflatedPart::last(text.as_bytes())]).into(),
+                    Coding::Identity => text.into(),
+                }],
                 coding,
             }));
         };
         // The snapshot first: the coverage in `live` is counted from it.
         let snapshot = matrix.snapshot(format)?;
         let live = encode_leading(&self.live, format)?;
-        let Some(coding) = accept.choose(live.len() + snapshot.text().len()) else {
+        let Some(coding) = accept.choose(live.len() + snapshot.bytes().len()) else {
             return Ok(None);
         };
         let body = match coding {
             Coding::Gzip => {
-                gzip_member(&[&DeflatedPart::leading(live.as_bytes()), snapshot.gzip()])
+                let live = DeflatedPart::leading(live.as_bytes());
+                vec![gzip_member(&[&live, snapshot.gzip()]).into()]
             }
-            Coding::Identity => {
-                let mut body = live.into_bytes();
-                body.extend_from_slice(snapshot.text().as_bytes());
-                body
-            }
+            Coding::Identity => vec![live.into(), snapshot.bytes()],
         };
         Ok(Some(Scrape { body, coding }))
     }
@@ -149,10 +155,13 @@ mod tests {
             .unwrap();
         assert_eq!(packed.coding, Coding::Gzip);
         let mut text = Vec::new();
-        flate2::read::GzDecoder::new(&packed.body[..])
+        assert_eq!(packed.body.len(), 1);
+        flate2::read::GzDecoder::new(&packed.concat()[..])
             .read_to_end(&mut text)
             .unwrap();
-        assert_eq!(text, plain.body);
+        // Plain: the live part, then the snapshot's own buffer.
+        assert_eq!(plain.body.len(), 2);
+        assert_eq!(text, plain.concat());
         let refused = exposition
             .scrape(Format::Prometheus, Acceptable::parse(["*;q=0"]))
             .unwrap();

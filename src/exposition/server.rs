@@ -8,6 +8,7 @@
 //! response (hyper starts its header timer as soon as a connection awaits a request, so
 //! this is also the keep-alive idle timeout).
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -15,7 +16,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http_body_util::Full;
 use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
 use hyper::header::{HeaderValue, ACCEPT, ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_TYPE, VARY};
 use hyper::server::conn::http1;
@@ -49,9 +49,40 @@ const INDEX: &str = "<!doctype html>
 
 const TEXT: &str = "text/plain; charset=utf-8";
 
+/// A response body sent as the chunks it was made of: a scrape's cached part goes out from
+/// the snapshot's own buffer, uncopied.
+#[derive(Debug, Default)]
+pub struct Chunks(VecDeque<Bytes>);
+
+impl Chunks {
+    fn one(bytes: impl Into<Bytes>) -> Chunks {
+        Chunks(VecDeque::from([bytes.into()]))
+    }
+}
+
+impl Body for Chunks {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Ready(self.0.pop_front().map(|chunk| Ok(Frame::data(chunk))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.0.iter().map(|c| c.len() as u64).sum())
+    }
+}
+
 /// A response body that keeps its connection marked busy until hyper has taken all of it.
 pub struct ReplyBody {
-    inner: Full<Bytes>,
+    inner: Chunks,
     _busy: Busy,
 }
 
@@ -82,7 +113,7 @@ fn reply(
     body: Vec<u8>,
     accept: Acceptable,
     vary: &'static str,
-) -> Response<Full<Bytes>> {
+) -> Response<Chunks> {
     let Some(coding) = accept.choose(body.len()) else {
         return plain(
             StatusCode::NOT_ACCEPTABLE,
@@ -94,17 +125,17 @@ fn reply(
         Coding::Gzip => content_coding::gzip(&body),
         Coding::Identity => body,
     };
-    coded(status, content_type, body, coding, vary)
+    coded(status, content_type, Chunks::one(body), coding, vary)
 }
 
 /// A response whose body is already in `coding`.
 fn coded(
     status: StatusCode,
     content_type: &str,
-    body: Vec<u8>,
+    body: Chunks,
     coding: Coding,
     vary: &'static str,
-) -> Response<Full<Bytes>> {
+) -> Response<Chunks> {
     let mut r = Response::builder()
         .status(status)
         .header(CONTENT_TYPE, content_type)
@@ -112,17 +143,17 @@ fn coded(
     if let Some(value) = coding.header_value() {
         r = r.header(CONTENT_ENCODING, value);
     }
-    r.body(Full::new(body.into()))
-        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
+    r.body(body)
+        .unwrap_or_else(|_| Response::new(Chunks::default()))
 }
 
 /// A response without content negotiation (errors).
-fn plain(status: StatusCode, content_type: &str, body: &'static str) -> Response<Full<Bytes>> {
+fn plain(status: StatusCode, content_type: &str, body: &'static str) -> Response<Chunks> {
     Response::builder()
         .status(status)
         .header(CONTENT_TYPE, content_type)
-        .body(Full::new(Bytes::from_static(body.as_bytes())))
-        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
+        .body(Chunks::one(Bytes::from_static(body.as_bytes())))
+        .unwrap_or_else(|_| Response::new(Chunks::default()))
 }
 
 /// Renders an HTML page on demand (`/matrix`); called on the blocking pool.
@@ -133,7 +164,7 @@ struct Site {
     matrix: Option<PageRenderer>,
 }
 
-async fn handle(site: Arc<Site>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn handle(site: Arc<Site>, req: Request<Incoming>) -> Response<Chunks> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return plain(StatusCode::METHOD_NOT_ALLOWED, TEXT, "only GET and HEAD\n");
     }
@@ -152,7 +183,7 @@ async fn handle(site: Arc<Site>, req: Request<Incoming>) -> Response<Full<Bytes>
                 Ok(Ok(Some(scrape))) => coded(
                     StatusCode::OK,
                     format.content_type(),
-                    scrape.body,
+                    Chunks(scrape.body.into()),
                     scrape.coding,
                     "Accept, Accept-Encoding",
                 ),
