@@ -131,7 +131,23 @@ fn plain_http_to_the_tls_port_is_refused() {
     let plain = format!("http://127.0.0.1:{}/metrics", chd.addr.port());
     assert_eq!(status(&[&plain]), None, "plain HTTP got an answer");
     // Without users, TLS alone serves every request.
-    assert_eq!(get(&pki, chd.addr, "/metrics", &[]), Some(200));
+    let mut args = trust(&pki, chd.addr);
+    args.push(url(chd.addr, "/metrics"));
+    let out = curl(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let m = Metrics::parse(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        m.value(
+            "chd_http_connections_dropped_total",
+            &[("reason", "tls_handshake")]
+        ),
+        1.0,
+        "the plain HTTP request is a failed handshake"
+    );
 }
 
 #[test]
@@ -186,6 +202,8 @@ fn a_client_that_never_handshakes_loses_its_slot_at_the_header_timeout() {
     let pki = Pki::new(dir.path());
     let web = write(dir.path(), "web.yml", &tls_and_users(&pki, &[]));
     let (_state, chd) = serve(&web, &["--header-timeout", "1s", "--max-connections", "2"]);
+    // A TCP health check (connect, close) is the client's doing: not a dropped connection.
+    drop(TcpStream::connect(chd.addr).unwrap());
     let mut silent = TcpStream::connect(chd.addr).unwrap();
     // Far over the 1 s timeout, well under the allowance.
     assert!(

@@ -283,6 +283,12 @@ async fn connection(
     let stream = tokio::select! {
         r = handshake => match r {
             Ok(Ok(stream)) => stream,
+            // A client that closes before its hello (a TCP health check, a port scan)
+            // closed the connection itself: not counted.
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                tracing::debug!(%peer, "closed before the TLS handshake: {e}");
+                return;
+            }
             Ok(Err(e)) => {
                 metrics.dropped("tls_handshake");
                 tracing::debug!(%peer, "TLS handshake failed: {e}");
