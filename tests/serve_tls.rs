@@ -2,7 +2,8 @@
 //! (`--web.config.file`, exporter-toolkit's format), against curl and a certificate the test
 //! makes: 401 without or with wrong credentials, 200 with them, plain HTTP to the TLS port
 //! fails, client certificates required and verified, a silent client loses its slot at the
-//! header timeout, the file is re-read when it changes, and a file chd cannot honour is
+//! header timeout, `min_version`/`max_version`/`cipher_suites` decide the handshake, the
+//! file is re-read when it changes, and a file chd cannot honour is
 //! refused at startup naming the key. The same file is given to Debian's
 //! `prometheus-node-exporter`, which must accept and refuse the same credentials.
 
@@ -508,4 +509,41 @@ fn chd_and_node_exporter_both_refuse_an_unknown_key() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn min_version_and_cipher_suites_take_effect_in_the_handshake() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    // TLS 1.3 only: a client capped at TLS 1.2 cannot connect.
+    let web = write(
+        dir.path(),
+        "tls13.yml",
+        &format!("{}  min_version: TLS13\n", tls_and_users(&pki, &[])),
+    );
+    let (_s1, chd) = serve(&web, &[]);
+    assert_eq!(get(&pki, chd.addr, "/healthz", &["--tls-max", "1.2"]), None);
+    assert_eq!(get(&pki, chd.addr, "/healthz", &["--tlsv1.3"]), Some(200));
+    // One TLS 1.2 suite: a TLS 1.2 client offering only another one cannot connect.
+    let web = write(
+        dir.path(),
+        "suite.yml",
+        &format!(
+            "{}  max_version: TLS12\n  cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256]\n",
+            tls_and_users(&pki, &[])
+        ),
+    );
+    let (_s2, chd) = serve(&web, &[]);
+    let only = |suite: &str| {
+        get(
+            &pki,
+            chd.addr,
+            "/healthz",
+            &["--tls-max", "1.2", "--ciphers", suite],
+        )
+    };
+    assert_eq!(only("ECDHE-ECDSA-AES128-GCM-SHA256"), Some(200));
+    assert_eq!(only("ECDHE-ECDSA-AES256-GCM-SHA384"), None);
+    // max_version TLS12: a TLS 1.3-only client cannot connect.
+    assert_eq!(get(&pki, chd.addr, "/healthz", &["--tlsv1.3"]), None);
 }
