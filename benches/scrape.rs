@@ -262,7 +262,9 @@ fn serve(exposition: Exposition, runtime: &tokio::runtime::Runtime) -> SocketAdd
             ServerSettings {
                 max_connections: 64,
                 header_timeout: Duration::from_secs(10),
+                web_config_file: None,
             },
+            None,
             metrics,
             shutdown,
         )

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of chd: formatting, lints, unit, integration and end-to-end tests.
 # Installs what the tests need first: promtool from Debian's `prometheus` package, shellcheck,
+# curl and prometheus-node-exporter (tests/serve_tls.rs),
 # and the real NVIDIA libraries (pinned PyPI wheels, cached outside the repository by
 # scripts/real-libs.sh; about 1 GB the first time, 30 s here).
 set -euo pipefail
@@ -14,6 +15,9 @@ command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
 command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
 command -v g++ >/dev/null 2>&1 || missing+=(g++)
+# tests/serve_tls.rs: curl talks TLS to chd and node_exporter, which reads the same web config.
+command -v curl >/dev/null 2>&1 || missing+=(curl)
+command -v prometheus-node-exporter >/dev/null 2>&1 || missing+=(prometheus-node-exporter)
 if ((${#missing[@]})); then
   if [ "$(id -u)" = 0 ]; then
     sudo=()

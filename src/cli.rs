@@ -315,6 +315,14 @@ pub struct ServeArgs {
     /// (default 10s).
     #[arg(long, value_name = "DURATION")]
     pub header_timeout: Option<String>,
+    /// TLS and basic auth from the web config file Prometheus exporters share (YAML, as
+    /// node_exporter's --web.config.file reads it: tls_server_config with cert_file and
+    /// key_file, client_auth_type and client_ca_file; basic_auth_users with bcrypt hashes).
+    /// Keys chd cannot honour are refused at startup by name. Re-read when it or a
+    /// certificate it names changes. Unset: plain HTTP, no authentication
+    /// [server.web_config_file].
+    #[arg(long = "web.config.file", value_name = "FILE")]
+    pub web_config_file: Option<PathBuf>,
     /// Where the matrix is saved [paths.state_dir] (default /var/lib/chd, else ./chd-state).
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
@@ -460,6 +468,7 @@ impl Cli {
             l.server.replay = a.replay.clone();
             l.server.max_connections = a.max_connections;
             l.server.header_timeout = a.header_timeout.clone();
+            l.server.web_config_file = a.web_config_file.clone();
             l.paths.state_dir = a.state_dir.clone();
             l.schedule.interval = a.interval.clone();
             l.schedule.window_budget = a.window_budget.clone();

@@ -12,6 +12,10 @@
 //!
 //! It checks that exactly the expected alerts fire, with the right labels and annotations,
 //! and that every PromQL expression of every dashboard returns data through the HTTP API.
+//!
+//! A second test has Prometheus scrape a chd with a web config (TLS, a client certificate
+//! required, basic auth) as `deploy/prometheus/README.md` configures it: `scheme: https`,
+//! `tls_config`, `basic_auth`; the same job with a wrong password is down with a 401.
 
 #[path = "support/chd_process.rs"]
 mod chd_process;
@@ -21,6 +25,8 @@ mod fake;
 mod prometheus;
 #[path = "support/sysfs_builder.rs"]
 mod sysfs_builder;
+#[path = "support/tls.rs"]
+mod tls;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -463,4 +469,84 @@ fn alerts_fire_and_dashboards_return_data_in_a_real_prometheus() {
     drop(prom);
     drop(probing);
     drop(fixture);
+}
+
+#[test]
+fn prometheus_scrapes_chd_over_tls_with_a_client_certificate_and_basic_auth() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = tls::Pki::new(dir.path());
+    let web = tls::write(
+        dir.path(),
+        "web.yml",
+        &format!(
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  \
+             client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n\
+             basic_auth_users:\n  prometheus: {}\n",
+            tls::bcrypt_hash("scrape-me")
+        ),
+    );
+    let state = tempfile::tempdir().unwrap();
+    let chd = Chd::serve(
+        state.path(),
+        &[
+            "--no-probe",
+            "--backend",
+            "host",
+            "--web.config.file",
+            s(&web),
+        ],
+    );
+    let job = |name: &str, password: &str| {
+        format!(
+            "  - job_name: {name}\n    scheme: https\n    basic_auth:\n      username: prometheus\n      \
+             password: {password}\n    tls_config:\n      ca_file: ca.crt\n      cert_file: client.crt\n      \
+             key_file: client.key\n      server_name: localhost\n    static_configs:\n      \
+             - targets: ['127.0.0.1:{}']\n",
+            chd.addr.port()
+        )
+    };
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n{}{}",
+        job("chd-tls", "scrape-me"),
+        job("chd-tls-wrong-password", "scrape-you")
+    );
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap();
+    let prom = Prometheus::start(
+        &config,
+        &[
+            ("ca.crt", read(&pki.ca)),
+            ("client.crt", read(&pki.client_cert)),
+            ("client.key", read(&pki.client_key)),
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let targets = prom.targets();
+        let health = |job: &str| {
+            targets
+                .iter()
+                .find(|t| t.0 == job)
+                .map(|t| (t.2.clone(), t.3.clone()))
+        };
+        let good = health("chd-tls");
+        let bad = health("chd-tls-wrong-password");
+        let scraped = prom
+            .query("chd_http_connection_limit{job=\"chd-tls\"}")
+            .unwrap_or_default();
+        if good.as_ref().map(|g| g.0.as_str()) == Some("up")
+            && bad
+                .as_ref()
+                .is_some_and(|b| b.0 == "down" && b.1.contains("401"))
+            && scraped.len() == 1
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "targets after 30 s: {targets:?}\nprometheus log:\n{}\nchd log:\n{}",
+            prom.log(),
+            chd.log()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }

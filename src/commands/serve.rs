@@ -14,6 +14,7 @@ use chd::exposition::pair_probe_collector::PairProbeView;
 use chd::exposition::scrape::Exposition;
 use chd::exposition::server;
 use chd::exposition::store_collector::StoreView;
+use chd::exposition::web_settings::WebSettings;
 use chd::runtime::{self, Backend, DeviceInfo};
 use chd::schedule::metrics::ProbeMetrics;
 use chd::schedule::Scheduler;
@@ -156,7 +157,11 @@ fn matrix_page(
 
 /// Serve a recording (`--replay`) until a termination signal: no probing, no collectors,
 /// no state written; every tick counts as `disabled`.
-async fn run_replay(config: Config, path: std::path::PathBuf) -> anyhow::Result<()> {
+async fn run_replay(
+    config: Config,
+    path: std::path::PathBuf,
+    web: Option<Arc<WebSettings>>,
+) -> anyhow::Result<()> {
     let replay = chd::replay::load(&path, config.probe.samples_per_cell)
         .with_context(|| format!("replaying {}", path.display()))?;
     tracing::info!("replaying {}: {}", path.display(), replay.description);
@@ -207,6 +212,7 @@ async fn run_replay(config: Config, path: std::path::PathBuf) -> anyhow::Result<
         Arc::new(exposition),
         Some(matrix_page(&store, &topology, &backend.devices)),
         config.server.clone(),
+        web,
         http,
         shutdown_rx.clone(),
     ));
@@ -232,8 +238,10 @@ async fn run_replay(config: Config, path: std::path::PathBuf) -> anyhow::Result<
 
 /// Run the exporter until a termination signal.
 pub async fn run(config: Config) -> anyhow::Result<()> {
+    // A web config that cannot be honoured stops chd before it reads or probes anything.
+    let web = web_settings(&config)?;
     if let Some(path) = config.replay.clone() {
-        return run_replay(config, path).await;
+        return run_replay(config, path, web).await;
     }
     let topology = Arc::new(
         Topology::read(&config.roots).context("reading the host topology (see --sysfs-root)")?,
@@ -327,6 +335,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         Arc::new(exposition),
         Some(matrix_page(&store, &topology, backend.devices())),
         config.server.clone(),
+        web,
         http,
         shutdown_rx.clone(),
     ));
@@ -355,6 +364,23 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     server.await.context("HTTP server panicked")?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The web config (`server.web_config_file`), read and checked before chd listens.
+fn web_settings(config: &Config) -> anyhow::Result<Option<Arc<WebSettings>>> {
+    let Some(path) = &config.server.web_config_file else {
+        tracing::info!("TLS and authentication are off (no server.web_config_file)");
+        return Ok(None);
+    };
+    let web = WebSettings::load(path).context("server.web_config_file")?;
+    let current = web.current();
+    tracing::info!(
+        path = %path.display(),
+        tls = current.tls.is_some(),
+        basic_auth_users = current.users.len(),
+        "web config loaded (re-read when it or its certificates change)"
+    );
+    Ok(Some(Arc::new(web)))
 }
 
 async fn wait_for_signal() -> anyhow::Result<()> {

@@ -44,6 +44,8 @@ impl Layer {
                 // A scraper sends its whole request head in one packet; 10 s is slack for
                 // any real client and short enough that silent connections do not pile up.
                 header_timeout: Some("10s".into()),
+                // Plain HTTP without authentication unless a web config file is given.
+                web_config_file: None,
             },
             paths: PathsLayer {
                 sysfs: Some("/sys".into()),

@@ -18,6 +18,7 @@ impl Config {
                 header_timeout: Some(
                     humantime::format_duration(self.server.header_timeout).to_string(),
                 ),
+                web_config_file: self.server.web_config_file.clone(),
             },
             paths: PathsLayer {
                 sysfs: Some(self.roots.sysfs.clone()),

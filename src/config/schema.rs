@@ -44,6 +44,9 @@ pub struct ServerLayer {
     /// Longest a connection may take to send a complete request head, counted from its
     /// accept or its previous response (so also the keep-alive idle timeout), e.g. `10s`.
     pub header_timeout: Option<String>,
+    /// The web config file Prometheus exporters share (exporter-toolkit's
+    /// `--web.config.file` YAML): TLS and basic auth. Unset: plain HTTP, no authentication.
+    pub web_config_file: Option<PathBuf>,
 }
 
 /// `[paths]`
@@ -149,7 +152,8 @@ layer_merge!(ServerLayer {
     listen,
     replay,
     max_connections,
-    header_timeout
+    header_timeout,
+    web_config_file
 });
 layer_merge!(PathsLayer {
     sysfs,

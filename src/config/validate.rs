@@ -105,6 +105,8 @@ impl Config {
                 MAX_CONNECTIONS,
             )? as usize,
             header_timeout: duration("server.header_timeout", l.server.header_timeout)?,
+            // Read and checked by `chd serve` before it listens (exposition::web_settings).
+            web_config_file: l.server.web_config_file,
         };
         Ok(Config {
             listen,

@@ -23,7 +23,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::Notify;
 
 /// `reason` of `chd_http_connections_dropped_total`.
-pub const DROP_REASONS: [&str; 2] = ["header_timeout", "evicted"];
+pub const DROP_REASONS: [&str; 3] = ["header_timeout", "evicted", "tls_handshake"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DropLabels {
@@ -70,7 +70,9 @@ impl ServerMetrics {
             "chd_http_connections_dropped",
             "HTTP connections chd closed before the client did: header_timeout (no complete \
              request head within server.header_timeout, idle keep-alive included), evicted \
-             (the longest-idle connection, closed at server.max_connections for a new one)",
+             (the longest-idle connection, closed at server.max_connections for a new one), \
+             tls_handshake (a TLS handshake that failed or did not finish within \
+             server.header_timeout)",
             m.dropped.clone(),
         );
         m

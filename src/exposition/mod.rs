@@ -3,8 +3,10 @@
 //! (when the scraper's Accept header asks for it). A scrape (`scrape`) joins what is encoded
 //! at every scrape with the store's families, which `matrix_cache` encodes once per store
 //! generation. `server` serves it over HTTP, gzipped when asked (`content_coding`), within
-//! the connection bounds of `connections`.
+//! the connection bounds of `connections`, with TLS and basic auth from the exporters' web
+//! config file (`web_config`, reloaded by `web_settings`, passwords checked by `basic_auth`).
 
+pub mod basic_auth;
 pub mod connections;
 pub mod content_coding;
 pub mod matrix_cache;
@@ -12,6 +14,8 @@ pub mod pair_probe_collector;
 pub mod scrape;
 pub mod server;
 pub mod store_collector;
+pub mod web_config;
+pub mod web_settings;
 
 use prometheus_client::encoding::{prometheus_text, text};
 use prometheus_client::registry::Registry;

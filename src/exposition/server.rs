@@ -7,27 +7,42 @@
 //! complete request head within `header_timeout` of being accepted or of its previous
 //! response (hyper starts its header timer as soon as a connection awaits a request, so
 //! this is also the keep-alive idle timeout).
+//!
+//! With a web config file ([`super::web_settings`]) connections speak TLS and requests need
+//! basic auth. The TLS handshake runs inside the connection's slot while it counts as idle
+//! (so it can be evicted for a newer connection) and must finish within `header_timeout`:
+//! a client that opens TCP and never handshakes holds a slot no longer than one that never
+//! sends its request head. Every path, `/healthz` included, needs the credentials when
+//! `basic_auth_users` is set, as in exporter-toolkit.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
-use hyper::header::{HeaderValue, ACCEPT, ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_TYPE, VARY};
+use hyper::header::{
+    HeaderValue, ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE, VARY,
+    WWW_AUTHENTICATE,
+};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use super::basic_auth::BasicAuth;
 use super::connections::{Busy, Limit, ServerMetrics, Ticket};
 use super::content_coding::{self, Acceptable, Coding};
 use super::scrape::Exposition;
+use super::web_config::WebConfig;
+use super::web_settings::WebSettings;
 use super::Format;
 
 /// The server's bounds (`[server]` keys).
@@ -37,6 +52,8 @@ pub struct ServerSettings {
     pub max_connections: usize,
     /// Longest wait for a complete request head (`server.header_timeout`).
     pub header_timeout: Duration,
+    /// The exporters' web config file: TLS and basic auth (`server.web_config_file`).
+    pub web_config_file: Option<PathBuf>,
 }
 
 const INDEX: &str = "<!doctype html>
@@ -162,9 +179,38 @@ pub type PageRenderer = Arc<dyn Fn() -> String + Send + Sync>;
 struct Site {
     exposition: Arc<Exposition>,
     matrix: Option<PageRenderer>,
+    auth: Arc<BasicAuth>,
 }
 
-async fn handle(site: Arc<Site>, req: Request<Incoming>) -> Response<Chunks> {
+/// Authenticate (when `web` has users), serve, and add `web`'s extra headers.
+async fn handle(
+    site: Arc<Site>,
+    web: Option<Arc<WebConfig>>,
+    req: Request<Incoming>,
+) -> Response<Chunks> {
+    let Some(web) = web else {
+        return route(site, req).await;
+    };
+    let mut response = if web.users.is_empty()
+        || site
+            .auth
+            .authorized(&web.users, req.headers().get(AUTHORIZATION))
+            .await
+    {
+        route(site, req).await
+    } else {
+        let mut r = plain(StatusCode::UNAUTHORIZED, TEXT, "unauthorized\n");
+        r.headers_mut()
+            .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Basic"));
+        r
+    };
+    for (name, value) in &web.headers {
+        response.headers_mut().insert(name.clone(), value.clone());
+    }
+    response
+}
+
+async fn route(site: Arc<Site>, req: Request<Incoming>) -> Response<Chunks> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return plain(StatusCode::METHOD_NOT_ALLOWED, TEXT, "only GET and HEAD\n");
     }
@@ -245,24 +291,79 @@ async fn handle(site: Arc<Site>, req: Request<Incoming>) -> Response<Chunks> {
     }
 }
 
-/// Serve one admitted connection until it ends, is evicted, or the server shuts down.
+/// One admitted connection: its TLS handshake (with a web config that has TLS), then HTTP.
+#[allow(clippy::too_many_arguments)]
 async fn connection(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
     ticket: Ticket,
     site: Arc<Site>,
+    web: Option<Arc<WebSettings>>,
     settings: Arc<ServerSettings>,
     metrics: ServerMetrics,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let web = web.map(|w| w.current());
+    let Some(tls) = web.as_ref().and_then(|w| w.tls.clone()) else {
+        return http(stream, peer, ticket, site, web, settings, metrics, shutdown).await;
+    };
+    let handshake = tokio::time::timeout(
+        settings.header_timeout,
+        tokio_rustls::TlsAcceptor::from(tls).accept(stream),
+    );
+    let stream = tokio::select! {
+        r = handshake => match r {
+            Ok(Ok(stream)) => stream,
+            // A client that closes before its hello (a TCP health check, a port scan)
+            // closed the connection itself: not counted.
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                tracing::debug!(%peer, "closed before the TLS handshake: {e}");
+                return;
+            }
+            Ok(Err(e)) => {
+                metrics.dropped("tls_handshake");
+                tracing::debug!(%peer, "TLS handshake failed: {e}");
+                return;
+            }
+            Err(_) => {
+                metrics.dropped("tls_handshake");
+                tracing::debug!(%peer, "no TLS handshake within server.header_timeout");
+                return;
+            }
+        },
+        _ = ticket.evicted() => {
+            tracing::debug!(%peer, "connection closed for a newer one during its TLS handshake");
+            return;
+        }
+        _ = shutdown.changed() => return,
+    };
+    http(stream, peer, ticket, site, web, settings, metrics, shutdown).await
+}
+
+/// Serve HTTP/1.1 on one admitted connection until it ends, is evicted, or the server
+/// shuts down.
+#[allow(clippy::too_many_arguments)]
+async fn http<S>(
+    stream: S,
+    peer: SocketAddr,
+    ticket: Ticket,
+    site: Arc<Site>,
+    web: Option<Arc<WebConfig>>,
+    settings: Arc<ServerSettings>,
+    metrics: ServerMetrics,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let ticket = Arc::new(ticket);
     let service = {
         let ticket = ticket.clone();
         service_fn(move |req| {
             let busy = ticket.busy();
             let site = site.clone();
+            let web = web.clone();
             async move {
-                let response = handle(site, req).await;
+                let response = handle(site, web, req).await;
                 Ok::<_, Infallible>(response.map(|inner| ReplyBody { inner, _busy: busy }))
             }
         })
@@ -292,16 +393,22 @@ async fn connection(
 }
 
 /// Serve `exposition` (and the `matrix` page, when given) on `listener` within `settings`'
-/// bounds until `shutdown` turns true. `metrics` are the ones registered in `exposition`.
+/// bounds until `shutdown` turns true, with TLS and basic auth when `web` is given (loaded
+/// from `settings.web_config_file`). `metrics` are the ones registered in `exposition`.
 pub async fn serve(
     listener: TcpListener,
     exposition: Arc<Exposition>,
     matrix: Option<PageRenderer>,
     settings: ServerSettings,
+    web: Option<Arc<WebSettings>>,
     metrics: ServerMetrics,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let site = Arc::new(Site { exposition, matrix });
+    let site = Arc::new(Site {
+        exposition,
+        matrix,
+        auth: Arc::new(BasicAuth::default()),
+    });
     let limit = Limit::new(settings.max_connections, metrics.clone());
     let settings = Arc::new(settings);
     loop {
@@ -337,6 +444,7 @@ pub async fn serve(
             peer,
             ticket,
             site.clone(),
+            web.clone(),
             settings.clone(),
             metrics.clone(),
             shutdown.clone(),

@@ -23,20 +23,33 @@ pub(crate) fn kustomize(dir: &Path) -> Vec<Value> {
     yaml_documents(&ran.stdout, &format!("kubectl kustomize {}", dir.display()))
 }
 
+/// The base with one component, built from an overlay made in a temp dir as a user would
+/// write it.
+fn base_with(component: &str) -> Vec<Value> {
+    let base = root().join(K8S).join("base");
+    let overlay = temp_dir().keep();
+    let kustomization = format!(
+        "resources:\n  - {}\ncomponents:\n  - {}\n",
+        relative(&overlay, &base).display(),
+        relative(
+            &overlay,
+            &root().join(K8S).join("components").join(component)
+        )
+        .display()
+    );
+    std::fs::write(overlay.join("kustomization.yaml"), kustomization).unwrap();
+    let built = kustomize(&overlay);
+    let _ = std::fs::remove_dir_all(&overlay);
+    built
+}
+
 /// Kustomizations built once per test run: the base, the Ascend overlay, and the base with
-/// the PodMonitor component (an overlay made in a temp dir, as a user would write it).
+/// each component (PodMonitor; TLS and basic auth).
 pub(crate) fn builds() -> &'static Vec<(String, Vec<Value>)> {
     static BUILDS: OnceLock<Vec<(String, Vec<Value>)>> = OnceLock::new();
     BUILDS.get_or_init(|| {
         let base = root().join(K8S).join("base");
-        let overlay = temp_dir().keep();
-        let kustomization = format!(
-            "resources:\n  - {}\ncomponents:\n  - {}\n",
-            relative(&overlay, &base).display(),
-            relative(&overlay, &root().join(K8S).join("components/podmonitor")).display()
-        );
-        std::fs::write(overlay.join("kustomization.yaml"), kustomization).unwrap();
-        let built = vec![
+        vec![
             ("base".to_string(), kustomize(&base)),
             (
                 "overlays/ascend".to_string(),
@@ -44,11 +57,13 @@ pub(crate) fn builds() -> &'static Vec<(String, Vec<Value>)> {
             ),
             (
                 "base + components/podmonitor".to_string(),
-                kustomize(&overlay),
+                base_with("podmonitor"),
             ),
-        ];
-        let _ = std::fs::remove_dir_all(&overlay);
-        built
+            (
+                "base + components/web-config".to_string(),
+                base_with("web-config"),
+            ),
+        ]
     })
 }
 
@@ -251,11 +266,21 @@ pub(crate) fn daemonset_runs_chd_unprivileged_on_every_accelerator_node() {
             }
         }
 
-        // Probes on /healthz.
+        // Probes on /healthz; with a web config (basic auth covers /healthz too) on the port.
+        let web_config = seq(&at(&c, "args", what), what).iter().find_map(|a| {
+            text(a, what)
+                .strip_prefix("--web.config.file=")
+                .map(str::to_owned)
+        });
         for p in ["livenessProbe", "readinessProbe"] {
             let probe = at(&c, p, what);
-            assert_eq!(at(&probe, "httpGet.path", what).as_str(), Some("/healthz"));
-            assert_eq!(at(&probe, "httpGet.port", what).as_str(), Some("metrics"));
+            if web_config.is_some() {
+                assert_eq!(at(&probe, "tcpSocket.port", what).as_str(), Some("metrics"));
+                assert!(key(&probe, "httpGet").is_none(), "{what}: {p}");
+            } else {
+                assert_eq!(at(&probe, "httpGet.path", what).as_str(), Some("/healthz"));
+                assert_eq!(at(&probe, "httpGet.port", what).as_str(), Some("metrics"));
+            }
         }
 
         // Volumes: /sys and /proc of the host, read-only, where the flags point; the state
@@ -294,6 +319,29 @@ pub(crate) fn daemonset_runs_chd_unprivileged_on_every_accelerator_node() {
             host_path_at(&arg("--state-dir")),
             ("/var/lib/chd".into(), false)
         );
+        // The web config file is in a mounted Secret, next to the certificates it names.
+        if let Some(file) = &web_config {
+            let dir = Path::new(file).parent().unwrap().to_str().unwrap();
+            let m = mounts
+                .get(dir)
+                .unwrap_or_else(|| panic!("{what}: nothing mounted at {dir}"));
+            assert_eq!(key(m, "readOnly"), Some(true.into()), "{what}: {dir}");
+            let vol = &volumes[&text(&at(m, "name", what), what)];
+            assert_eq!(
+                at(vol, "secret.secretName", what).as_str(),
+                Some("chd-web-config"),
+                "{what}"
+            );
+            let sm =
+                find(docs, "ServiceMonitor").expect("the component patches the ServiceMonitor");
+            let ep = &seq(&at(sm, "spec.endpoints", what), what)[0];
+            assert_eq!(at(ep, "scheme", what).as_str(), Some("https"), "{what}");
+            assert_eq!(
+                at(ep, "tlsConfig.ca.secret.name", what).as_str(),
+                Some("chd-web-config")
+            );
+            assert!(key(ep, "basicAuth").is_some(), "{what}: basicAuth");
+        }
         let config_path = PathBuf::from(arg("--config"));
         let config_mount = &mounts[config_path.parent().unwrap().to_str().unwrap()];
         let config_volume = &volumes[&text(&at(config_mount, "name", what), what)];

@@ -78,6 +78,14 @@ pub(crate) fn systemd_unit_passes_systemd_analyze_verify() {
     )
     .unwrap();
     systemd_analyze_verify(dir.path());
+
+    // And the TLS and basic auth drop-in.
+    std::fs::copy(
+        root().join("deploy/systemd/web-config.conf"),
+        dropin.join("web-config.conf"),
+    )
+    .unwrap();
+    systemd_analyze_verify(dir.path());
 }
 
 #[test]
