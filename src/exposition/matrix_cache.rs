@@ -46,15 +46,24 @@ impl Snapshot {
     }
 }
 
-/// Encodes a [`StoreView`]'s families for a private registry: `Registry` owns its
-/// collectors, and this one shares the view with the cache.
+/// What one encoding of the store saw: its generation and its coverage, read under the same
+/// read lock as the encoded families, so a snapshot's parts always agree.
+type Seen = Mutex<Option<(u64, Arc<Coverage>)>>;
+
+/// Encodes a [`StoreView`]'s families for a private registry (`Registry` owns its
+/// collectors; this one shares the view with the cache) and leaves what it saw in `seen`.
 #[derive(Debug)]
-struct StorePart(Arc<StoreView>);
+struct StorePart {
+    view: Arc<StoreView>,
+    seen: Arc<Seen>,
+}
 
 impl Collector for StorePart {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let store = self.0.store.read().unwrap_or_else(|p| p.into_inner());
-        self.0.encode_store(&store, &mut encoder)
+        let store = self.view.store.read().unwrap_or_else(|p| p.into_inner());
+        let coverage = Arc::new(self.view.coverage(&store));
+        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = Some((store.generation(), coverage));
+        self.view.encode_store(&store, &mut encoder)
     }
 }
 
@@ -63,6 +72,7 @@ impl Collector for StorePart {
 pub struct MatrixCache {
     view: Arc<StoreView>,
     part: Registry,
+    seen: Arc<Seen>,
     /// Indexed by [`slot`].
     snapshots: Mutex<[Option<Arc<Snapshot>>; 2]>,
 }
@@ -77,11 +87,16 @@ fn slot(format: Format) -> usize {
 impl MatrixCache {
     pub fn new(view: StoreView) -> MatrixCache {
         let view = Arc::new(view);
+        let seen = Arc::new(Seen::default());
         let mut part = Registry::default();
-        part.register_collector(Box::new(StorePart(view.clone())));
+        part.register_collector(Box::new(StorePart {
+            view: view.clone(),
+            seen: seen.clone(),
+        }));
         MatrixCache {
             view,
             part,
+            seen,
             snapshots: Mutex::new([None, None]),
         }
     }
@@ -91,62 +106,47 @@ impl MatrixCache {
     /// is being encoded wait for it rather than encode it again.
     pub fn snapshot(&self, format: Format) -> Result<Arc<Snapshot>, std::fmt::Error> {
         let mut snapshots = self.snapshots.lock().unwrap_or_else(|p| p.into_inner());
-        let (generation, coverage) = {
-            let store = self.view.store.read().unwrap_or_else(|p| p.into_inner());
-            let generation = store.generation();
-            if let Some(current) = snapshots[slot(format)]
-                .as_ref()
-                .filter(|s| s.generation == generation)
-            {
-                return Ok(current.clone());
-            }
-            let coverage = snapshots
-                .iter()
-                .flatten()
-                .find(|s| s.generation == generation)
-                .map(|s| s.coverage.clone());
-            let coverage = coverage.unwrap_or_else(|| Arc::new(self.view.coverage(&store)));
-            (generation, coverage)
-        };
-        // Encoded under a fresh read lock: if a probe wrote in between, the text is newer
-        // than `generation`, and the next scrape, seeing a newer generation, encodes again.
+        let generation = self
+            .view
+            .store
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .generation();
+        if let Some(current) = snapshots[slot(format)]
+            .as_ref()
+            .filter(|s| s.generation == generation)
+        {
+            return Ok(current.clone());
+        }
+        let mut text = encode(&self.part, format)?;
+        // `encode` sizes its buffer for growth; a snapshot keeps it for a window.
+        text.shrink_to_fit();
+        // What the encoding saw (a probe may have written since `generation` was read).
+        let (generation, coverage) = self
+            .seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .expect("the store part records what it encoded");
         let snapshot = Arc::new(Snapshot {
             generation,
-            text: {
-                let mut text = encode(&self.part, format)?;
-                // `encode` sizes its buffer for growth; a snapshot keeps it for a window.
-                text.shrink_to_fit();
-                Bytes::from(text)
-            },
+            text: Bytes::from(text),
             coverage,
             gzip: OnceLock::new(),
         });
         snapshots[slot(format)] = Some(snapshot.clone());
         Ok(snapshot)
     }
-
-    /// The coverage of the store's current generation: the snapshot's when there is one, else
-    /// counted from the store.
-    fn coverage(&self) -> Arc<Coverage> {
-        let snapshots = self.snapshots.lock().unwrap_or_else(|p| p.into_inner());
-        let store = self.view.store.read().unwrap_or_else(|p| p.into_inner());
-        let generation = store.generation();
-        snapshots
-            .iter()
-            .flatten()
-            .find(|s| s.generation == generation)
-            .map(|s| s.coverage.clone())
-            .unwrap_or_else(|| Arc::new(self.view.coverage(&store)))
-    }
 }
 
-/// `chd_probe_cells` of a [`MatrixCache`]'s store, counted as of each scrape; registered in
-/// the registry of the families encoded at every scrape.
+/// `chd_probe_cells` of one snapshot, counted as of the scrape that sends it: a scrape
+/// encodes it with the live families, from the same snapshot as the store's families, so
+/// coverage and matrix in one scrape describe the same store.
 #[derive(Debug)]
-pub struct CoverageView(pub Arc<MatrixCache>);
+pub struct CoverageOf(pub Arc<Snapshot>);
 
-impl Collector for CoverageView {
+impl Collector for CoverageOf {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        self.0.coverage().encode(unix_now(), &mut encoder)
+        self.0.coverage.encode(unix_now(), &mut encoder)
     }
 }

@@ -9,7 +9,7 @@ use hyper::body::Bytes;
 use prometheus_client::registry::Registry;
 
 use super::content_coding::{gzip_member, Acceptable, Coding, DeflatedPart};
-use super::matrix_cache::{CoverageView, MatrixCache};
+use super::matrix_cache::{CoverageOf, MatrixCache, Snapshot};
 use super::store_collector::StoreView;
 use super::{encode, encode_leading, Format};
 
@@ -43,14 +43,25 @@ impl Exposition {
     }
 
     /// `live` and the families of `view`, whose store part is cached per store generation
-    /// (its coverage joins `live`).
-    pub fn with_store(mut live: Registry, view: StoreView) -> Exposition {
-        let matrix = Arc::new(MatrixCache::new(view));
-        live.register_collector(Box::new(CoverageView(matrix.clone())));
+    /// (its coverage is encoded with `live`, from the same snapshot).
+    pub fn with_store(live: Registry, view: StoreView) -> Exposition {
         Exposition {
             live,
-            matrix: Some(matrix),
+            matrix: Some(Arc::new(MatrixCache::new(view))),
         }
+    }
+
+    /// The families encoded at every scrape: `live`, then `snapshot`'s coverage as of now.
+    fn encode_live(
+        &self,
+        snapshot: &Arc<Snapshot>,
+        format: Format,
+    ) -> Result<String, std::fmt::Error> {
+        let mut text = encode_leading(&self.live, format)?;
+        let mut coverage = Registry::default();
+        coverage.register_collector(Box::new(CoverageOf(snapshot.clone())));
+        text.push_str(&encode_leading(&coverage, format)?);
+        Ok(text)
     }
 
     /// The whole exposition as text.
@@ -59,7 +70,7 @@ impl Exposition {
             return encode(&self.live, format);
         };
         let snapshot = matrix.snapshot(format)?;
-        let mut text = encode_leading(&self.live, format)?;
+        let mut text = self.encode_live(&snapshot, format)?;
         text.push_str(snapshot.text());
         Ok(text)
     }
@@ -81,9 +92,8 @@ impl Exposition {
                 coding,
             }));
         };
-        // The snapshot first: the coverage in `live` is counted from it.
         let snapshot = matrix.snapshot(format)?;
-        let live = encode_leading(&self.live, format)?;
+        let live = self.encode_live(&snapshot, format)?;
         let Some(coding) = accept.choose(live.len() + snapshot.bytes().len()) else {
             return Ok(None);
         };
@@ -196,5 +206,41 @@ mod tests {
         assert!(after.text().contains(&format!("{series} 50000000000\n")));
         // The gzip form is made once per snapshot.
         assert!(std::ptr::eq(after.gzip(), after.gzip()));
+    }
+
+    /// A scrape's coverage and its matrix come from one snapshot, read under one lock: the
+    /// fresh count always equals the cells the same scrape exports.
+    #[test]
+    fn coverage_and_matrix_of_one_scrape_agree() {
+        let view = view(true);
+        let store = view.store.clone();
+        let exposition = Exposition::with_store(Registry::default(), view);
+        let count = |text: &str| {
+            let cells = text
+                .lines()
+                .filter(|l| l.starts_with("chd_h2d_bandwidth_bytes_per_second{"))
+                .count();
+            let fresh = text
+                .lines()
+                .find_map(|l| l.strip_prefix("chd_probe_cells{probe=\"h2d\",state=\"fresh\"} "))
+                .map(|v| v.parse::<usize>().unwrap());
+            (cells, fresh)
+        };
+        assert_eq!(
+            count(&exposition.text(Format::Prometheus).unwrap()),
+            (15, Some(15))
+        );
+        store.write().unwrap().record_sample(
+            key(3, "3"),
+            Sample {
+                bytes_per_second: 5.0e10,
+                at: unix_now(),
+            },
+            5,
+        );
+        assert_eq!(
+            count(&exposition.text(Format::Prometheus).unwrap()),
+            (16, Some(16))
+        );
     }
 }
