@@ -109,13 +109,12 @@ fn busy_ticks_are_skipped_and_idle_ones_probe() {
     );
 }
 
-#[test]
-fn a_window_in_progress_stops_when_the_node_gets_busy() {
-    let state = tempfile::tempdir().unwrap();
-    let proc = Arc::new(FakeProc::new());
-    let root = proc.root();
+/// `chd serve` on `root` with one window long enough (30 min, 16 cells of up to 128 MiB, 20
+/// iterations) that it is still running when the test changes the gate's inputs; returns
+/// once its first cell is in.
+fn serve_one_long_window(state: &Path, root: &Path) -> Chd {
     let chd = Chd::serve(
-        state.path(),
+        state,
         &[
             "--procfs-root",
             root.to_str().unwrap(),
@@ -134,15 +133,17 @@ fn a_window_in_progress_stops_when_the_node_gets_busy() {
     chd.wait_for(Duration::from_secs(30), "the first cell", |m| {
         !m.find("chd_h2d_bandwidth_bytes_per_second", &[]).is_empty()
     });
-    let (stop, writer) = proc.load(0.9);
+    chd
+}
+
+/// Waits for the window to be counted as aborted before it covered the matrix.
+fn assert_window_aborted(chd: &Chd) {
     let m = chd.wait_for(Duration::from_secs(20), "an aborted window", |m| {
         m.value(
             "chd_probe_runs_total",
             &[("probe", "h2d"), ("result", "aborted")],
         ) >= 1.0
     });
-    stop.store(true, Ordering::SeqCst);
-    writer.join().unwrap();
     assert!(
         m.value(
             "chd_probe_cells",
@@ -150,8 +151,20 @@ fn a_window_in_progress_stops_when_the_node_gets_busy() {
         ) > 0.0,
         "the window should have stopped before covering the matrix"
     );
+}
+
+#[test]
+fn a_window_in_progress_stops_when_the_node_gets_busy() {
+    let state = tempfile::tempdir().unwrap();
+    let proc = Arc::new(FakeProc::new());
+    let chd = serve_one_long_window(state.path(), &proc.root());
+    let (stop, writer) = proc.load(0.9);
+    assert_window_aborted(&chd);
+    stop.store(true, Ordering::SeqCst);
+    writer.join().unwrap();
     assert!(
-        chd.log().contains("idle gate closed mid-window"),
+        chd.log()
+            .contains("idle gate closed mid-window (CPUs busy)"),
         "{}",
         chd.log()
     );
@@ -210,40 +223,9 @@ fn a_window_stops_when_proc_stat_becomes_unreadable() {
     let state = tempfile::tempdir().unwrap();
     let proc = Arc::new(FakeProc::new());
     let root = proc.root();
-    let chd = Chd::serve(
-        state.path(),
-        &[
-            "--procfs-root",
-            root.to_str().unwrap(),
-            "--interval",
-            "1h",
-            "--window-budget",
-            "30m",
-            "--sizes",
-            "16,32,48,64,80,96,112,128",
-            "--directions",
-            "h2d,d2h",
-            "--iterations",
-            "20",
-        ],
-    );
-    chd.wait_for(Duration::from_secs(30), "the first cell", |m| {
-        !m.find("chd_h2d_bandwidth_bytes_per_second", &[]).is_empty()
-    });
+    let chd = serve_one_long_window(state.path(), &root);
     std::fs::remove_file(root.join("stat")).unwrap();
-    let m = chd.wait_for(Duration::from_secs(20), "an aborted window", |m| {
-        m.value(
-            "chd_probe_runs_total",
-            &[("probe", "h2d"), ("result", "aborted")],
-        ) >= 1.0
-    });
-    assert!(
-        m.value(
-            "chd_probe_cells",
-            &[("probe", "h2d"), ("state", "unmeasured")]
-        ) > 0.0,
-        "the window should have stopped before covering the matrix"
-    );
+    assert_window_aborted(&chd);
     let log = chd.log();
     assert!(
         log.contains("idle gate closed mid-window (idle gate input unreadable"),
