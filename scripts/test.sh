@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test of chd: formatting, lints, unit, integration and end-to-end tests.
+# Runs every test of chd: formatting, lints, unit, integration and end-to-end tests, then
+# every fuzz target for CHD_FUZZ_SECONDS (10) seconds each (scripts/fuzz.sh, which installs
+# nightly and cargo-fuzz when missing and fails when it cannot).
 # Installs what the tests need first: promtool from Debian's `prometheus` package, shellcheck,
 # and the real NVIDIA libraries (pinned PyPI wheels, cached outside the repository by
 # scripts/real-libs.sh; about 1 GB the first time, 30 s here).
@@ -45,6 +47,10 @@ start=$(date +%s)
 echo "scripts/test.sh: real NVIDIA libraries ready in $(($(date +%s) - start)) s"
 
 cargo fmt --all --check
+cargo fmt --manifest-path fuzz/Cargo.toml --check
 cargo clippy --locked --workspace --all-targets -- -D warnings
 cargo build --locked --workspace
 cargo test --locked --workspace
+
+# Bounded fuzzing of every parser of untrusted text (fuzz/README.md); a crash fails the run.
+./scripts/fuzz.sh "${CHD_FUZZ_SECONDS:-10}"
