@@ -224,7 +224,11 @@ Node 0 SwapCached:             0 kB
         let cpu = tmp.path().join("devices/system/cpu");
         fs::create_dir_all(&cpu).unwrap();
         fs::write(cpu.join("online"), "0-1\n").unwrap();
-        let ids: Vec<u32> = read_nodes(tmp.path()).unwrap().iter().map(|n| n.id).collect();
+        let ids: Vec<u32> = read_nodes(tmp.path())
+            .unwrap()
+            .iter()
+            .map(|n| n.id)
+            .collect();
         assert_eq!(ids, vec![1]);
         fs::remove_dir_all(dir.join("node1")).unwrap();
         let nodes = read_nodes(tmp.path()).unwrap();
