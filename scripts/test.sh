@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Runs every test of chd: formatting, lints, unit, integration and end-to-end tests.
+# Runs every test of chd: formatting, lints, unit, integration and end-to-end tests (the
+# parsers' fuzz properties included, as proptest cases on stable: tests/parsers). With
+# CHD_FUZZ_SECONDS=N it then runs every cargo-fuzz target for N seconds (scripts/fuzz.sh,
+# which needs a nightly toolchain; CI's machine has only stable Rust and cannot fetch one).
 # Installs what the tests need first: promtool from Debian's `prometheus` package, shellcheck,
 # curl and prometheus-node-exporter (tests/serve_tls.rs),
 # and the real NVIDIA libraries (pinned PyPI wheels, cached outside the repository by
@@ -49,6 +52,15 @@ start=$(date +%s)
 echo "scripts/test.sh: real NVIDIA libraries ready in $(($(date +%s) - start)) s"
 
 cargo fmt --all --check
+cargo fmt --manifest-path fuzz/Cargo.toml --check
 cargo clippy --locked --workspace --all-targets -- -D warnings
 cargo build --locked --workspace
 cargo test --locked --workspace
+
+# Bounded fuzzing of every parser of untrusted text (fuzz/README.md); a crash fails the run.
+if [ -n "${CHD_FUZZ_SECONDS:-}" ]; then
+  ./scripts/fuzz.sh "$CHD_FUZZ_SECONDS"
+else
+  echo "scripts/test.sh: cargo-fuzz targets not run (set CHD_FUZZ_SECONDS=N with a nightly toolchain," \
+    "or run scripts/fuzz.sh); their properties ran above as proptest cases (tests/parsers)"
+fi

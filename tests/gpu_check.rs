@@ -109,6 +109,7 @@ fn shellcheck_passes_on_every_script() {
         "scripts/gpu-check.sh",
         "scripts/real-libs.sh",
         "scripts/bench.sh",
+        "scripts/fuzz.sh",
         "deploy/kubernetes/gen-prometheusrule.sh",
     ];
     let out = Command::new("shellcheck")

@@ -210,10 +210,12 @@ pub fn parse_rate(text: &str) -> Result<f64, ParseError> {
     let bad = || ParseError::Format(read::shorten(t).to_owned());
     let gbit: f64 = fields.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
     let unit = fields.next().ok_or_else(bad)?;
-    if !(unit.starts_with("Gb/s") && gbit.is_finite() && gbit >= 0.0) {
+    let bytes_per_second = gbit * 1e9 / 8.0;
+    // `1e308 Gb/sec` is finite, its bytes per second are not.
+    if !(unit.starts_with("Gb/s") && bytes_per_second.is_finite() && gbit >= 0.0) {
         return Err(bad());
     }
-    Ok(gbit * 1e9 / 8.0)
+    Ok(bytes_per_second)
 }
 
 /// `device/numa_node`: `"1"` -> Some(1), `"-1"` (no affinity declared) -> None.
@@ -491,6 +493,11 @@ mod tests {
         ));
         assert!(matches!(
             parse_rate("NaN Gb/sec\n"),
+            Err(ParseError::Format(_))
+        ));
+        // Finite Gb/s whose bytes per second are not (tests/parsers' rate property).
+        assert!(matches!(
+            parse_rate("1e308 Gb/sec\n"),
             Err(ParseError::Format(_))
         ));
         assert_eq!(parse_rate("\n"), Err(ParseError::Empty));

@@ -134,22 +134,27 @@ impl RunPlan {
         slots
     }
 
-    /// Slots per pass.
+    /// Slots per pass (`usize::MAX` for a plan of more: a run.json no run could finish).
     pub fn cells_per_pass(&self) -> usize {
         let columns = match self.probe {
             MatrixKind::H2d => self.devices.len(),
-            MatrixKind::Pair => self.pairs.len() * self.cpus.len(),
+            MatrixKind::Pair => self.pairs.len().saturating_mul(self.cpus.len()),
         };
-        self.cpus.len()
-            * columns
-            * self.sizes_bytes.len()
-            * self.directions.len()
-            * self.host_memories.len()
+        [
+            columns,
+            self.sizes_bytes.len(),
+            self.directions.len(),
+            self.host_memories.len(),
+        ]
+        .iter()
+        .fold(self.cpus.len(), |n, &m| n.saturating_mul(m))
     }
 
-    /// Every slot of the run.
+    /// Every slot of the run (saturating, like [`RunPlan::cells_per_pass`]).
     pub fn total_slots(&self) -> usize {
-        self.cells_per_pass() * self.repeats as usize * self.loads.len()
+        self.cells_per_pass()
+            .saturating_mul(self.repeats as usize)
+            .saturating_mul(self.loads.len())
     }
 }
 
@@ -461,6 +466,22 @@ mod tests {
         assert_eq!(p.cells_per_pass(), 12);
         assert_eq!(all.len(), p.total_slots());
         assert_eq!(all.len(), 72);
+    }
+
+    /// A run.json whose plan counts more slots than a usize holds (an input of the run_dir
+    /// fuzz target's properties; `chd report` counts them): the count saturates.
+    #[test]
+    fn slot_counts_saturate() {
+        let mut p = plan();
+        p.cpus = (0..50).collect();
+        p.devices = (0..50).map(|d| d.to_string()).collect();
+        p.sizes_bytes = (1..=50).collect();
+        p.directions = vec!["h2d".into(); 50];
+        p.host_memories = vec!["pinned".into(); 50];
+        p.repeats = u32::MAX;
+        p.loads = vec!["idle".into(); 20];
+        assert_eq!(p.cells_per_pass(), 50usize.pow(5));
+        assert_eq!(p.total_slots(), usize::MAX);
     }
 
     #[test]

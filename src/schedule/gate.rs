@@ -123,20 +123,33 @@ impl CpuGate {
             procfs::KernelStats::from_buf_read(BufReader::new(file), procfs::current_system_info())
                 .map_err(|e| err(&stat_path, e.to_string()))?;
         let t = &stats.total;
-        let idle = t.idle + t.iowait.unwrap_or(0);
-        // guest time is already included in user time.
-        let total = t.user
-            + t.nice
-            + t.system
-            + t.idle
-            + t.iowait.unwrap_or(0)
-            + t.irq.unwrap_or(0)
-            + t.softirq.unwrap_or(0)
-            + t.steal.unwrap_or(0);
+        // guest time is already included in user time. Counters that do not fit a u64
+        // summed are corrupt, not a reading (a panic in debug builds, garbage in release).
+        let sum = |counters: &[u64]| {
+            counters
+                .iter()
+                .try_fold(0u64, |sum, &c| sum.checked_add(c))
+                .ok_or_else(|| err(&stat_path, "CPU time counters overflow 64 bits".into()))
+        };
+        let idle = sum(&[t.idle, t.iowait.unwrap_or(0)])?;
+        let total = sum(&[
+            t.user,
+            t.nice,
+            t.system,
+            t.idle,
+            t.iowait.unwrap_or(0),
+            t.irq.unwrap_or(0),
+            t.softirq.unwrap_or(0),
+            t.steal.unwrap_or(0),
+        ])?;
         let self_stat = self.procfs.join("self/stat");
         let own = Stat::from_file(&self_stat)
-            .map(|s| s.utime + s.stime)
-            .map_err(|e| err(&self_stat, e.to_string()))?;
+            .map_err(|e| err(&self_stat, e.to_string()))
+            .and_then(|s| {
+                s.utime
+                    .checked_add(s.stime)
+                    .ok_or_else(|| err(&self_stat, "utime + stime overflow 64 bits".into()))
+            })?;
         Ok(CpuTimes {
             total,
             busy: total.saturating_sub(idle),
@@ -360,6 +373,21 @@ mod tests {
         };
         assert!(!CpuGate::new(Path::new("/proc"), 0.5).is_open(&a, &b));
         assert!(CpuGate::new(Path::new("/proc"), 1.0).is_open(&a, &b));
+    }
+
+    /// Counters whose sum does not fit a u64 (found by `fuzz/fuzz_targets/proc_stat.rs`)
+    /// are an error naming the file, not an overflow.
+    #[test]
+    fn counters_that_overflow_are_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("self")).unwrap();
+        std::fs::copy("/proc/self/stat", dir.path().join("self/stat")).unwrap();
+        let stat = "cpu  0 0 2111676608941400731 16335067464768150885\ncpu0 0 0 0 0\n\
+                    intr 0\nctxt 0\nbtime 1\nprocesses 1\nprocs_running 1\nprocs_blocked 0\n";
+        std::fs::write(dir.path().join("stat"), stat).unwrap();
+        let err = CpuGate::new(dir.path(), 0.5).sample().unwrap_err();
+        assert_eq!(err.path, dir.path().join("stat"));
+        assert!(err.to_string().contains("overflow"), "{err}");
     }
 
     #[test]

@@ -25,17 +25,22 @@ pub enum CpuListError {
 /// anything else that is not a decimal id or `a-b` range is rejected.
 pub fn parse(s: &str) -> Result<Vec<u32>, CpuListError> {
     let s = s.trim();
-    let mut ids = Vec::new();
     if s.is_empty() {
-        return Ok(ids);
+        return Ok(Vec::new());
     }
+    // Ranges first, ids once at the end: a list that repeats `0-1048575` a thousand times
+    // costs a thousand ranges, not a thousand million ids.
+    let mut ranges = Vec::new();
     for raw in s.split(',') {
         let token = raw.trim();
         if token.is_empty() {
             return Err(bad(raw, "empty entry"));
         }
         match token.split_once('-') {
-            None => ids.push(parse_id(token, token)?),
+            None => {
+                let id = parse_id(token, token)?;
+                ranges.push((id, id));
+            }
             Some((a, b)) => {
                 let start = parse_id(a, token)?;
                 let end = parse_id(b, token)?;
@@ -46,12 +51,21 @@ pub fn parse(s: &str) -> Result<Vec<u32>, CpuListError> {
                         end,
                     });
                 }
-                ids.extend(start..=end);
+                ranges.push((start, end));
             }
         }
     }
-    ids.sort_unstable();
-    ids.dedup();
+    ranges.sort_unstable();
+    let mut ids = Vec::new();
+    // The first id not yet listed (ids stay below MAX_CPU_ID, so `end + 1` cannot wrap).
+    let mut next = 0;
+    for (start, end) in ranges {
+        let from = start.max(next);
+        if from <= end {
+            ids.extend(from..=end);
+            next = end + 1;
+        }
+    }
     Ok(ids)
 }
 
@@ -184,6 +198,18 @@ mod tests {
                 "{bad_list}: {err:?}"
             );
         }
+    }
+
+    /// A list repeating the widest range costs one copy of it (issue 14's fuzzing: a
+    /// corrupt 10 KB list once meant 4 GB of ids).
+    #[test]
+    fn repeated_ranges_are_listed_once() {
+        let widest = format!("0-{}", MAX_CPU_ID - 1);
+        let list = vec![widest.as_str(); 1000].join(",");
+        let ids = parse(&list).unwrap();
+        assert_eq!(ids.len(), MAX_CPU_ID as usize);
+        assert!(ids.iter().enumerate().all(|(i, &id)| id as usize == i));
+        assert_eq!(parse("5,3-4,0,4-6,2").unwrap(), vec![0, 2, 3, 4, 5, 6]);
     }
 
     #[test]

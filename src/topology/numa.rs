@@ -22,19 +22,19 @@ pub(super) fn has_numa(sysfs: &Path) -> bool {
 pub(crate) fn read_nodes(sysfs: &Path) -> Result<Vec<NumaNode>, TopologyError> {
     let dir = node_dir(sysfs);
     if !dir.is_dir() {
-        let online = read_list(&sysfs.join("devices/system/cpu/online"))?;
-        return Ok(vec![NumaNode {
-            id: 0,
-            cpus: online,
-            has_memory: true,
-            memory_total_bytes: None,
-        }]);
+        return synthetic_node(sysfs);
     }
 
+    // An empty `online` is no kernel's (node 0 is always online): the node directories
+    // say which nodes there are, as when the file is missing; with none either, the one
+    // synthetic node, so a topology always has a node.
     let ids = match read_list_opt(&dir.join("online"))? {
-        Some(ids) => ids,
-        None => node_dirs(&dir)?,
+        Some(ids) if !ids.is_empty() => ids,
+        _ => node_dirs(&dir)?,
     };
+    if ids.is_empty() {
+        return synthetic_node(sysfs);
+    }
     let with_memory = read_list_opt(&dir.join("has_memory"))?;
 
     let mut nodes = Vec::with_capacity(ids.len());
@@ -56,6 +56,17 @@ pub(crate) fn read_nodes(sysfs: &Path) -> Result<Vec<NumaNode>, TopologyError> {
         });
     }
     Ok(nodes)
+}
+
+/// The one node of a kernel without NUMA: node 0 with every online CPU.
+fn synthetic_node(sysfs: &Path) -> Result<Vec<NumaNode>, TopologyError> {
+    let online = read_list(&sysfs.join("devices/system/cpu/online"))?;
+    Ok(vec![NumaNode {
+        id: 0,
+        cpus: online,
+        has_memory: true,
+        memory_total_bytes: None,
+    }])
 }
 
 /// `MemTotal` of a `nodeN/meminfo` text (`"Node 0 MemTotal:       263783792 kB"`), in bytes.
@@ -199,6 +210,30 @@ Node 0 SwapCached:             0 kB
         assert_eq!(mem, vec![true, false, true]);
         assert_eq!(nodes[2].cpus, Vec::<u32>::new());
         assert_eq!(nodes[0].memory_total_bytes, Some(1024 * 1024));
+    }
+
+    /// An empty `node/online` (found by `fuzz/fuzz_targets/topology.rs`): the node
+    /// directories count, and with none the synthetic node; never a topology of no node.
+    #[test]
+    fn empty_online_reads_the_node_dirs_then_the_synthetic_node() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = node_dir(tmp.path());
+        fs::create_dir_all(dir.join("node1")).unwrap();
+        fs::write(dir.join("online"), "\n").unwrap();
+        fs::write(dir.join("node1/cpulist"), "0-1\n").unwrap();
+        let cpu = tmp.path().join("devices/system/cpu");
+        fs::create_dir_all(&cpu).unwrap();
+        fs::write(cpu.join("online"), "0-1\n").unwrap();
+        let ids: Vec<u32> = read_nodes(tmp.path())
+            .unwrap()
+            .iter()
+            .map(|n| n.id)
+            .collect();
+        assert_eq!(ids, vec![1]);
+        fs::remove_dir_all(dir.join("node1")).unwrap();
+        let nodes = read_nodes(tmp.path()).unwrap();
+        assert_eq!(nodes.len(), 1);
+        assert_eq!((nodes[0].id, nodes[0].cpus.clone()), (0, vec![0, 1]));
     }
 
     #[test]

@@ -1,0 +1,4 @@
+//! `cpulist`: the properties of `chd_fuzz::checks::cpulist::check` on libFuzzer's inputs.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| chd_fuzz::checks::cpulist::check(data));

@@ -1,0 +1,4 @@
+//! `http_negotiation`: the properties of `chd_fuzz::checks::http::check_negotiation` on libFuzzer's inputs.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| chd_fuzz::checks::http::check_negotiation(data));

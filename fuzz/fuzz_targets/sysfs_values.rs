@@ -1,0 +1,4 @@
+//! `sysfs_values`: the properties of `chd_fuzz::checks::sysfs::check` on libFuzzer's inputs.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| chd_fuzz::checks::sysfs::check(data));

@@ -1,0 +1,4 @@
+//! `topology`: the properties of `chd_fuzz::checks::topology::check` on libFuzzer's inputs.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| chd_fuzz::checks::topology::check(data));
