@@ -207,7 +207,11 @@ fn failure(row: &Row, collective: bool) -> Failure {
 fn bandwidth(row: &Row, field: &str) -> Result<f64, String> {
     let value = row.get(field).or_else(|| row.get("gbps"));
     match float(value) {
-        Some(g) if g.is_finite() && g > 0.0 => Ok(g * 1e9),
+        // GB/s to bytes/s; a value that overflows there (1e300 GB/s) is no bandwidth either.
+        Some(g) if g > 0.0 && (g * 1e9).is_finite() => Ok(g * 1e9),
+        Some(g) if g > 0.0 && g.is_finite() => {
+            Err(format!("{field} is out of range (bytes/s would overflow)"))
+        }
         Some(_) => Err(format!("{field} is not a positive number")),
         None if value.is_some_and(|v| !v.is_null()) => Err(format!("{field} is not a number")),
         None if value.is_some() => Err(format!("{field} is null (NaN or Infinity)")),

@@ -207,6 +207,23 @@ fn unusable_rows_are_counted_by_reason_with_the_first_place() {
         .starts_with("7 rows not used: direction"));
 }
 
+/// Found by tests/parsers (fuzz target cluster_health): 1e300 GB/s passed as a positive
+/// number and became an infinite bandwidth.
+#[test]
+fn a_bandwidth_that_overflows_bytes_per_second_is_not_used() {
+    let rec = parse_ok(
+        r#"{"metrics": [
+          {"device_id": 0, "gbps": 20.0, "host_cpu": 0, "size_mb": 16, "status": "ok", "test": "core_h2d_matrix"},
+          {"device_id": 0, "gbps": 1e300, "host_cpu": 1, "size_mb": 16, "status": "ok", "test": "core_h2d_matrix"}]}"#,
+    );
+    assert_eq!(rec.samples.len(), 1);
+    assert_eq!(rec.rejected.len(), 1);
+    assert_eq!(
+        rec.rejected[0].reason,
+        "gbps is out of range (bytes/s would overflow)"
+    );
+}
+
 #[test]
 fn a_recording_without_a_usable_row_is_an_error_naming_the_count_and_reason() {
     let e = parse(

@@ -25,7 +25,10 @@ pub fn check(data: &[u8]) {
             );
             for sample in &recording.samples {
                 if let Ok(bytes_per_second) = sample.outcome {
-                    assert!(bytes_per_second > 0.0, "{sample:?}");
+                    assert!(
+                        bytes_per_second > 0.0 && bytes_per_second.is_finite(),
+                        "{sample:?}"
+                    );
                 }
             }
         }

@@ -87,6 +87,7 @@ fn server() -> SocketAddr {
         let settings = ServerSettings {
             max_connections: 64,
             header_timeout: Duration::from_secs(2),
+            web_config_file: None,
         };
         let matrix: server::PageRenderer =
             Arc::new(|| "<html><body>matrix</body></html>\n".repeat(64));
@@ -98,6 +99,7 @@ fn server() -> SocketAddr {
                 Arc::new(Exposition::new(registry)),
                 Some(matrix),
                 settings,
+                None,
                 metrics,
                 shutdown,
             ));
