@@ -40,6 +40,21 @@ fn url(addr: SocketAddr, path: &str) -> String {
     format!("https://localhost:{}{path}", addr.port())
 }
 
+/// `/metrics` over TLS with `extra` curl arguments (credentials), parsed; the scrape must
+/// succeed.
+fn scrape_tls(pki: &Pki, addr: SocketAddr, extra: &[&str]) -> Metrics {
+    let mut args = trust(pki, addr);
+    args.extend(extra.iter().map(|a| a.to_string()));
+    args.push(url(addr, "/metrics"));
+    let out = curl(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Metrics::parse(&String::from_utf8_lossy(&out.stdout))
+}
+
 /// curl's TLS arguments: trust the test CA, resolve localhost to 127.0.0.1.
 fn trust(pki: &Pki, addr: SocketAddr) -> Vec<String> {
     vec![
@@ -115,11 +130,7 @@ fn basic_auth_over_tls_answers_401_without_or_with_wrong_credentials_and_200_wit
     let head = String::from_utf8_lossy(&head.stdout).to_lowercase();
     assert!(head.contains("www-authenticate: basic"), "{head}");
 
-    let mut args = trust(&pki, a);
-    args.extend(["-u".into(), "alice:s3cret".into(), url(a, "/metrics")]);
-    let body = curl(&args.iter().map(String::as_str).collect::<Vec<_>>());
-    assert!(body.status.success());
-    let m = Metrics::parse(&String::from_utf8_lossy(&body.stdout));
+    let m = scrape_tls(&pki, a, &["-u", "alice:s3cret"]);
     assert_eq!(m.value("chd_http_connection_limit", &[]), 64.0);
 }
 
@@ -132,15 +143,7 @@ fn plain_http_to_the_tls_port_is_refused() {
     let plain = format!("http://127.0.0.1:{}/metrics", chd.addr.port());
     assert_eq!(status(&[&plain]), None, "plain HTTP got an answer");
     // Without users, TLS alone serves every request.
-    let mut args = trust(&pki, chd.addr);
-    args.push(url(chd.addr, "/metrics"));
-    let out = curl(&args.iter().map(String::as_str).collect::<Vec<_>>());
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let m = Metrics::parse(&String::from_utf8_lossy(&out.stdout));
+    let m = scrape_tls(&pki, chd.addr, &[]);
     assert_eq!(
         m.value(
             "chd_http_connections_dropped_total",
@@ -211,15 +214,7 @@ fn a_client_that_never_handshakes_loses_its_slot_at_the_header_timeout() {
         closed_within(&mut silent, Duration::from_secs(20)),
         "a connection without a TLS handshake stayed open"
     );
-    let mut args = trust(&pki, chd.addr);
-    args.push(url(chd.addr, "/metrics"));
-    let out = curl(&args.iter().map(String::as_str).collect::<Vec<_>>());
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let m = Metrics::parse(&String::from_utf8_lossy(&out.stdout));
+    let m = scrape_tls(&pki, chd.addr, &[]);
     assert_eq!(
         m.value(
             "chd_http_connections_dropped_total",

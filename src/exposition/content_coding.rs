@@ -189,11 +189,6 @@ impl DeflatedPart {
         DeflatedPart::compress(data, true)
     }
 
-    /// Compressed size in bytes.
-    pub fn compressed_len(&self) -> usize {
-        self.deflated.len()
-    }
-
     fn compress(data: &[u8], last: bool) -> DeflatedPart {
         let mut compress = Compress::new(Compression::new(GZIP_LEVEL), false);
         let flush = if last {

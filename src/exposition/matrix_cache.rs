@@ -29,8 +29,8 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// The text, validated as UTF-8 again (for tests and whole-text callers; a scrape sends
-    /// [`Snapshot::bytes`]).
+    /// The text, validated as UTF-8 again (a scrape sends [`Snapshot::bytes`]).
+    #[cfg(test)]
     pub fn text(&self) -> &str {
         std::str::from_utf8(&self.text).expect("encoded metrics are UTF-8")
     }

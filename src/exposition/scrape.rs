@@ -64,17 +64,6 @@ impl Exposition {
         Ok(text)
     }
 
-    /// The whole exposition as text.
-    pub fn text(&self, format: Format) -> Result<String, std::fmt::Error> {
-        let Some(matrix) = &self.matrix else {
-            return encode(&self.live, format);
-        };
-        let snapshot = matrix.snapshot(format)?;
-        let mut text = self.encode_live(&snapshot, format)?;
-        text.push_str(snapshot.text());
-        Ok(text)
-    }
-
     /// The whole exposition in the coding `accept` prefers, `None` when it accepts neither
     /// gzip nor identity.
     pub fn scrape(
@@ -119,6 +108,15 @@ mod tests {
         Acceptable::parse(["gzip"])
     }
 
+    /// The whole exposition as a plain scrape sends it.
+    fn text(exposition: &Exposition, format: Format) -> String {
+        let scrape = exposition
+            .scrape(format, Acceptable::parse([]))
+            .unwrap()
+            .unwrap();
+        String::from_utf8(scrape.concat()).unwrap()
+    }
+
     fn sorted_lines(text: &str) -> Vec<&str> {
         let mut lines: Vec<&str> = text.lines().collect();
         lines.sort_unstable();
@@ -134,7 +132,7 @@ mod tests {
             encode(&registry, Format::Prometheus).unwrap()
         };
         let exposition = Exposition::with_store(Registry::default(), view(true));
-        let cached = exposition.text(Format::Prometheus).unwrap();
+        let cached = text(&exposition, Format::Prometheus);
         assert_eq!(sorted_lines(&cached), sorted_lines(&uncached));
         assert!(cached.contains("chd_probe_cells{probe=\"h2d\",state=\"unmeasured\"} 1\n"));
     }
@@ -142,7 +140,7 @@ mod tests {
     #[test]
     fn openmetrics_ends_once_with_eof() {
         let exposition = Exposition::with_store(Registry::default(), view(false));
-        let text = exposition.text(Format::OpenMetrics).unwrap();
+        let text = text(&exposition, Format::OpenMetrics);
         assert!(text.ends_with("# EOF\n"), "{text}");
         assert_eq!(text.matches("# EOF").count(), 1);
         // The live part (coverage) comes first, the store's families after it.
@@ -227,7 +225,7 @@ mod tests {
             (cells, fresh)
         };
         assert_eq!(
-            count(&exposition.text(Format::Prometheus).unwrap()),
+            count(&text(&exposition, Format::Prometheus)),
             (15, Some(15))
         );
         store.write().unwrap().record_sample(
@@ -239,7 +237,7 @@ mod tests {
             5,
         );
         assert_eq!(
-            count(&exposition.text(Format::Prometheus).unwrap()),
+            count(&text(&exposition, Format::Prometheus)),
             (16, Some(16))
         );
     }

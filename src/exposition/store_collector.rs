@@ -349,12 +349,11 @@ impl StoreView {
 
     /// When each cell of each probe was last measured, for [`Coverage::encode`].
     pub fn coverage(&self, store: &Store) -> Coverage {
-        let mut h2d = Vec::with_capacity(self.universe.len());
-        h2d.extend(
-            self.universe
-                .iter()
-                .filter_map(|k| store.h2d.get(k).and_then(|c| c.last_sample_at())),
-        );
+        let h2d = self
+            .universe
+            .iter()
+            .filter_map(|k| store.h2d.get(k).and_then(|c| c.last_sample_at()))
+            .collect();
         let affinity = self
             .affinity_cpus
             .iter()
