@@ -124,6 +124,7 @@ fn run_mode(backend: &dyn Backend, lib: &libloading::Library, cpus: &[u32]) -> T
         iterations: ITERATIONS,
         host_memory: chd::runtime::HostMemory::Pinned,
         keep: 5,
+        links: Default::default(),
     };
     let store = Arc::new(RwLock::new(Store::default()));
     let metrics = ProbeMetrics::default();

@@ -405,3 +405,78 @@ fn pageable_host_memory_on_acl_is_a_configuration_error_naming_the_key() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Issue 15's physics check end to end: the link each device is seen with after its copies
+/// (the fixture's sysfs: device 0 Gen5 x16, device 1 Gen5 trained at x8 of x16) gives its
+/// payload limit, and each column's median over it the link efficiency.
+#[test]
+fn link_efficiency_is_the_column_median_over_the_link_seen_while_probing() {
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/accelerators/gpu-node");
+    let sysfs = fixture.join("sys");
+    let procfs = fixture.join("proc");
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "--sysfs-root".to_string(),
+        sysfs.to_str().unwrap().to_string(),
+        "--procfs-root".to_string(),
+        procfs.to_str().unwrap().to_string(),
+        "--cpus".to_string(),
+        "0".to_string(),
+    ];
+    args.extend(fast("cuda"));
+    let chd = serve(
+        dir.path(),
+        &args,
+        &[
+            ("CHD_FAKE_DEVICE_COUNT", "2"),
+            ("CHD_FAKE_PCI_BUS_IDS", "0000:1A:00.0,0000:9C:00.0"),
+            // 0.79 of Gen5 x16 and 0.30 of Gen5 x8.
+            ("CHD_FAKE_H2D_GBPS", "49.8;1=9.45"),
+        ],
+    );
+    let m = chd.wait_for(
+        Duration::from_secs(60),
+        "both links and efficiencies",
+        |m| m.find("chd_h2d_link_efficiency_ratio", &[]).len() == 2,
+    );
+    let link = |device: &str, state: &str| {
+        m.value(
+            "chd_device_pcie_link_bandwidth_bytes_per_second",
+            &[("device", device), ("state", state)],
+        )
+    };
+    assert_eq!(link("0", "current"), 63_015_384_615.0);
+    assert_eq!(link("0", "max"), 63_015_384_615.0);
+    assert_eq!(link("1", "current"), 31_507_692_308.0);
+    assert_eq!(link("1", "max"), 63_015_384_615.0);
+    let efficiency = |device: &str| {
+        m.value(
+            "chd_h2d_link_efficiency_ratio",
+            &[
+                ("device", device),
+                ("size_bytes", SIZE_64_MIB),
+                ("direction", "h2d"),
+            ],
+        )
+    };
+    assert!(
+        (efficiency("0") - 0.790).abs() < 0.01,
+        "{}",
+        efficiency("0")
+    );
+    assert!(
+        (efficiency("1") - 0.300).abs() < 0.01,
+        "{}",
+        efficiency("1")
+    );
+    // The scrape-time collector reads the same link files.
+    assert_eq!(
+        m.value(
+            "chd_device_pcie_link_width",
+            &[("device", "1"), ("state", "current")]
+        ),
+        8.0
+    );
+    promtool_check_metrics(&chd.scrape());
+}

@@ -70,6 +70,7 @@ fn run_window_watching(
         iterations: 2,
         host_memory: HostMemory::Pinned,
         keep: 5,
+        links: Default::default(),
     };
     let store = Arc::new(RwLock::new(Store::default()));
     let metrics = ProbeMetrics::default();

@@ -27,6 +27,8 @@ use std::path::{Path, PathBuf};
 
 use super::read::{self, content, list_dir, parse_u32, ParseError};
 use super::{CollectError, CollectorSpec, NameFilter, PciDeviceRef, ReadError, Sink, SysCollector};
+pub use crate::topology::pci::sysfs_bdf;
+use crate::topology::pci_link;
 
 const WIDTH: &str = "chd_device_pcie_link_width";
 const SPEED: &str = "chd_device_pcie_link_speed_transfers_per_second";
@@ -73,19 +75,11 @@ pub const SPEC: CollectorSpec = CollectorSpec {
 };
 
 /// `current_link_speed`: `"32.0 GT/s PCIe"` -> Some(3.2e10), `"8 GT/s"` (older kernels) ->
-/// Some(8e9), `"Unknown"` / `"Unknown speed"` -> None.
+/// Some(8e9), `"Unknown"` / `"Unknown speed"` -> None ([`pci_link::parse_speed`] with the
+/// collectors' error type).
 pub fn parse_link_speed(text: &str) -> Result<Option<u64>, ParseError> {
     let t = content(text)?;
-    if t.starts_with("Unknown") {
-        return Ok(None);
-    }
-    let bad = || ParseError::Format(read::shorten(t).to_owned());
-    let mut fields = t.split_whitespace();
-    let gt: f64 = fields.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
-    if fields.next() != Some("GT/s") || !gt.is_finite() || gt < 0.0 {
-        return Err(bad());
-    }
-    Ok(Some((gt * 1e9).round() as u64))
+    pci_link::parse_speed(t).map_err(|_| ParseError::Format(read::shorten(t).to_owned()))
 }
 
 /// The `TOTAL_ERR_*` row `key` of an `aer_dev_*` file.
@@ -100,18 +94,6 @@ pub fn parse_aer_total(text: &str, key: &str) -> Result<u64, ParseError> {
         .flatten()
         .ok_or_else(|| ParseError::Format(format!("no {key} row")))?;
     read::parse_u64(value)
-}
-
-/// The sysfs spelling of a PCI bus id: lower case, 4-digit domain. CUDA/NVML write
-/// `00000000:1A:00.0`; sysfs names that device `0000:1a:00.0`.
-pub fn sysfs_bdf(bus_id: &str) -> String {
-    let id = bus_id.trim().to_ascii_lowercase();
-    match id.split_once(':') {
-        Some((domain, rest)) if domain.len() > 4 && domain.starts_with("0000") => {
-            format!("{}:{rest}", &domain[domain.len() - 4..])
-        }
-        _ => id,
-    }
 }
 
 impl PcieCollector {

@@ -19,7 +19,7 @@ use crate::analysis::live;
 use crate::analysis::{Cell, DeviceColumn, H2dMatrix, NumaMap, StoreAnalysis};
 use crate::runtime::{DeviceInfo, Direction};
 use crate::stats::Summary;
-use crate::store::{unix_now, CellKey, SharedStore, Store};
+use crate::store::{unix_now, CellKey, SeenLink, SharedStore, Store};
 use crate::topology::Topology;
 
 /// A label value: a borrowed string or an integer, encoded without allocating.
@@ -386,6 +386,7 @@ impl StoreView {
         let pairs = live::pair_cells(store);
         let analysis = StoreAnalysis::of(&live::by_matrix(&h2d), &pairs, &self.pairs, &numa);
         self.encode_matrix(&h2d, &analysis, &numa, enc)?;
+        encode_links(&store.links, &analysis, enc)?;
         self.encode_pairs(&pairs, &analysis, enc)?;
         self.encode_probe_state(store, enc)?;
         self.encode_info(enc)
@@ -440,6 +441,55 @@ impl StoreView {
             [([("backend", Value::Str(&self.backend))], 1i64)],
         )
     }
+}
+
+/// Each device's PCIe link as the last window saw it, its payload limit in both states, and
+/// each device column's median over the current state's limit (the physics check of issue
+/// 15: a node whose every device is equally slow has ratios near 1 but a low efficiency).
+fn encode_links(
+    links: &BTreeMap<String, SeenLink>,
+    analysis: &StoreAnalysis,
+    enc: &mut DescriptorEncoder,
+) -> std::fmt::Result {
+    gauges(
+        enc,
+        "chd_device_pcie_link_bandwidth_bytes_per_second",
+        "Payload bandwidth the device's PCIe link carries in one direction (lanes x rate x encoding), as read right after chd's last copies to it",
+        links.iter().flat_map(|(device, seen)| {
+            [("current", seen.link.current), ("max", seen.link.max)]
+                .into_iter()
+                .filter_map(move |(state, link)| {
+                    let labels = [("device", Value::Str(device.as_str())), ("state", Value::Str(state))];
+                    Some((labels, bytes_per_second(link.payload_bytes_per_second()?)))
+                })
+        }),
+    )?;
+    let mut columns: Vec<(ColumnKey, f64)> = analysis
+        .h2d
+        .iter()
+        .flat_map(|(&(size, direction), matrix)| {
+            matrix.devices.iter().filter_map(move |col| {
+                let limit = links
+                    .get(&col.device)?
+                    .link
+                    .current
+                    .payload_bytes_per_second()?;
+                Some((
+                    (col.device.as_str(), size, direction),
+                    col.summary.median / limit,
+                ))
+            })
+        })
+        .collect();
+    columns.sort_by(|a, b| a.0.cmp(&b.0));
+    gauges(
+        enc,
+        "chd_h2d_link_efficiency_ratio",
+        "Device column median / payload bandwidth of the device's current PCIe link",
+        columns
+            .iter()
+            .map(|(key, ratio)| (column_labels(key), *ratio)),
+    )
 }
 
 /// The whole view, encoded afresh at every scrape: the coverage, then the store's families.
@@ -578,6 +628,54 @@ pub(crate) mod tests {
         // Column medians: 58.4, 12.7, 39 (half slow), 58.8 -> reference median 48.7.
         assert!((ratio("1") - 12.7 / 48.7).abs() < 1e-3, "{}", ratio("1"));
         assert!((ratio("0") - 58.4 / 48.7).abs() < 1e-3);
+    }
+
+    /// The link bandwidth comes from the link the window saw; efficiency is the column median
+    /// over the current state's payload, only for devices with a known link.
+    #[test]
+    fn link_bandwidth_and_efficiency_of_the_devices_with_a_seen_link() {
+        use crate::topology::pci_link::{Link, LinkState};
+        let view = view(false);
+        let gen5 = |width| LinkState {
+            width,
+            transfers_per_second: 32_000_000_000,
+        };
+        {
+            let mut store = view.store.write().unwrap();
+            let full = Link {
+                current: gen5(16),
+                max: gen5(16),
+            };
+            store.record_link("0", full, 1.0);
+            store.record_link(
+                "1",
+                Link {
+                    current: gen5(8),
+                    ..full
+                },
+                1.0,
+            );
+        }
+        let text = scrape(view);
+        let link = |d: &str, state: &str| {
+            value(
+                &text,
+                &format!("chd_device_pcie_link_bandwidth_bytes_per_second{{device=\"{d}\",state=\"{state}\"}}"),
+            )
+        };
+        assert_eq!(link("0", "current"), 63_015_384_615.0);
+        assert_eq!(link("1", "current"), 31_507_692_308.0);
+        assert_eq!(link("1", "max"), 63_015_384_615.0);
+        let efficiency = |d: &str| {
+            value(
+                &text,
+                &format!("chd_h2d_link_efficiency_ratio{{device=\"{d}\",size_bytes=\"{SIZE}\",direction=\"h2d\"}}"),
+            )
+        };
+        assert!((efficiency("0") - 58.4e9 / 63.015_384_615e9).abs() < 1e-6);
+        assert!((efficiency("1") - 12.7e9 / 31.507_692_308e9).abs() < 1e-6);
+        assert!(!text.contains("chd_h2d_link_efficiency_ratio{device=\"2\""));
+        assert!(!text.contains("chd_device_pcie_link_bandwidth_bytes_per_second{device=\"3\""));
     }
 
     #[test]

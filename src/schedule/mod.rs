@@ -24,6 +24,7 @@ use crate::runtime::pair::{PairParams, PairProbe};
 use crate::runtime::telemetry::DeviceTelemetry;
 use crate::runtime::{Backend, HostMemory};
 use crate::store::{persist, unix_now, CellKey, SharedStore};
+use crate::topology::pci_link::DeviceLinks;
 use crate::topology::{Roots, Topology};
 use gate::{Closed, CpuGate, CpuTimes};
 use metrics::ProbeMetrics;
@@ -178,6 +179,13 @@ impl Scheduler {
                 iterations: self.probe.iterations,
                 host_memory: self.host_memory,
                 keep: self.probe.samples_per_cell,
+                links: DeviceLinks::new(
+                    &self.roots.sysfs,
+                    self.backend
+                        .devices()
+                        .iter()
+                        .map(|d| (d.id.as_str(), d.pci_bus_id.as_str())),
+                ),
             };
             (spec, pair_spec)
         };

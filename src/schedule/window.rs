@@ -2,7 +2,7 @@
 //! planned copy cells until the time budget is spent, the idle gate closes, or chd is
 //! shutting down. Every result goes to the store as soon as it is measured.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use super::cell_loop::{self, Cells};
@@ -13,6 +13,7 @@ use crate::probe::h2d;
 use crate::runtime::{Backend, Direction, HostMemory, ProbeError};
 use crate::stats;
 use crate::store::{unix_now, CellKey, Sample, SharedStore, Store};
+use crate::topology::pci_link::DeviceLinks;
 
 /// What a window should do.
 #[derive(Debug, Clone)]
@@ -28,6 +29,9 @@ pub struct WindowSpec {
     pub host_memory: HostMemory,
     /// Samples a cell keeps.
     pub keep: usize,
+    /// Where each device's PCIe link is read, once per window right after its first
+    /// measured cell (the link the copies ran over; an idle GPU lowers its link speed).
+    pub links: DeviceLinks,
 }
 
 /// A sample below this share of the node's typical cell (same size and direction) is
@@ -91,6 +95,8 @@ struct CopyCells<'a> {
     metrics: &'a ProbeMetrics,
     typical: Typical,
     group: Option<h2d::CellGroup<'a>>,
+    /// Devices whose link this window has read.
+    links_read: BTreeSet<String>,
 }
 
 impl<'a> CopyCells<'a> {
@@ -116,6 +122,21 @@ impl<'a> CopyCells<'a> {
         value
     }
 
+    /// Read `device`'s link once per window, right after a copy to it, outside any timed
+    /// region.
+    fn read_link(&mut self, device: &str) {
+        if self.links_read.contains(device) {
+            return;
+        }
+        self.links_read.insert(device.to_string());
+        if let Some(link) = self.spec.links.read(device) {
+            self.store
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .record_link(device, link, unix_now());
+        }
+    }
+
     /// Drop the group in flight (its binding and host buffer) and say so.
     fn release_group(&mut self) {
         self.group = None;
@@ -134,7 +155,10 @@ impl Cells for CopyCells<'_> {
 
     fn measure(&mut self, cell: &CellKey) -> Option<f64> {
         match self.measure_in_group(cell) {
-            Ok(v) => Some(v),
+            Ok(v) => {
+                self.read_link(&cell.device);
+                Some(v)
+            }
             Err(e) => {
                 tracing::warn!(cpu = cell.cpu, device = %cell.device, size_bytes = cell.size_bytes,
                     direction = cell.direction.as_str(), "cell failed: {e}");
@@ -200,6 +224,7 @@ pub fn run(
         metrics,
         typical: Typical::of(&store.read().unwrap_or_else(|p| p.into_inner())),
         group: None,
+        links_read: BTreeSet::new(),
     };
     let report = cell_loop::run(
         "h2d",
@@ -336,6 +361,7 @@ mod tests {
             iterations: 1,
             host_memory: HostMemory::Pinned,
             keep: 5,
+            links: Default::default(),
         }
     }
 
@@ -503,6 +529,7 @@ mod tests {
             iterations: 1,
             host_memory: HostMemory::Pinned,
             keep: 5,
+            links: Default::default(),
         };
         let shared = Arc::new(RwLock::new(store));
         let metrics = ProbeMetrics::default();

@@ -10,6 +10,7 @@ use std::sync::{Arc, RwLock};
 
 use crate::runtime::Direction;
 use crate::stats;
+use crate::topology::pci_link::Link;
 
 /// One cell of the core x device copy matrix.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -84,6 +85,16 @@ pub struct Bindable {
     pub at: f64,
 }
 
+/// A device's PCIe link as sysfs reported it right after chd's copies to the device: the
+/// link the measurement ran over (read at scrape time instead, an idle GPU's link reads as
+/// 2.5 GT/s: NVIDIA GPUs lower the link speed when idle and raise it again under load).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SeenLink {
+    pub link: Link,
+    /// Unix time of the reading.
+    pub at: f64,
+}
+
 /// Everything probes have measured on this node.
 ///
 /// Change it through its methods once it is shared: each of them gives the store a new
@@ -103,6 +114,9 @@ pub struct Store {
     /// CPU -> NUMA node of the machine that measured the cells (saved with them, so a
     /// replay of the state file knows the segments).
     pub cpu_numa: BTreeMap<u32, u32>,
+    /// Device -> its PCIe link as seen in the last window that copied to it. Not saved in the
+    /// state file: after a restart it is unknown until a window copies to the device again.
+    pub links: BTreeMap<String, SeenLink>,
     /// Changes with every write through a method; unique across all stores of the process.
     generation: u64,
 }
@@ -121,6 +135,7 @@ impl Default for Store {
             bindable: BTreeMap::new(),
             last_success: BTreeMap::new(),
             cpu_numa: BTreeMap::new(),
+            links: BTreeMap::new(),
             generation: next_generation(),
         }
     }
@@ -134,6 +149,7 @@ impl PartialEq for Store {
             && self.bindable == other.bindable
             && self.last_success == other.last_success
             && self.cpu_numa == other.cpu_numa
+            && self.links == other.links
     }
 }
 
@@ -189,6 +205,12 @@ impl Store {
         self.last_success.insert(probe.to_string(), at);
     }
 
+    /// Record the PCIe link `device` was seen with after a copy.
+    pub fn record_link(&mut self, device: &str, link: Link, at: f64) {
+        self.changed();
+        self.links.insert(device.to_string(), SeenLink { link, at });
+    }
+
     /// Keep only cells whose CPU and device satisfy the predicates (after a topology change).
     /// Returns how many cells were dropped.
     pub fn retain_known(
@@ -205,6 +227,7 @@ impl Store {
             cpu_exists(k.cpu0) && cpu_exists(k.cpu1) && k.pair.split(',').all(&device_exists)
         });
         self.bindable.retain(|cpu, _| cpu_exists(*cpu));
+        self.links.retain(|device, _| device_exists(device));
         before - self.h2d.len() - self.bindable.len() - self.pair.len()
     }
 

@@ -7,6 +7,7 @@ mod cpus;
 pub mod natural;
 mod numa;
 pub mod pci;
+pub mod pci_link;
 pub mod render;
 mod selection;
 

@@ -4,6 +4,18 @@
 
 use std::path::Path;
 
+/// The sysfs spelling of a PCI bus id: lower case, 4-digit domain. CUDA/NVML write
+/// `00000000:1A:00.0`; sysfs names that device `0000:1a:00.0`.
+pub fn sysfs_bdf(bus_id: &str) -> String {
+    let id = bus_id.trim().to_ascii_lowercase();
+    match id.split_once(':') {
+        Some((domain, rest)) if domain.len() > 4 && domain.starts_with("0000") => {
+            format!("{}:{rest}", &domain[domain.len() - 4..])
+        }
+        _ => id,
+    }
+}
+
 /// The NUMA node sysfs declares for `bdf`; `None` when unknown (-1, missing, garbage).
 pub fn numa_node(sysfs: &Path, bdf: &str) -> Option<u32> {
     let path = sysfs
