@@ -41,7 +41,7 @@ use prometheus::{
 use sysfs_builder::{CpuSpec, CpuTopology, Machine, NodeSpec, Numa};
 
 /// How long to wait for the expected alerts (probing, scraping and evaluating every second).
-const ALERT_TIMEOUT: Duration = Duration::from_secs(40);
+const ALERT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// CPUs this process may run on (the probe binds to them for real).
 fn allowed_cpus() -> Vec<u32> {
@@ -95,6 +95,72 @@ fn two_node_tree(root: &Path) -> (PathBuf, PathBuf, Option<u32>) {
     };
     let (sys, proc) = machine.write(root).expect("write sysfs tree");
     (sys, proc, second)
+}
+
+/// The gpu-node fixture (tests/fixtures/accelerators) copied under `root`, with every PCIe
+/// link of the three functions the fleet nodes use trained at `width` lanes (of 16), Gen5.
+fn fleet_node_tree(root: &Path, width: u32) -> (PathBuf, PathBuf) {
+    let fixture = prometheus::repo().join("tests/fixtures/accelerators/gpu-node");
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&fixture)
+        .arg(root.join("node"))
+        .status()
+        .expect("cp");
+    assert!(status.success(), "cp -a {fixture:?}");
+    let sys = root.join("node/sys");
+    for bdf in FLEET_BUS_IDS.split(',') {
+        let dir = sys.join("bus/pci/devices").join(bdf.to_ascii_lowercase());
+        std::fs::write(dir.join("current_link_width"), format!("{width}\n")).unwrap();
+        std::fs::write(dir.join("max_link_width"), "16\n").unwrap();
+        std::fs::write(dir.join("current_link_speed"), "32.0 GT/s PCIe\n").unwrap();
+        std::fs::write(dir.join("max_link_speed"), "32.0 GT/s PCIe\n").unwrap();
+    }
+    (sys, root.join("node/proc"))
+}
+
+/// The PCI functions of gpu-node that the fleet nodes' three fake devices sit on.
+const FLEET_BUS_IDS: &str = "0000:1A:00.0,0000:9C:00.0,0000:C1:00.0";
+
+/// One node of the small fleet: the fake runtime's three devices (named `Fake B200`, a model
+/// of its own) on the CPU tests run on first, at `gbps` (the fake's CHD_FAKE_H2D_GBPS rule).
+fn fleet_node(state: &Path, tree: &Path, width: u32, gbps: &str) -> Chd {
+    let (sys, proc) = fleet_node_tree(tree, width);
+    let lib = fake_runtime_path();
+    let cpu = allowed_cpus()[0].to_string();
+    Chd::serve_env(
+        state,
+        &[
+            "--sysfs-root",
+            s(&sys),
+            "--procfs-root",
+            s(&proc),
+            "--cpus",
+            &cpu,
+            "--interval",
+            "1s",
+            "--window-budget",
+            "800ms",
+            "--cpu-busy-threshold",
+            "1",
+            "--sizes",
+            "64",
+            "--iterations",
+            "2",
+            "--backend",
+            "cuda",
+            "--cuda-runtime",
+            lib,
+            "--nvml",
+            lib,
+        ],
+        &[
+            ("CHD_FAKE_DEVICE_COUNT", "3"),
+            ("CHD_FAKE_PCI_BUS_IDS", FLEET_BUS_IDS),
+            ("CHD_FAKE_DEVICE_NAME", "Fake B200"),
+            ("CHD_FAKE_H2D_GBPS", gbps),
+        ],
+    )
 }
 
 fn s(p: &Path) -> &str {
@@ -224,12 +290,34 @@ fn alerts_fire_and_dashboards_return_data_in_a_real_prometheus() {
         ],
     );
 
+    // (e) A small fleet of one model (issue 15): two nodes at 50 GB/s on Gen5 x16 links, one
+    // of them with device 2 planted at 18.9 GB/s (0.3 of its link), and one node whose every
+    // device gives 25 GB/s on links trained at x8 (the seed's low-ceiling node).
+    let fleet_trees: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let fleet_states: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let fleet_a = fleet_node(fleet_states[0].path(), fleet_trees[0].path(), 16, "50");
+    let fleet_b = fleet_node(fleet_states[1].path(), fleet_trees[1].path(), 16, "50;2=18.9");
+    let fleet_slow = fleet_node(fleet_states[2].path(), fleet_trees[2].path(), 8, "25");
+
     // (d) Nobody listens there.
     let dead = format!("127.0.0.1:{}", free_port());
 
     let probing_instance = probing.addr.to_string();
     let fixture_instance = fixture.addr.to_string();
     let replay_instance = replay.addr.to_string();
+    let fleet_jobs: String = [
+        ("chd-fleet-a", &fleet_a),
+        ("chd-fleet-b", &fleet_b),
+        ("chd-fleet-slow", &fleet_slow),
+    ]
+    .iter()
+    .map(|(job, chd)| {
+        format!(
+            "\x20 - job_name: {job}\n    static_configs:\n      - targets: ['{}']\n",
+            chd.addr
+        )
+    })
+    .collect();
     let config = format!(
         "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
          rule_files:\n  - chd.rules.yml\n\
@@ -237,7 +325,8 @@ fn alerts_fire_and_dashboards_return_data_in_a_real_prometheus() {
          \x20 - job_name: chd-probing\n    static_configs:\n      - targets: ['{probing_instance}']\n\
          \x20 - job_name: chd-fixture\n    static_configs:\n      - targets: ['{fixture_instance}']\n\
          \x20 - job_name: chd-replay\n    static_configs:\n      - targets: ['{replay_instance}']\n\
-         \x20 - job_name: chd-dead\n    static_configs:\n      - targets: ['{dead}']\n"
+         \x20 - job_name: chd-dead\n    static_configs:\n      - targets: ['{dead}']\n\
+         {fleet_jobs}"
     );
     let rules = std::fs::read_to_string(rules_path()).unwrap();
     let prom = Prometheus::start(&config, &[("chd.rules.yml", rules_with_for(&rules, "0s"))]);
@@ -253,6 +342,15 @@ fn alerts_fire_and_dashboards_return_data_in_a_real_prometheus() {
             .to_string(),
         "ChdProbeErrors job=chd-replay device=3 reason=recorded".to_string(),
         "ChdPairCpuSlow job=chd-replay cpu=6 pair=0,3 rank=0".to_string(),
+        // The fleet: the slow node against its peers (its x8 links explain it), and the
+        // planted device against its link (and its node's other devices).
+        "ChdH2DNodeBelowFleet job=chd-fleet-slow size_bytes=67108864 direction=h2d".to_string(),
+        "ChdPcieLinkDegraded job=chd-fleet-slow device=0 link=width".to_string(),
+        "ChdPcieLinkDegraded job=chd-fleet-slow device=1 link=width".to_string(),
+        "ChdPcieLinkDegraded job=chd-fleet-slow device=2 link=width".to_string(),
+        "ChdH2DBelowLink job=chd-fleet-b device=2 size_bytes=67108864 direction=h2d".to_string(),
+        "ChdH2DSlowDeviceColumn job=chd-fleet-b device=2 size_bytes=67108864 direction=h2d"
+            .to_string(),
     ]
     .into_iter()
     .collect();
@@ -333,7 +431,10 @@ fn alerts_fire_and_dashboards_return_data_in_a_real_prometheus() {
         "{column:?}"
     );
 
-    let link = find("ChdPcieLinkDegraded", &[("device", "0")]);
+    let link = find(
+        "ChdPcieLinkDegraded",
+        &[("device", "0"), ("job", "chd-fixture")],
+    );
     assert_eq!(link.labels["instance"], fixture_instance);
     assert_eq!(
         link.annotations["summary"],
@@ -373,6 +474,27 @@ fn alerts_fire_and_dashboards_return_data_in_a_real_prometheus() {
         "{errors:?}"
     );
 
+    // Issue 15: the slow node against its fleet, with its links beside the value, and the
+    // planted device against its link.
+    let below_fleet = find("ChdH2DNodeBelowFleet", &[("job", "chd-fleet-slow")]);
+    assert_eq!(below_fleet.labels["name"], "Fake B200");
+    let v: f64 = below_fleet.value.parse().unwrap();
+    assert!((v - 0.5).abs() < 0.01, "node over fleet {v}");
+    let description = &below_fleet.annotations["description"];
+    for part in [
+        "at 25GB/s against a fleet median of 50GB/s (50%)",
+        "Its links: x8 at 32GT/s, 31.51GB/s of payload, 0.79 of the link",
+    ] {
+        assert!(description.contains(part), "{part:?} not in {description}");
+    }
+    let below_link = find("ChdH2DBelowLink", &[("job", "chd-fleet-b")]);
+    let v: f64 = below_link.value.parse().unwrap();
+    assert!((v - 18.9 / 63.015).abs() < 0.01, "efficiency {v}");
+    assert!(
+        below_link.annotations["description"].contains("(63.02GB/s, chd_h2d_link_efficiency_ratio)"),
+        "{below_link:?}"
+    );
+
     // The fleet recording rules see the slow column.
     let ratio_min = prom
         .query(&format!(
@@ -393,8 +515,8 @@ fn alerts_fire_and_dashboards_return_data_in_a_real_prometheus() {
         .unwrap();
     assert_eq!(links[0]["value"][1], "1", "{links:?}");
 
-    // Every dashboard expression returns data (the two chd instances stand for `$instance`).
-    let instance_regex = format!("{probing_instance}|{fixture_instance}");
+    // Every dashboard expression returns data (three chd instances stand for `$instance`).
+    let instance_regex = format!("{probing_instance}|{fixture_instance}|{}", fleet_b.addr);
     let vars: &[(&str, &str)] = &[
         ("job", ".*chd.*"),
         ("instance", &instance_regex),
@@ -465,10 +587,11 @@ fn alerts_fire_and_dashboards_return_data_in_a_real_prometheus() {
 
     let elapsed = started.elapsed();
     eprintln!("{checked} dashboard queries returned data; whole test {elapsed:.1?}");
-    assert!(elapsed < Duration::from_secs(60), "took {elapsed:?}");
+    assert!(elapsed < Duration::from_secs(120), "took {elapsed:?}");
     drop(prom);
     drop(probing);
     drop(fixture);
+    drop((fleet_a, fleet_b, fleet_slow));
 }
 
 #[test]
