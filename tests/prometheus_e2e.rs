@@ -8,6 +8,11 @@
 //!   with rank 0 slow on that same CPU;
 //! - `chd-fixture`: `chd serve --no-probe` on the roce-dual-rail fixture tree (two RoCE rails,
 //!   numastat, GPU 0's PCIe link trained at x8 of x16), for the RDMA, NUMA and PCIe series;
+//! - `chd-replay`: a replayed ClusterHealthDetect recording;
+//! - `chd-fleet-a`, `chd-fleet-b`, `chd-fleet-slow`: three nodes of one device model (`Fake
+//!   B200`) on copies of the gpu-node fixture: two at 50 GB/s on Gen5 x16 links (b with device
+//!   2 planted at 0.3 of its link), one at 25 GB/s on links trained at x8 (issue 15's fleet
+//!   and physics rules);
 //! - `chd-dead`: a port nobody listens on.
 //!
 //! It checks that exactly the expected alerts fire, with the right labels and annotations,
