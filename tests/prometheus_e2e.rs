@@ -301,7 +301,12 @@ fn alerts_fire_and_dashboards_return_data_in_a_real_prometheus() {
     let fleet_trees: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let fleet_states: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let fleet_a = fleet_node(fleet_states[0].path(), fleet_trees[0].path(), 16, "50");
-    let fleet_b = fleet_node(fleet_states[1].path(), fleet_trees[1].path(), 16, "50;2=18.9");
+    let fleet_b = fleet_node(
+        fleet_states[1].path(),
+        fleet_trees[1].path(),
+        16,
+        "50;2=18.9",
+    );
     let fleet_slow = fleet_node(fleet_states[2].path(), fleet_trees[2].path(), 8, "25");
 
     // (d) Nobody listens there.
@@ -496,7 +501,8 @@ fn alerts_fire_and_dashboards_return_data_in_a_real_prometheus() {
     let v: f64 = below_link.value.parse().unwrap();
     assert!((v - 18.9 / 63.015).abs() < 0.01, "efficiency {v}");
     assert!(
-        below_link.annotations["description"].contains("(63.02GB/s, chd_h2d_link_efficiency_ratio)"),
+        below_link.annotations["description"]
+            .contains("(63.02GB/s, chd_h2d_link_efficiency_ratio)"),
         "{below_link:?}"
     );
 

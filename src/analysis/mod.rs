@@ -9,6 +9,7 @@
 //! - [`live`]: a `Store`'s cells as that input, and the whole store's analysis.
 //! - [`h2d`]: device columns with their ratio to the typical device, NUMA segments.
 //! - [`ranks`]: CPUs ranked by how they feed the devices, the slowest cells.
+//! - [`link`]: each device column over the payload of its PCIe link.
 //! - [`measured_node`]: the NUMA node that feeds each device best.
 //! - [`pair`]: a core-pair matrix's per-CPU medians and NUMA x NUMA blocks.
 //! - [`failures`]: the cells that failed.
@@ -20,6 +21,7 @@ pub mod failures;
 pub mod findings;
 pub mod h2d;
 pub mod heatmap;
+pub mod link;
 pub mod live;
 pub mod measured_node;
 pub mod pair;

@@ -15,11 +15,13 @@ use prometheus_client::encoding::{
 use prometheus_client::metrics::MetricType;
 
 use crate::analysis::cell::NodeOf;
+use crate::analysis::link::link_efficiencies;
 use crate::analysis::live;
 use crate::analysis::{Cell, DeviceColumn, H2dMatrix, NumaMap, StoreAnalysis};
 use crate::runtime::{DeviceInfo, Direction};
 use crate::stats::Summary;
 use crate::store::{unix_now, CellKey, SeenLink, SharedStore, Store};
+use crate::topology::pci_link::Link;
 use crate::topology::Topology;
 
 /// A label value: a borrowed string or an integer, encoded without allocating.
@@ -464,31 +466,16 @@ fn encode_links(
                 })
         }),
     )?;
-    let mut columns: Vec<(ColumnKey, f64)> = analysis
-        .h2d
-        .iter()
-        .flat_map(|(&(size, direction), matrix)| {
-            matrix.devices.iter().filter_map(move |col| {
-                let limit = links
-                    .get(&col.device)?
-                    .link
-                    .current
-                    .payload_bytes_per_second()?;
-                Some((
-                    (col.device.as_str(), size, direction),
-                    col.summary.median / limit,
-                ))
-            })
-        })
-        .collect();
-    columns.sort_by(|a, b| a.0.cmp(&b.0));
+    let links: BTreeMap<String, Link> = links.iter().map(|(d, s)| (d.clone(), s.link)).collect();
+    let efficiencies = link_efficiencies(&analysis.h2d, &links);
     gauges(
         enc,
         "chd_h2d_link_efficiency_ratio",
         "Device column median / payload bandwidth of the device's current PCIe link",
-        columns
-            .iter()
-            .map(|(key, ratio)| (column_labels(key), *ratio)),
+        efficiencies.iter().map(|e| {
+            let key = (e.device.as_str(), e.size_bytes, e.direction);
+            (column_labels(&key), e.ratio)
+        }),
     )
 }
 

@@ -8,9 +8,10 @@ use std::fmt::Write;
 
 use super::heatmap::{self, cell_colour, colour, hex};
 use crate::analysis::heatmap::{ticks, Axes, HeatCell, Heatmap};
-use crate::analysis::live;
+use crate::analysis::{link, live, H2dMatrix};
 use crate::runtime::DeviceInfo;
 use crate::store::Store;
+use crate::topology::pci_link::Link;
 use crate::topology::Topology;
 
 /// Escape text for XML/HTML content and attributes.
@@ -248,6 +249,36 @@ pub fn store_heatmaps(store: &Store, topology: &Topology, devices: &[DeviceInfo]
     maps
 }
 
+/// `x8 Gen5 of x16 Gen5, 31.5 GB/s`: the link's state now and at most, and its payload.
+pub fn describe_link(link: &Link) -> String {
+    let payload = link
+        .current
+        .payload_bytes_per_second()
+        .map(|b| format!(", {:.1} GB/s", b / 1e9))
+        .unwrap_or_default();
+    format!(
+        "{} of {}{payload}",
+        link.current.describe(),
+        link.max.describe()
+    )
+}
+
+/// Each device column of `store` over the link its device was last probed with.
+fn store_link_efficiencies(store: &Store, topology: &Topology) -> Vec<link::LinkEfficiency> {
+    let numa = live::numa_map(topology);
+    let cells = live::h2d_cells(store);
+    let matrices = live::by_matrix(&cells)
+        .into_iter()
+        .map(|(key, cells)| (key, H2dMatrix::of(&cells, &numa)))
+        .collect();
+    let links = store
+        .links
+        .iter()
+        .map(|(d, seen)| (d.clone(), seen.link))
+        .collect();
+    link::link_efficiencies(&matrices, &links)
+}
+
 /// Cells per heatmap on a page; bigger pair matrices are shown as block medians.
 pub const MAX_PAGE_CELLS: usize = 40_000;
 
@@ -256,18 +287,32 @@ pub const MAX_PAGE_CELLS: usize = 40_000;
 pub fn matrix_page(store: &Store, topology: &Topology, devices: &[DeviceInfo]) -> String {
     let mut note = String::from("<p>Core x device copy matrix as measured so far: colour = median GB/s (decimal) of a cell's recent samples; rows are CPUs grouped by NUMA node.</p>\n");
     if !devices.is_empty() {
-        note.push_str("<table class=\"devices\"><tr><th>device</th><th>kind</th><th>name</th><th>PCI</th><th>NUMA node</th></tr>");
+        let efficiencies = store_link_efficiencies(store, topology);
+        note.push_str("<table class=\"devices\"><tr><th>device</th><th>kind</th><th>name</th><th>PCI</th><th>NUMA node</th><th>PCIe link (while probed)</th><th>median / link</th></tr>");
         for d in devices {
             let _ = write!(
                 note,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 escape(&d.id),
                 escape(&d.kind),
                 escape(&d.name),
                 escape(&d.pci_bus_id),
                 d.numa_node
                     .map(|n| n.to_string())
-                    .unwrap_or_else(|| "-".into())
+                    .unwrap_or_else(|| "-".into()),
+                store
+                    .links
+                    .get(&d.id)
+                    .map(|seen| describe_link(&seen.link))
+                    .unwrap_or_else(|| "-".into()),
+                link::headline(&efficiencies, &d.id)
+                    .map(|e| format!(
+                        "{:.2} ({} {})",
+                        e.ratio,
+                        super::dataset::size_label(e.size_bytes),
+                        e.direction.as_str()
+                    ))
+                    .unwrap_or_else(|| "-".into()),
             );
         }
         note.push_str("</table>\n");
