@@ -506,6 +506,15 @@ fn alerts_fire_and_dashboards_return_data_in_a_real_prometheus() {
         "{below_link:?}"
     );
 
+    // The column alert says what chd knows of the cause, from the node's own series.
+    let explained = find("ChdH2DSlowDeviceColumn", &[("job", "chd-fleet-b")]);
+    assert!(
+        explained.annotations["description"].contains(
+            "What chd knows of the cause: PCIe link x16 of x16 at 32GT/s of 32GT/s; NUMA node 0 declared by sysfs, 0 measured best; device utilization now 0%"
+        ),
+        "{explained:?}"
+    );
+
     // The fleet recording rules see the slow column.
     let ratio_min = prom
         .query(&format!(
