@@ -21,6 +21,12 @@ pub struct LinkEfficiency {
     pub ratio: f64,
 }
 
+/// A column median over the payload of `link`'s current state; `None` when its payload is
+/// unknown.
+pub fn efficiency(median: f64, link: &Link) -> Option<f64> {
+    Some(median / link.current.payload_bytes_per_second()?)
+}
+
 /// Every device column of `matrices` whose device has a link in `links` with a known payload,
 /// by (device, size, direction).
 pub fn link_efficiencies(
@@ -31,12 +37,12 @@ pub fn link_efficiencies(
         .iter()
         .flat_map(|(&(size_bytes, direction), matrix)| {
             matrix.devices.iter().filter_map(move |col| {
-                let payload = links.get(&col.device)?.current.payload_bytes_per_second()?;
+                let ratio = efficiency(col.summary.median, links.get(&col.device)?)?;
                 Some(LinkEfficiency {
                     device: col.device.clone(),
                     size_bytes,
                     direction,
-                    ratio: col.summary.median / payload,
+                    ratio,
                 })
             })
         })

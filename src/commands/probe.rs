@@ -4,10 +4,10 @@
 //! Ctrl-C handling, stream samples to `--out DIR`, and finish with the report. The two
 //! subcommands differ only in how they plan and what measures one slot.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{anyhow, bail, Context as _};
 
@@ -17,7 +17,7 @@ use super::progress::Progress;
 use super::request::{H2dRequest, PairRequest, ProbeRequest, RunOptions};
 use chd::config::{Config, Layer, PairSelection, RuntimeLayer};
 use chd::format::run_dir::{
-    self as record, CellLog, DeviceMeta, Machine, MatrixKind, RunFile, RunPlan,
+    self as record, CellLog, DeviceMeta, LinkRecord, Machine, MatrixKind, RunFile, RunPlan,
     RuntimeOptions as StoredRuntime, SampleRecord, SlotId,
 };
 use chd::load::device::{self, DeviceProfile};
@@ -30,6 +30,7 @@ use chd::runtime::select::Opened;
 use chd::runtime::{self, Direction, HostMemory, ProbeError};
 use chd::store::{unix_now, CellKey};
 use chd::topology::natural::natural_key;
+use chd::topology::pci_link::{DeviceLinks, Link};
 use chd::topology::Topology;
 
 /// Run a `chd probe` subcommand.
@@ -52,6 +53,16 @@ fn hostname(layer: &Layer) -> String {
         .unwrap_or_default()
 }
 
+/// A link as run.json records it.
+fn link_record(link: &Link) -> LinkRecord {
+    LinkRecord {
+        current_width: link.current.width,
+        current_transfers_per_second: link.current.transfers_per_second,
+        max_width: link.max.width,
+        max_transfers_per_second: link.max.transfers_per_second,
+    }
+}
+
 fn machine(layer: &Layer, topology: &Topology, opened: &Opened) -> Machine {
     Machine {
         hostname: hostname(layer),
@@ -68,6 +79,7 @@ fn machine(layer: &Layer, topology: &Topology, opened: &Opened) -> Machine {
                 kind: d.kind.clone(),
                 pci_bus_id: d.pci_bus_id.clone(),
                 numa_node: d.numa_node,
+                link: None,
             })
             .collect(),
         numa_nodes: topology
@@ -384,11 +396,29 @@ fn run_matrix(
         }
         DeviceProfile::new(loader, devices, &allowed, &plan.cpus)
     });
+    // Each device's PCIe link, read once right after its first measured copy cell (an idle
+    // GPU lowers its link speed; the copies just ran over the link this reads).
+    let links = DeviceLinks::new(
+        &config.roots.sysfs,
+        opened
+            .backend
+            .devices()
+            .iter()
+            .map(|d| (d.id.as_str(), d.pci_bus_id.as_str())),
+    );
+    let seen_links: Mutex<BTreeMap<String, Option<Link>>> = Mutex::new(BTreeMap::new());
     let measure = |slot: &SlotId| {
         if let Some(load) = &device_load {
             load.follow(&slot.load)?;
         }
-        (prepared.measure)(slot)
+        let value = (prepared.measure)(slot)?;
+        if slot.matrix == MatrixKind::H2d {
+            let mut seen = seen_links.lock().unwrap_or_else(|p| p.into_inner());
+            if !seen.contains_key(&slot.device) {
+                seen.insert(slot.device.clone(), links.read(&slot.device));
+            }
+        }
+        Ok(value)
     };
     let exec = execute(
         plan,
@@ -415,14 +445,26 @@ fn run_matrix(
     }
 
     // What each pair was measured with, as the probe knows it now (a pair whose peer access
-    // failed mid-run turned copy-staged).
+    // failed mid-run turned copy-staged), and the links the copies ran over.
+    let mut changed = false;
     if let Some(probe) = &prepared.pair_probe {
         let now = pair_methods(&**probe, &run.plan.pairs);
         if now != run.pair_methods {
             run.pair_methods = now;
-            if let Some(dir) = out {
-                record::write_run_file(dir, &run)?;
-            }
+            changed = true;
+        }
+    }
+    for (device, link) in seen_links.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        let Some(link) = link else { continue };
+        if let Some(meta) = run.machine.devices.iter_mut().find(|m| m.id == device) {
+            let record = Some(link_record(&link));
+            changed |= meta.link != record;
+            meta.link = record;
+        }
+    }
+    if changed {
+        if let Some(dir) = out {
+            record::write_run_file(dir, &run)?;
         }
     }
     let mut all: Vec<SampleRecord> = previous;

@@ -170,6 +170,20 @@ pub struct DeviceMeta {
     pub pci_bus_id: String,
     #[serde(default)]
     pub numa_node: Option<u32>,
+    /// The device's PCIe link as sysfs reported it right after the run's first copies to the
+    /// device (absent for devices without one, and in runs of chd before issue 15).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<LinkRecord>,
+}
+
+/// A PCIe link's width (lanes) and speed (transfers per second per lane), now and at most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkRecord {
+    pub current_width: u32,
+    pub current_transfers_per_second: u64,
+    pub max_width: u32,
+    pub max_transfers_per_second: u64,
 }
 
 /// Where a run ran: what the report needs to label and group its cells.

@@ -10,6 +10,7 @@ use crate::format::run_dir::{DeviceMeta, MatrixKind, RunFile, SampleRecord};
 use crate::runtime::Direction;
 use crate::stats;
 use crate::store::{CellKey, PairKey, Sample, Store};
+use crate::topology::pci_link::{Link, LinkState};
 
 /// Which matrix a cell belongs to. For a pair matrix `pair` names the device pair.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -180,6 +181,21 @@ pub fn size_label(bytes: u64) -> String {
     format!("{bytes}B")
 }
 
+/// The PCIe link a run recorded for a device.
+pub fn device_link(meta: &DeviceMeta) -> Option<Link> {
+    let r = meta.link?;
+    Some(Link {
+        current: LinkState {
+            width: r.current_width,
+            transfers_per_second: r.current_transfers_per_second,
+        },
+        max: LinkState {
+            width: r.max_width,
+            transfers_per_second: r.max_transfers_per_second,
+        },
+    })
+}
+
 impl Dataset {
     /// A chd run: its plan and machine from `run.json`, its samples from `cells.jsonl`.
     pub fn from_run(run: &RunFile, records: &[SampleRecord]) -> Dataset {
@@ -281,6 +297,7 @@ impl Dataset {
                     kind: kind.clone(),
                     pci_bus_id: String::new(),
                     numa_node: None,
+                    link: None,
                 })
                 .collect(),
             affinity: rec

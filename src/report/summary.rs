@@ -6,7 +6,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use super::dataset::{Dataset, MatrixId};
+use super::dataset::{device_link, Dataset, MatrixId};
+use crate::analysis::link;
 use crate::analysis::ranks::SLOWEST_CELLS;
 use crate::analysis::{
     CellRanks, Failure, H2dMatrix, NumaMap, PairMatrix, EXTREME_CELL_RATIO, SLOW_CPU_RATIO,
@@ -241,13 +242,29 @@ fn h2d_section(
         a.cells
     );
     summary_table(s, a.overall);
-    s.push_str("### Devices\n\nRatio = the device's median / the median of all device medians (as `chd_h2d_device_ratio`).\n\n| device | name | NUMA | cells | median GB/s | ratio | min | p10 | p90 | max | |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    // The link columns only where the run recorded a link (recordings have none).
+    let with_links = ds.devices.iter().any(|m| m.link.is_some());
+    s.push_str("### Devices\n\nRatio = the device's median / the median of all device medians (as `chd_h2d_device_ratio`).");
+    if with_links {
+        s.push_str(" Of link = the median / the payload of the device's PCIe link as read after the run's copies (as `chd_h2d_link_efficiency_ratio`; a healthy copy reaches 0.8-0.9).");
+    }
+    s.push_str(
+        "\n\n| device | name | NUMA | cells | median GB/s | ratio | min | p10 | p90 | max |",
+    );
+    if with_links {
+        s.push_str(" PCIe link | of link |");
+    }
+    s.push_str(" |\n|---|---|---|---|---|---|---|---|---|---|");
+    if with_links {
+        s.push_str("---|---|");
+    }
+    s.push_str("---|\n");
     for d in &a.devices {
         let meta = ds.devices.iter().find(|m| m.id == d.device);
         let slow = d.ratio.is_some_and(|r| r < SLOW_DEVICE_RATIO);
-        let _ = writeln!(
+        let _ = write!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             d.device,
             meta.map(|m| m.name.as_str()).unwrap_or(""),
             node(meta.and_then(|m| m.numa_node)),
@@ -260,8 +277,20 @@ fn h2d_section(
             gbps(d.summary.p10),
             gbps(d.summary.p90),
             gbps(d.summary.max),
-            if slow { "**slow**" } else { "" }
         );
+        if with_links {
+            let link = meta.and_then(device_link);
+            let efficiency = link
+                .and_then(|l| link::efficiency(d.summary.median, &l))
+                .map(|e| format!("{e:.2}"));
+            let _ = write!(
+                s,
+                " {} | {} |",
+                link.map(|l| l.describe()).unwrap_or_else(|| "-".into()),
+                efficiency.unwrap_or_else(|| "-".into())
+            );
+        }
+        let _ = writeln!(s, " {} |", if slow { "**slow**" } else { "" });
     }
     s.push_str("\n### NUMA segment x device\n\nMedian GB/s of the cells of each NUMA node's CPUs; `*` marks a segment below ");
     let _ = writeln!(s, "{SLOW_SEGMENT_RATIO} x the device's best segment.\n");

@@ -11,7 +11,6 @@ use crate::analysis::heatmap::{ticks, Axes, HeatCell, Heatmap};
 use crate::analysis::{link, live, H2dMatrix};
 use crate::runtime::DeviceInfo;
 use crate::store::Store;
-use crate::topology::pci_link::Link;
 use crate::topology::Topology;
 
 /// Escape text for XML/HTML content and attributes.
@@ -249,20 +248,6 @@ pub fn store_heatmaps(store: &Store, topology: &Topology, devices: &[DeviceInfo]
     maps
 }
 
-/// `x8 Gen5 of x16 Gen5, 31.5 GB/s`: the link's state now and at most, and its payload.
-pub fn describe_link(link: &Link) -> String {
-    let payload = link
-        .current
-        .payload_bytes_per_second()
-        .map(|b| format!(", {:.1} GB/s", b / 1e9))
-        .unwrap_or_default();
-    format!(
-        "{} of {}{payload}",
-        link.current.describe(),
-        link.max.describe()
-    )
-}
-
 /// Each device column of `store` over the link its device was last probed with.
 fn store_link_efficiencies(store: &Store, topology: &Topology) -> Vec<link::LinkEfficiency> {
     let numa = live::numa_map(topology);
@@ -303,7 +288,7 @@ pub fn matrix_page(store: &Store, topology: &Topology, devices: &[DeviceInfo]) -
                 store
                     .links
                     .get(&d.id)
-                    .map(|seen| describe_link(&seen.link))
+                    .map(|seen| seen.link.describe())
                     .unwrap_or_else(|| "-".into()),
                 link::headline(&efficiencies, &d.id)
                     .map(|e| format!(

@@ -87,6 +87,20 @@ impl LinkState {
 }
 
 impl Link {
+    /// `x8 Gen5 of x16 Gen5, 31.5 GB/s`: the state now and at most, and the payload now.
+    pub fn describe(&self) -> String {
+        let payload = self
+            .current
+            .payload_bytes_per_second()
+            .map(|b| format!(", {:.1} GB/s", b / 1e9))
+            .unwrap_or_default();
+        format!(
+            "{} of {}{payload}",
+            self.current.describe(),
+            self.max.describe()
+        )
+    }
+
     /// Trained below what the device supports, in width or speed.
     pub fn degraded(&self) -> bool {
         self.current.width < self.max.width
@@ -254,6 +268,7 @@ mod tests {
         assert_eq!(link.current, state(8, 32.0));
         assert_eq!(link.max, state(16, 32.0));
         assert!(link.degraded());
+        assert_eq!(link.describe(), "x8 Gen5 of x16 Gen5, 31.5 GB/s");
         assert_eq!(read(tmp.path(), "0000:1b:00.0"), None);
         std::fs::write(dir.join("current_link_speed"), "Unknown\n").unwrap();
         assert_eq!(read(tmp.path(), "0000:1a:00.0"), None);

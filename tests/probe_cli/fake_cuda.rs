@@ -228,3 +228,68 @@ fn device_load_is_refused_with_the_reason() {
         "{stderr}"
     );
 }
+
+/// Issue 15: a run records each device's PCIe link as read after its copies (run.json), and
+/// the report puts the link and the column's median over it beside each device. The gpu-node
+/// fixture's GPUs: 0000:1a:00.0 at Gen5 x16, 0000:9c:00.0 trained at x8 of x16.
+#[test]
+fn run_records_each_devices_link_and_the_report_shows_its_efficiency() {
+    let lib = fake::fake_runtime_path();
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/accelerators/gpu-node");
+    let dir = tempfile::tempdir().unwrap();
+    let sys = fixture.join("sys");
+    let proc = fixture.join("proc");
+    let cpu = allowed_cpus()[0].to_string();
+    let mut args = vec![
+        "--sysfs-root",
+        sys.to_str().unwrap(),
+        "--procfs-root",
+        proc.to_str().unwrap(),
+        "probe",
+        "h2d",
+        "--cpus",
+        &cpu,
+        "--sizes",
+        "64MiB",
+        "--iters",
+        "2",
+        "--repeats",
+        "1",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ];
+    args.extend(fake_args(lib));
+    let out = chd(
+        &args,
+        &[
+            ("CHD_FAKE_DEVICE_COUNT", "2"),
+            ("CHD_FAKE_PCI_BUS_IDS", "0000:1A:00.0,0000:9C:00.0"),
+            ("CHD_FAKE_H2D_GBPS", "49.8;1=9.45"),
+        ],
+    );
+    assert_ok(&out);
+    let run: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("run.json")).unwrap())
+            .unwrap();
+    let link = |i: usize| run["machine"]["devices"][i]["link"].clone();
+    assert_eq!(
+        link(1),
+        serde_json::json!({"current_width": 8, "current_transfers_per_second": 32_000_000_000u64,
+            "max_width": 16, "max_transfers_per_second": 32_000_000_000u64}),
+        "{run}"
+    );
+    assert_eq!(link(0)["current_width"], 16, "{run}");
+    let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+    for (device, cells) in [
+        ("0", "| x16 Gen5 of x16 Gen5, 63.0 GB/s | 0.79 |"),
+        ("1", "| x8 Gen5 of x16 Gen5, 31.5 GB/s | 0.30 |"),
+    ] {
+        assert!(
+            summary
+                .lines()
+                .any(|l| l.starts_with(&format!("| {device} | Fake H200 |")) && l.contains(cells)),
+            "no row for device {device} with {cells} in\n{summary}"
+        );
+    }
+}
