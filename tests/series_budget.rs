@@ -27,6 +27,7 @@ use chd::exposition::{encode, Format};
 use chd::runtime::{DeviceInfo, Direction};
 use chd::schedule::metrics::ProbeMetrics;
 use chd::store::{unix_now, CellKey, Sample, Store};
+use chd::topology::pci_link::{Link, LinkState};
 use chd::topology::{Cpu, NumaNode, Topology};
 
 /// The series budget per node of issue 13.
@@ -115,6 +116,11 @@ impl Shape {
 
 /// A node of `shape` fully measured, as `chd serve` would expose it with `cells` resolved:
 /// the Prometheus text of one scrape.
+/// The devices of `universe`, once each.
+fn shape_devices(universe: &[CellKey]) -> std::collections::BTreeSet<String> {
+    universe.iter().map(|k| k.device.clone()).collect()
+}
+
 fn scrape(shape: Shape, cells: bool) -> String {
     let topology = Arc::new(shape.topology());
     let devices = shape.devices();
@@ -149,6 +155,18 @@ fn scrape(shape: Shape, cells: bool) -> String {
     store.record_bindable(&verdicts, now);
     store.record_success("h2d", now);
     store.record_success("affinity", now);
+    // Every device's link, as a window reads it after its copies (Gen5 x16).
+    let gen5_x16 = LinkState {
+        width: 16,
+        transfers_per_second: 32_000_000_000,
+    };
+    for device in shape_devices(&universe) {
+        let link = Link {
+            current: gen5_x16,
+            max: gen5_x16,
+        };
+        store.record_link(&device, link, now);
+    }
     store.cpu_numa = topology
         .cpus
         .iter()
@@ -259,6 +277,8 @@ fn the_seed_node_stays_within_the_budget_by_default() {
     assert_eq!(off["chd_h2d_device_bandwidth_bytes_per_second"], 16 * 3 * 5);
     assert_eq!(off["chd_h2d_device_ratio"], 16 * 3);
     assert_eq!(off["chd_device_measured_numa_node"], 16);
+    assert_eq!(off["chd_device_pcie_link_bandwidth_bytes_per_second"], 16 * 2);
+    assert_eq!(off["chd_h2d_link_efficiency_ratio"], 16 * 3);
 }
 
 #[test]
