@@ -51,12 +51,24 @@ fn serves_cells_and_bindable_for_every_allowed_cpu() {
     let dir = tempfile::tempdir().unwrap();
     let chd = Chd::serve(dir.path(), FAST);
     let cpus = allowed_cpus();
-    let m = chd.wait_for(Duration::from_secs(30), "a cell for every CPU", |m| {
-        cpus.iter().all(|cpu| {
-            !m.find("chd_h2d_bandwidth_bytes_per_second", &[("cpu", cpu)])
-                .is_empty()
-        })
-    });
+    // Cells show while their window runs (its rechecks of slow samples can take a while on a
+    // loaded machine); the window is counted when it ends: wait for both.
+    let m = chd.wait_for(
+        Duration::from_secs(30),
+        "a cell for every CPU and a finished window",
+        |m| {
+            cpus.iter().all(|cpu| {
+                !m.find("chd_h2d_bandwidth_bytes_per_second", &[("cpu", cpu)])
+                    .is_empty()
+            }) && m
+                .find(
+                    "chd_probe_runs_total",
+                    &[("probe", "h2d"), ("result", "ok")],
+                )
+                .iter()
+                .any(|s| s.value >= 1.0)
+        },
+    );
     for cpu in &cpus {
         assert_eq!(
             m.value("chd_cpu_bindable", &[("cpu", cpu)]),
