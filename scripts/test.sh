@@ -21,6 +21,9 @@ command -v g++ >/dev/null 2>&1 || missing+=(g++)
 # tests/serve_tls.rs: curl talks TLS to chd and node_exporter, which reads the same web config.
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v prometheus-node-exporter >/dev/null 2>&1 || missing+=(prometheus-node-exporter)
+# tests/faults_state.rs: the state directory is a tmpfs in a private mount namespace.
+command -v unshare >/dev/null 2>&1 && command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
+command -v mount >/dev/null 2>&1 || missing+=(mount)
 if ((${#missing[@]})); then
   if [ "$(id -u)" = 0 ]; then
     sudo=()

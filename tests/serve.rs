@@ -1,6 +1,7 @@
 //! End-to-end tests of `chd serve` on this machine's real host backend: the binary probes,
 //! serves /metrics that promtool accepts, survives SIGTERM mid-window without losing a
-//! measured cell, and sets a corrupt state file aside.
+//! measured cell, sets aside every state file it cannot use (damaged, another format
+//! version, JSON of another shape) and reads version 1 files of every age.
 
 #[path = "support/chd_process.rs"]
 mod chd_process;
@@ -50,12 +51,24 @@ fn serves_cells_and_bindable_for_every_allowed_cpu() {
     let dir = tempfile::tempdir().unwrap();
     let chd = Chd::serve(dir.path(), FAST);
     let cpus = allowed_cpus();
-    let m = chd.wait_for(Duration::from_secs(30), "a cell for every CPU", |m| {
-        cpus.iter().all(|cpu| {
-            !m.find("chd_h2d_bandwidth_bytes_per_second", &[("cpu", cpu)])
-                .is_empty()
-        })
-    });
+    // Cells show while their window runs (its rechecks of slow samples can take a while on a
+    // loaded machine); the window is counted when it ends: wait for both.
+    let m = chd.wait_for(
+        Duration::from_secs(30),
+        "a cell for every CPU and a finished window",
+        |m| {
+            cpus.iter().all(|cpu| {
+                !m.find("chd_h2d_bandwidth_bytes_per_second", &[("cpu", cpu)])
+                    .is_empty()
+            }) && m
+                .find(
+                    "chd_probe_runs_total",
+                    &[("probe", "h2d"), ("result", "ok")],
+                )
+                .iter()
+                .any(|s| s.value >= 1.0)
+        },
+    );
     for cpu in &cpus {
         assert_eq!(
             m.value("chd_cpu_bindable", &[("cpu", cpu)]),
@@ -190,22 +203,99 @@ fn sigterm_mid_window_keeps_every_measured_cell() {
     assert!(again.log().contains("restored state"), "{}", again.log());
 }
 
+/// Files `state.json` may hold that this chd cannot use, what the warning must say, and the
+/// name each is set aside under: never dropped, never overwritten.
+const UNUSABLE_STATE_FILES: &[(&str, &str, &str)] = &[
+    (
+        "{\"version\":1,\"saved_at\":17",
+        "EOF while parsing",
+        "state.json.corrupt-",
+    ),
+    // An older version than any chd wrote, in version 1's layout.
+    (
+        r#"{"version":0,"saved_at":1,"h2d":[],"bindable":[],"last_success":{}}"#,
+        "format version 0 (this chd reads version 1)",
+        "state.json.v0-",
+    ),
+    // A newer chd's file (after a downgrade), in a layout this one does not know.
+    (
+        r#"{"version":2,"saved_at":1,"cells":{"h2d":[{"cpu":0}]}}"#,
+        "format version 2 (this chd reads version 1)",
+        "state.json.v2-",
+    ),
+    (
+        r#"{"saved_at":1,"h2d":[],"bindable":[],"last_success":{}}"#,
+        "no format version: not a chd state file (an object without one)",
+        "state.json.corrupt-",
+    ),
+    // Valid JSON of other shapes.
+    (
+        r#"[{"cpu":0,"device":"0"}]"#,
+        "no format version: not a chd state file (an array)",
+        "state.json.corrupt-",
+    ),
+    (
+        r#"{"version":"1","h2d":[]}"#,
+        "format version \"1\" (this chd reads version 1)",
+        "state.json.corrupt-",
+    ),
+];
+
 #[test]
-fn truncated_state_file_is_set_aside_and_chd_starts() {
+fn unusable_state_files_are_set_aside_and_chd_starts() {
+    for &(text, problem, aside_prefix) in UNUSABLE_STATE_FILES {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("state.json"), text).unwrap();
+        let chd = Chd::serve(dir.path(), &["--no-probe"]);
+        let _ = chd.scrape();
+        let aside: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("state.json."))
+            .collect();
+        assert_eq!(aside.len(), 1, "{text}: {aside:?}");
+        assert!(aside[0].starts_with(aside_prefix), "{text}: {aside:?}");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(&aside[0])).unwrap(),
+            text,
+            "the file set aside is the file as it was"
+        );
+        let problem = format!("state file was unusable ({problem}");
+        let moved = format!("); moved it to {}", dir.path().join(&aside[0]).display());
+        let log = chd.log();
+        assert!(
+            log.lines()
+                .any(|l| l.contains(" WARN ") && l.contains(&problem) && l.contains(&moved)),
+            "{text}: no warning {problem:?} ... {moved:?}; log:\n{log}"
+        );
+    }
+}
+
+/// A version 1 file from before the pair probe (no `pair`, no `cpu_numa`) is read as it
+/// is: its cells are served, nothing is set aside.
+#[test]
+fn a_state_file_from_before_the_pair_probe_is_restored() {
+    let cpu = allowed_cpus()[0].clone();
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("state.json"),
-        b"{\"version\":1,\"saved_at\":17",
-    )
-    .unwrap();
-    let chd = Chd::serve(dir.path(), &["--no-probe"]);
-    let _ = chd.scrape();
-    let aside: Vec<_> = std::fs::read_dir(dir.path())
+    let text = format!(
+        r#"{{"version":1,"saved_at":100,"h2d":[{{"cpu":{cpu},"device":"numa0","size_bytes":4194304,"direction":"h2d","samples":[{{"bytes_per_second":12000000000.0,"at":99.0}}],"last_attempt":99.0}}],"bindable":[],"last_success":{{"h2d":99.5}}}}"#
+    );
+    std::fs::write(dir.path().join("state.json"), &text).unwrap();
+    let chd = Chd::serve(dir.path(), &["--no-probe", "--sizes", "4"]);
+    let m = Metrics::parse(&chd.scrape());
+    assert_eq!(
+        m.value(
+            "chd_h2d_bandwidth_bytes_per_second",
+            &[("cpu", &cpu), ("device", "numa0"), ("direction", "h2d")]
+        ),
+        12e9
+    );
+    assert!(chd.log().contains("restored state"), "{}", chd.log());
+    let names: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
         .filter_map(Result::ok)
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("state.json.corrupt-"))
         .collect();
-    assert_eq!(aside.len(), 1, "{aside:?}");
-    assert!(chd.log().contains("moved it to"), "{}", chd.log());
+    assert_eq!(names, ["state.json"]);
 }

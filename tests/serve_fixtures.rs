@@ -1,12 +1,15 @@
 //! `chd serve` on fixture trees (`--sysfs-root`/`--procfs-root`): the real binary's scrape
 //! carries the scrape-time collectors' values, exactly, and promtool accepts it; and the
 //! whole first scrape of each collector tree matches its golden file in tests/golden/
-//! (`CHD_UPDATE_GOLDEN=1 cargo test --test serve_fixtures golden` rewrites them).
+//! (`CHD_UPDATE_GOLDEN=1 cargo test --test serve_fixtures golden` rewrites them); a tree
+//! that changes under a running chd keeps every scrape whole.
 
 #[path = "support/chd_process.rs"]
 mod chd_process;
 #[path = "support/fake_runtime.rs"]
 mod fake;
+#[path = "support/fixture_copy.rs"]
+mod fixture_copy;
 #[path = "support/golden.rs"]
 mod golden;
 
@@ -95,6 +98,114 @@ fn odd_files_cost_series_not_the_scrape() {
         2.0 * errors
     );
     promtool_check_metrics(&body);
+}
+
+/// The tree changes under a running `chd serve` (issue 14): an HCA's driver unbinds, a GPU's
+/// PCI function is removed, a NUMA node goes offline, a counter reads as garbage. Every
+/// scrape stays whole: 200, promtool accepts it, every family of the first scrape is still
+/// there, every collector succeeds; only the series of what went are gone and the garbage
+/// is counted.
+#[test]
+fn a_tree_changing_under_chd_serve_keeps_every_scrape_whole() {
+    let root = tempfile::tempdir().unwrap();
+    fixture_copy::copy_tree(&fixture("roce-dual-rail"), root.path());
+    let (sys, proc) = (root.path().join("sys"), root.path().join("proc"));
+    let state = tempfile::tempdir().unwrap();
+    let lib = fake::fake_runtime_path();
+    let chd = Chd::serve_env(
+        state.path(),
+        &[
+            "--sysfs-root",
+            sys.to_str().unwrap(),
+            "--procfs-root",
+            proc.to_str().unwrap(),
+            "--no-probe",
+            "--backend",
+            "cuda",
+            "--cuda-runtime",
+            lib,
+            "--nvml",
+            lib,
+        ],
+        &[
+            ("CHD_FAKE_DEVICE_COUNT", "2"),
+            ("CHD_FAKE_PCI_BUS_IDS", "0000:1a:00.0,0000:9b:00.0"),
+        ],
+    );
+    let families = |body: &str| -> std::collections::BTreeSet<String> {
+        body.lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .map(|l| l.split(' ').next().unwrap().to_string())
+            .collect()
+    };
+    let first_body = chd.scrape();
+    let first = Metrics::parse(&first_body);
+    let errors =
+        |m: &Metrics, c: &str| m.value("chd_collector_read_errors_total", &[("collector", c)]);
+
+    std::fs::remove_file(sys.join("class/infiniband/mlx5_1")).unwrap();
+    std::fs::remove_dir_all(sys.join("devices/pci0000:97/0000:97:02.0/0000:99:00.0/infiniband"))
+        .unwrap();
+    std::fs::remove_file(sys.join("bus/pci/devices/0000:9b:00.0")).unwrap();
+    std::fs::remove_dir_all(sys.join("devices/pci0000:97/0000:97:03.0/0000:9b:00.0")).unwrap();
+    std::fs::remove_dir_all(sys.join("devices/system/node/node7")).unwrap();
+    std::fs::write(
+        sys.join("devices/pci0000:16/0000:16:02.0/0000:18:00.0/infiniband/mlx5_0/ports/1/hw_counters/np_cnp_sent"),
+        "garbage\n",
+    )
+    .unwrap();
+
+    for _ in 0..2 {
+        let (status, _, body) = chd.get("/metrics", None);
+        assert_eq!(status, 200, "{body}");
+        promtool_check_metrics(&body);
+        assert_eq!(families(&body), families(&first_body));
+        let m = Metrics::parse(&body);
+        for c in ["rdma", "numa", "netdev", "pcie", "device"] {
+            assert_eq!(
+                m.value("chd_collector_success", &[("collector", c)]),
+                1.0,
+                "{c}"
+            );
+        }
+        assert!(m
+            .find("chd_rdma_port_info", &[("hca", "mlx5_1")])
+            .is_empty());
+        assert_eq!(m.find("chd_rdma_port_info", &[("hca", "mlx5_0")]).len(), 1);
+        assert!(m
+            .find("chd_netdev_bytes_total", &[("netdev", "eth3")])
+            .is_empty());
+        assert!(m
+            .find("chd_numa_memory_bytes", &[("numa_node", "7")])
+            .is_empty());
+        assert!(!m
+            .find("chd_numa_memory_bytes", &[("numa_node", "6")])
+            .is_empty());
+        assert!(m
+            .find("chd_device_pcie_link_width", &[("device", "1")])
+            .is_empty());
+        assert!(!m
+            .find("chd_device_pcie_link_width", &[("device", "0")])
+            .is_empty());
+        let hw = m.find("chd_rdma_hw_counters_total", &[("hca", "mlx5_0")]);
+        assert!(!hw.is_empty() && hw.iter().all(|s| s.labels["counter"] != "np_cnp_sent"));
+        // The device collector and the store's families do not read sysfs at scrape time.
+        assert_eq!(
+            m.find("chd_device_info", &[]).len(),
+            first.find("chd_device_info", &[]).len()
+        );
+        assert_eq!(
+            m.find("chd_device_utilization_ratio", &[]).len(),
+            first.find("chd_device_utilization_ratio", &[]).len()
+        );
+    }
+    let m = Metrics::parse(&chd.scrape());
+    // Three scrapes after the change: the garbage counter each time (rdma), and the GPU
+    // the runtime still reports but sysfs no longer has each time (pcie).
+    assert_eq!(errors(&m, "rdma") - errors(&first, "rdma"), 3.0);
+    assert_eq!(errors(&m, "pcie") - errors(&first, "pcie"), 3.0);
+    assert_eq!(errors(&m, "numa"), errors(&first, "numa"));
+    assert_eq!(errors(&m, "netdev"), errors(&first, "netdev"));
 }
 
 #[test]

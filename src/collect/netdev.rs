@@ -17,8 +17,14 @@
 //! costs the whole row and one read error; a value that is not a number costs that series
 //! and one. Rows of netdevs that are not selected are not looked at (their problems are not
 //! counted), nor is a row without a name unless every netdev is selected.
+//!
+//! A netdev name may hold any byte but `/`, `:` and whitespace (`dev_valid_name`,
+//! net/core/dev.c), so the file need not be UTF-8: it is decoded lossily, and a row whose
+//! name is not UTF-8 (it cannot be a label value) counts as a row without a name. Before,
+//! one such interface failed the collector and took every netdev's series with it.
 
 use std::collections::BTreeSet;
+use std::fs;
 use std::path::PathBuf;
 
 use super::read::{self, ParseError};
@@ -189,13 +195,22 @@ impl SysCollector for NetdevCollector {
     }
 
     fn collect(&self, out: &mut Sink) -> Result<(), CollectError> {
-        let rows = read::read_value(&self.net_dev, |t| Ok(parse_net_dev(t)))?;
+        let text = fs::read(&self.net_dev).map(|b| String::from_utf8_lossy(&b).into_owned());
+        let rows = read::value_from(&self.net_dev, text, |t| Ok(parse_net_dev(t)))?;
         let wanted = self.wanted();
         if wanted.as_ref().is_some_and(|w| w.is_empty()) {
             return Ok(());
         }
         for row in rows {
             match row {
+                Ok(row) if row.name.contains(char::REPLACEMENT_CHARACTER) => {
+                    if wanted.is_none() {
+                        out.parse_error(
+                            &self.net_dev,
+                            ParseError::Format(format!("netdev name not UTF-8: {:?}", row.name)),
+                        );
+                    }
+                }
                 Ok(row) => {
                     let selected = wanted.as_ref().is_none_or(|w| w.contains(&row.name));
                     if !(selected && self.netdevs.allows(&row.name)) {

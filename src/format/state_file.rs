@@ -2,6 +2,12 @@
 //! fsync of the directory) after every window and read back at start. Plain records only:
 //! the store turns them into its cells (`store::persist`), so this file's shape
 //! changes only on purpose, with [`FORMAT_VERSION`].
+//!
+//! A save that fails (read-only directory, full disk) removes its temp file and leaves the
+//! previous `state.json` as it was. A file that cannot be used is never overwritten unread:
+//! [`set_aside`] renames it, by what is wrong with it, to `state.json.v<N>-<unix time>` (a
+//! whole file of another format version: a newer chd's, after a downgrade) or
+//! `state.json.corrupt-<unix time>` (anything else), never over an earlier one.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -28,6 +34,27 @@ pub enum StateWriteError {
     Encode(#[from] serde_json::Error),
 }
 
+/// `reason` of a failed save, bounded, for `chd_state_save_errors_total`: the directory is
+/// mounted read-only, the disk (or the quota) is full, the directory or file may not be
+/// written, anything else.
+pub const SAVE_ERROR_REASONS: [&str; 4] = ["read_only", "no_space", "permission", "other"];
+
+impl StateWriteError {
+    /// One of [`SAVE_ERROR_REASONS`], from the OS error's kind.
+    pub fn reason(&self) -> &'static str {
+        use std::io::ErrorKind;
+        match self {
+            StateWriteError::Write { source, .. } => match source.kind() {
+                ErrorKind::ReadOnlyFilesystem => "read_only",
+                ErrorKind::StorageFull | ErrorKind::QuotaExceeded => "no_space",
+                ErrorKind::PermissionDenied => "permission",
+                _ => "other",
+            },
+            StateWriteError::Encode(_) => "other",
+        }
+    }
+}
+
 /// Why a state file cannot be used (it is then set aside).
 #[derive(Debug, thiserror::Error)]
 pub enum StateReadError {
@@ -37,8 +64,12 @@ pub enum StateReadError {
     /// Not the JSON of a state file (truncated, garbage, a field of the wrong type).
     #[error("{0}")]
     Json(#[from] serde_json::Error),
-    #[error("format version {found} (this chd reads {FORMAT_VERSION})")]
-    Version { found: u32 },
+    /// A state file of another format version (older, or a newer chd's).
+    #[error("format version {found} (this chd reads version {FORMAT_VERSION})")]
+    Version { found: String },
+    /// JSON without a `version`: not a chd state file.
+    #[error("no format version: not a chd state file ({shape})")]
+    NoVersion { shape: &'static str },
     /// A cell whose sample is not a finite number: which one.
     #[error("{0} holds a non-finite sample")]
     NonFinite(String),
@@ -127,12 +158,16 @@ pub fn encode(file: &StateFile) -> Result<Vec<u8>, serde_json::Error> {
 }
 
 /// Parse a state file: the JSON, the version, and every sample finite. The error says what
-/// is wrong, for the warning that sets the file aside.
+/// is wrong, for the warning that sets the file aside: a file of another version is named
+/// by its version even where its layout differs from this one.
 pub fn decode(bytes: &[u8]) -> Result<StateFile, StateReadError> {
-    let file: StateFile = serde_json::from_slice(bytes)?;
+    let file: StateFile = match serde_json::from_slice(bytes) {
+        Ok(file) => file,
+        Err(e) => return Err(why_not_a_state_file(bytes).unwrap_or(StateReadError::Json(e))),
+    };
     if file.version != FORMAT_VERSION {
         return Err(StateReadError::Version {
-            found: file.version,
+            found: file.version.to_string(),
         });
     }
     let finite = |h: &History| h.samples.iter().all(|s| s.bytes_per_second.is_finite());
@@ -151,7 +186,30 @@ pub fn decode(bytes: &[u8]) -> Result<StateFile, StateReadError> {
     Ok(file)
 }
 
-/// Write `dir/state.json` atomically.
+/// Why JSON that is not this version's state file is not one (only when that is the reason:
+/// `None` for a version-1 file with a damaged field, or text that is not JSON at all). Runs
+/// only on a file that failed to parse, so the whole tree it builds is built once, at start.
+fn why_not_a_state_file(bytes: &[u8]) -> Option<StateReadError> {
+    let value: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    let shape = match &value {
+        serde_json::Value::Object(map) => match map.get("version") {
+            Some(v) if v.as_u64() == Some(FORMAT_VERSION.into()) => return None,
+            Some(v) => {
+                return Some(StateReadError::Version {
+                    found: v.to_string(),
+                })
+            }
+            None => "an object without one",
+        },
+        serde_json::Value::Array(_) => "an array",
+        _ => "a single value",
+    };
+    Some(StateReadError::NoVersion { shape })
+}
+
+/// Write `dir/state.json` atomically: the old file stays whole until the new one is on
+/// disk, and a write that fails (`EROFS`, `ENOSPC` half-way) removes its temp file, so a
+/// full disk is not kept full by chd's own leftovers.
 pub fn save(dir: &Path, file: &StateFile) -> Result<(), StateWriteError> {
     let bytes = encode(file)?;
     let path = state_path(dir);
@@ -161,10 +219,16 @@ pub fn save(dir: &Path, file: &StateFile) -> Result<(), StateWriteError> {
         source,
     };
     let mut f = File::create(&tmp).map_err(write_err)?;
-    f.write_all(&bytes).map_err(write_err)?;
-    f.sync_all().map_err(write_err)?;
-    drop(f);
-    fs::rename(&tmp, &path).map_err(write_err)?;
+    let written = (|| {
+        f.write_all(&bytes)?;
+        f.sync_all()?;
+        drop(f);
+        fs::rename(&tmp, &path)
+    })();
+    if let Err(source) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(write_err(source));
+    }
     // Make the rename itself durable.
     if let Ok(d) = File::open(dir) {
         let _ = d.sync_all();
@@ -219,11 +283,30 @@ pub fn looks_like(path: &Path) -> std::io::Result<bool> {
     Ok(seen == (true, true))
 }
 
-/// Rename a state file that cannot be used to `state.json.corrupt-<now>`, so it is kept for
-/// a post-mortem and never read again. Returns where it went, or why it could not be moved
-/// (it then stays where it is).
-pub fn set_aside(path: &Path, now: f64) -> Result<PathBuf, std::io::Error> {
-    let moved_to = path.with_file_name(format!("{STATE_FILE}.corrupt-{}", now as u64));
+/// Rename a state file that cannot be used, for `problem`, to `state.json.v<N>-<now>` (a
+/// file of format version N) or `state.json.corrupt-<now>`, so it is kept (for a newer chd,
+/// or a post-mortem) and never read again. An earlier file set aside in the same second is
+/// not replaced: the name gets `.1`, `.2`, ... Returns where it went, or why it could not
+/// be moved (it then stays where it is).
+pub fn set_aside(
+    path: &Path,
+    problem: &StateReadError,
+    now: f64,
+) -> Result<PathBuf, std::io::Error> {
+    let kind = match problem {
+        StateReadError::Version { found } if found.bytes().all(|b| b.is_ascii_digit()) => {
+            format!("v{found}")
+        }
+        _ => "corrupt".to_string(),
+    };
+    let base = format!("{STATE_FILE}.{kind}-{}", now as u64);
+    let moved_to = (0..)
+        .map(|n| match n {
+            0 => path.with_file_name(&base),
+            n => path.with_file_name(format!("{base}.{n}")),
+        })
+        .find(|candidate| fs::symlink_metadata(candidate).is_err())
+        .expect("an unused name");
     fs::rename(path, &moved_to).map(|()| moved_to)
 }
 
@@ -291,6 +374,134 @@ mod tests {
             r#"{"version":1,"saved_at":2.0,"h2d":[{"cpu":1,"device":"0","size_bytes":67108864,"direction":"h2d","samples":[{"bytes_per_second":25000000000.0,"at":1.0}],"last_attempt":1.0,"consecutive_errors":0}],"bindable":[{"cpu":1,"bindable":true,"at":1.0}],"last_success":{"h2d":1.5},"pair":[],"cpu_numa":{"1":0}}"#
         );
         assert_eq!(decode(text.as_bytes()).unwrap(), file());
+    }
+
+    #[test]
+    fn a_failed_write_removes_its_temp_file_and_keeps_the_old_state() {
+        let dir = tempfile::tempdir().unwrap();
+        save(dir.path(), &file()).unwrap();
+        let old = fs::read(state_path(dir.path())).unwrap();
+        // The temp file's name leads to /dev/full: every write to it is ENOSPC, as on a
+        // full disk after the first pages.
+        let tmp = dir.path().join("state.json.tmp");
+        std::os::unix::fs::symlink("/dev/full", &tmp).unwrap();
+        let mut newer = file();
+        newer.saved_at = 3.0;
+        let err = save(dir.path(), &newer).unwrap_err();
+        assert_eq!(err.reason(), "no_space", "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("state.json") && text.contains("No space left"),
+            "{text}"
+        );
+        assert_eq!(fs::read(state_path(dir.path())).unwrap(), old);
+        assert!(fs::symlink_metadata(&tmp).is_err(), "temp file left behind");
+        // The next save that can write does.
+        save(dir.path(), &newer).unwrap();
+        assert_eq!(
+            decode(&fs::read(state_path(dir.path())).unwrap()).unwrap(),
+            newer
+        );
+    }
+
+    #[test]
+    fn save_error_reasons_come_from_the_os_error() {
+        use std::io::{Error, ErrorKind};
+        let reason = |kind: ErrorKind| {
+            StateWriteError::Write {
+                path: "s".into(),
+                source: Error::from(kind),
+            }
+            .reason()
+        };
+        assert_eq!(reason(ErrorKind::ReadOnlyFilesystem), "read_only");
+        assert_eq!(reason(ErrorKind::StorageFull), "no_space");
+        assert_eq!(reason(ErrorKind::QuotaExceeded), "no_space");
+        assert_eq!(reason(ErrorKind::PermissionDenied), "permission");
+        assert_eq!(reason(ErrorKind::Other), "other");
+        let raw = |errno| {
+            StateWriteError::Write {
+                path: "s".into(),
+                source: Error::from_raw_os_error(errno),
+            }
+            .reason()
+        };
+        assert_eq!(raw(libc::EROFS), "read_only");
+        assert_eq!(raw(libc::ENOSPC), "no_space");
+        assert_eq!(raw(libc::EDQUOT), "no_space");
+        assert_eq!(raw(libc::EACCES), "permission");
+        assert_eq!(raw(libc::EIO), "other");
+        for r in [reason(ErrorKind::Other), raw(libc::EROFS)] {
+            assert!(SAVE_ERROR_REASONS.contains(&r));
+        }
+    }
+
+    #[test]
+    fn files_of_other_versions_and_shapes_say_so() {
+        let err = |text: &str| decode(text.as_bytes()).unwrap_err().to_string();
+        // Another version is named even when its layout differs from version 1's.
+        assert_eq!(
+            err(r#"{"version":2,"cells":{"h2d":[]}}"#),
+            "format version 2 (this chd reads version 1)"
+        );
+        assert_eq!(
+            err(r#"{"version":0,"saved_at":1,"h2d":[],"bindable":[],"last_success":{}}"#),
+            "format version 0 (this chd reads version 1)"
+        );
+        assert!(err(r#"{"version":"1","h2d":[]}"#).starts_with("format version \"1\""));
+        assert_eq!(
+            err(r#"{"saved_at":1,"h2d":[],"bindable":[],"last_success":{}}"#),
+            "no format version: not a chd state file (an object without one)"
+        );
+        assert_eq!(
+            err("[1, 2]"),
+            "no format version: not a chd state file (an array)"
+        );
+        assert_eq!(
+            err("17"),
+            "no format version: not a chd state file (a single value)"
+        );
+        // Version 1 with a damaged field: serde's message, naming the field.
+        let e = err(r#"{"version":1,"saved_at":1,"h2d":"x","bindable":[],"last_success":{}}"#);
+        assert!(e.contains("invalid type"), "{e}");
+        // A version 1 file from before the pair probe: no `pair`, no `cpu_numa`.
+        let old = decode(br#"{"version":1,"saved_at":1,"h2d":[],"bindable":[],"last_success":{}}"#)
+            .unwrap();
+        assert!(old.pair.is_empty() && old.cpu_numa.is_empty());
+    }
+
+    #[test]
+    fn set_aside_names_the_version_and_never_replaces_an_earlier_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = state_path(dir.path());
+        let v2 = StateReadError::Version { found: "2".into() };
+        let quoted = StateReadError::Version {
+            found: "\"2\"".into(),
+        };
+        let bad = StateReadError::NoVersion { shape: "an array" };
+        let mut moved = Vec::new();
+        for (n, problem) in [&v2, &v2, &quoted, &bad, &bad].into_iter().enumerate() {
+            fs::write(&path, format!("{n}")).unwrap();
+            moved.push(set_aside(&path, problem, 1234.9).unwrap());
+            assert!(!path.exists());
+        }
+        let names: Vec<_> = moved
+            .iter()
+            .map(|p| p.file_name().unwrap().to_str().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "state.json.v2-1234",
+                "state.json.v2-1234.1",
+                "state.json.corrupt-1234",
+                "state.json.corrupt-1234.1",
+                "state.json.corrupt-1234.2"
+            ]
+        );
+        for (n, p) in moved.iter().enumerate() {
+            assert_eq!(fs::read_to_string(p).unwrap(), n.to_string());
+        }
     }
 
     #[test]

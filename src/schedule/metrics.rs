@@ -1,5 +1,6 @@
 //! Live probe-health metrics that the prober increments as it works (runs, errors, window
-//! outcomes, window durations), registered in the prometheus-client registry.
+//! outcomes, window durations, failed state saves), registered in the prometheus-client
+//! registry.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -7,6 +8,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+
+use crate::format::state_file::SAVE_ERROR_REASONS;
 
 /// `probe` names.
 pub const PROBES: [&str; 3] = ["h2d", "pair", "affinity"];
@@ -46,6 +49,11 @@ pub struct RecheckLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProbeLabels {
     pub probe: String,
 }
@@ -66,6 +74,8 @@ pub struct ProbeMetrics {
     pub rechecks: Family<RecheckLabels, Counter>,
     /// Host memory the copy probe holds for its cell group in flight (0 between windows).
     pub held_host_memory: Gauge,
+    /// Saves of `state.json` that failed, by reason.
+    pub state_save_errors: Family<ReasonLabels, Counter>,
 }
 
 impl Default for ProbeMetrics {
@@ -77,6 +87,7 @@ impl Default for ProbeMetrics {
             duration: Family::new_with_constructor(duration_histogram),
             rechecks: Family::default(),
             held_host_memory: Gauge::default(),
+            state_save_errors: Family::default(),
         }
     }
 }
@@ -141,7 +152,26 @@ impl ProbeMetrics {
              accelerators); 0 between windows",
             m.held_host_memory.clone(),
         );
+        for reason in SAVE_ERROR_REASONS {
+            let _ = m.state_save_errors.get_or_create(&ReasonLabels {
+                reason: reason.into(),
+            });
+        }
+        registry.register(
+            "chd_state_save_errors",
+            "Saves of the state file that failed (read_only, no_space, permission, other); \
+             the matrix stays in memory and the next save that succeeds writes all of it",
+            m.state_save_errors.clone(),
+        );
         m
+    }
+
+    pub fn state_save_error(&self, reason: &str) {
+        self.state_save_errors
+            .get_or_create(&ReasonLabels {
+                reason: reason.into(),
+            })
+            .inc();
     }
 
     pub fn run(&self, probe: &str, result: &str) {

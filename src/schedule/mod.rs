@@ -1,6 +1,7 @@
 //! The scheduler: a tick loop that opens a probe window right at start and then every
 //! interval when the idle gate allows, runs it on a dedicated thread, and persists the store
-//! after it. Ticks that do not probe are counted with the reason.
+//! after it ([`state_saver`]: a failed save is counted and probing goes on). Ticks that do
+//! not probe are counted with the reason.
 //!
 //! Duty cycle: with the defaults (a 2 s window budget every 60 s) probing uses at most
 //! 2/60 = 3.3 % of one core, plus the cell in flight when the budget runs out.
@@ -11,6 +12,7 @@ pub mod metrics;
 pub mod pair_window;
 pub mod planner;
 pub mod settings;
+pub mod state_saver;
 pub mod window;
 
 use std::path::PathBuf;
@@ -23,13 +25,14 @@ use tokio::sync::watch;
 use crate::runtime::pair::{PairParams, PairProbe};
 use crate::runtime::telemetry::DeviceTelemetry;
 use crate::runtime::{Backend, HostMemory};
-use crate::store::{persist, unix_now, CellKey, SharedStore};
+use crate::store::{CellKey, SharedStore};
 use crate::topology::pci_link::DeviceLinks;
 use crate::topology::{Roots, Topology};
 use gate::{Closed, CpuGate, CpuTimes};
 use metrics::ProbeMetrics;
 use pair_window::PairWindowSpec;
 use settings::{ProbeConfig, ScheduleConfig};
+use state_saver::StateSaver;
 use window::{WindowReport, WindowSpec};
 
 /// How often a window re-checks the idle gate between cells.
@@ -73,6 +76,11 @@ impl Scheduler {
                 "probing disabled: every tick counts as disabled, the idle gate is not read"
             );
         }
+        let mut saver = StateSaver::new(
+            self.state_dir.clone(),
+            self.store.clone(),
+            self.metrics.clone(),
+        );
         let mut previous = self.schedule.enabled.then(|| gate.sample().ok()).flatten();
         let mut first = true;
         loop {
@@ -115,10 +123,10 @@ impl Scheduler {
                 elapsed_ms = report.elapsed.as_millis() as u64,
                 "probe window done"
             );
-            self.save().await;
+            saver.save(false).await;
             previous = gate.sample().ok();
         }
-        self.save().await;
+        saver.save(true).await;
     }
 
     async fn run_window(
@@ -243,21 +251,6 @@ impl Scheduler {
                     stopping.store(true, Ordering::SeqCst);
                 }
             }
-        }
-    }
-
-    async fn save(&self) {
-        let store = self.store.clone();
-        let dir = self.state_dir.clone();
-        let result = tokio::task::spawn_blocking(move || {
-            let snapshot = store.read().unwrap_or_else(|p| p.into_inner()).clone();
-            persist::save(&dir, &snapshot, unix_now())
-        })
-        .await;
-        match result {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::error!("{e}"),
-            Err(e) => tracing::error!("state save task failed: {e}"),
         }
     }
 }

@@ -1,6 +1,9 @@
 //! The store saved to and restored from the state file ([`crate::format::state_file`]) after
-//! every window and at start. A file that does not parse is renamed aside
-//! (`state.json.corrupt-<unix time>`) with a warning; it never stops chd.
+//! every window and at start. A file that cannot be used is renamed aside with a warning
+//! (`state.json.v<N>-<unix time>` for a file of another format version,
+//! `state.json.corrupt-<unix time>` for anything else); it never stops chd. Version 1 files
+//! written before the pair probe (no `pair`, no `cpu_numa`) are read as they are: those
+//! fields default to empty.
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
@@ -155,7 +158,7 @@ pub fn load(dir: &Path, now: f64) -> Loaded {
         Err(problem) => problem,
     };
     let path = state_path(dir);
-    match state_file::set_aside(&path, now) {
+    match state_file::set_aside(&path, &problem, now) {
         Ok(moved_to) => Loaded::SetAside {
             moved_to,
             problem: problem.to_string(),
@@ -271,7 +274,14 @@ mod tests {
             br#"{"version":99,"saved_at":0,"h2d":[],"bindable":[],"last_success":{}}"#,
         )
         .unwrap();
-        assert!(matches!(load(dir.path(), 1.0), Loaded::SetAside { .. }));
+        match load(dir.path(), 7.0) {
+            Loaded::SetAside { moved_to, problem } => {
+                assert_eq!(moved_to, dir.path().join("state.json.v99-7"));
+                assert!(moved_to.exists());
+                assert_eq!(problem, "format version 99 (this chd reads version 1)");
+            }
+            other => panic!("expected SetAside, got {other:?}"),
+        }
     }
 
     #[test]

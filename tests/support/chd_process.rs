@@ -58,14 +58,24 @@ impl Chd {
 
     /// [`Chd::serve`] with extra environment variables (e.g. the fake runtime's settings).
     pub fn serve_env(state_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Chd {
-        let mut child = Command::new(chd_bin())
+        let mut command = Command::new(chd_bin());
+        command.envs(env.iter().copied());
+        Chd::spawn(command, state_dir, args)
+    }
+
+    /// `command` (the chd binary, or a wrapper that ends by exec'ing the arguments it is
+    /// given, which follow) with `serve --listen 127.0.0.1:0 --state-dir DIR ARGS...`
+    /// appended; waits until chd listens. The child's pid is chd's once the wrapper execs.
+    pub fn spawn(mut command: Command, state_dir: &Path, args: &[&str]) -> Chd {
+        if !command.get_envs().any(|(k, _)| k == "RUST_LOG") {
+            command.env("RUST_LOG", "info");
+        }
+        let mut child = command
             .arg("serve")
             .args(["--listen", "127.0.0.1:0"])
             .arg("--state-dir")
             .arg(state_dir)
             .args(args)
-            .env("RUST_LOG", "info")
-            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -95,6 +105,11 @@ impl Chd {
             }
         };
         Chd { child, addr, log }
+    }
+
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Everything chd logged so far.
