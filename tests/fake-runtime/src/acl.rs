@@ -441,10 +441,9 @@ unsafe fn memcpy(
         Ok(()) => Ok(()),
         Err(CopyError::InvalidValue(why)) => Err(invalid(why)),
         Err(CopyError::InvalidStream) => Err(timing_err(TimingError::InvalidHandle)),
-        Err(CopyError::DeviceLost(dev)) => Err(check_lost(dev).err().unwrap_or((
-            ACL_ERROR_RT_LOST_HEARTBEAT,
-            format!("device {dev} is lost"),
-        ))),
+        Err(CopyError::DeviceLost(dev)) => Err(check_lost(dev)
+            .err()
+            .unwrap_or((ACL_ERROR_RT_LOST_HEARTBEAT, format!("device {dev} is lost")))),
         Err(CopyError::DeviceFailed(dev)) => Err((
             ACL_ERROR_RT_SYS_DMA,
             format!("DMA copy on device {dev} failed (CHD_FAKE_FAIL_DEVICES)"),

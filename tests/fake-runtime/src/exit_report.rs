@@ -23,17 +23,16 @@ fn thread_line(tid: &str) -> Option<String> {
         .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?
         .trim()
         .to_owned();
-    Some(format!("thread={tid} {} {cpus}", name.trim().replace(' ', "_")))
+    Some(format!(
+        "thread={tid} {} {cpus}",
+        name.trim().replace(' ', "_")
+    ))
 }
 
 /// The report's text.
 pub fn report() -> String {
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "live_pinned_allocations={}",
-        memory::live_pinned()
-    );
+    let _ = writeln!(out, "live_pinned_allocations={}", memory::live_pinned());
     let _ = writeln!(out, "live_pinned_bytes={}", memory::live_pinned_bytes());
     let _ = writeln!(out, "live_device_allocations={}", memory::live_device());
     let _ = writeln!(
@@ -61,8 +60,7 @@ pub fn report() -> String {
 
 extern "C" fn write_exit_report() {
     let _ = std::panic::catch_unwind(|| {
-        let Some(path) = std::env::var_os("CHD_FAKE_EXIT_REPORT").filter(|p| !p.is_empty())
-        else {
+        let Some(path) = std::env::var_os("CHD_FAKE_EXIT_REPORT").filter(|p| !p.is_empty()) else {
             return;
         };
         if let Err(e) = std::fs::write(&path, report()) {

@@ -118,7 +118,12 @@ fn a_lost_device_fails_every_call_that_works_on_it_until_it_comes_back() {
             CUDA_ERROR_DEVICES_UNAVAILABLE
         );
         assert_eq!(
-            cudaMemcpy(before, host.as_ptr().cast(), 4096, CUDA_MEMCPY_HOST_TO_DEVICE),
+            cudaMemcpy(
+                before,
+                host.as_ptr().cast(),
+                4096,
+                CUDA_MEMCPY_HOST_TO_DEVICE
+            ),
             CUDA_ERROR_DEVICES_UNAVAILABLE
         );
         assert_eq!(cudaFree(before), CUDA_SUCCESS);
