@@ -462,9 +462,9 @@ fn sigterm_with_a_cell_in_flight_exits_in_time_holding_nothing() {
         let record = records
             .iter()
             .find(|r| {
-                r["cpu"].to_string() == labels["cpu"]
+                r["cpu"].as_u64() == labels["cpu"].parse().ok()
                     && r["device"] == labels["device"].as_str()
-                    && r["size_bytes"].to_string() == labels["size_bytes"]
+                    && r["size_bytes"].as_u64() == labels["size_bytes"].parse().ok()
                     && r["direction"] == labels["direction"].as_str()
             })
             .unwrap_or_else(|| panic!("{labels:?} not saved"));

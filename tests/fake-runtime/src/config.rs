@@ -935,7 +935,8 @@ mod tests {
         assert_eq!(cfg.pci_addresses[0].legacy_upper(), "0000:1A:00.0");
         assert_eq!(cfg.pci_addresses[1].nvml_upper(), "00000001:9B:1F.7");
         assert_eq!(cfg.pci_addresses[2], PciAddress::default_for(2));
-        assert!(cfg.fails(5) && cfg.fails(6) && !cfg.fails(0));
+        let faults = cfg.faults_now();
+        assert!(faults.fails(5) && faults.fails(6) && !faults.fails(0));
         assert_eq!(cfg.busy_devices_now(), BTreeSet::from([2]));
         assert_eq!(cfg.device_name, "Fake 910B");
         assert_eq!(
@@ -943,5 +944,37 @@ mod tests {
             PciAddress::parse("0000:1A:00.0")
         );
         assert!(PciAddress::parse("1a:00").is_err());
+    }
+
+    #[test]
+    fn control_files_override_only_the_keys_they_name() {
+        let env = Faults {
+            fail_devices: [2].into(),
+            lost_devices: BTreeSet::new(),
+            pair_hang_ms: 7,
+        };
+        let f = parse_control(
+            "# faults\nlost_devices=1, 3\n\npair_hang_ms = 500\n",
+            env.clone(),
+        )
+        .unwrap();
+        assert_eq!(f.lost_devices, [1, 3].into());
+        assert_eq!(f.pair_hang_ms, 500);
+        assert_eq!(
+            f.fail_devices, env.fail_devices,
+            "not named: the environment's"
+        );
+        assert!(parse_control("fail_devices=\n", env.clone())
+            .unwrap()
+            .fail_devices
+            .is_empty());
+        for bad in [
+            "lost_devices",
+            "bogus=1",
+            "pair_hang_ms=soon",
+            "lost_devices=x",
+        ] {
+            assert!(parse_control(bad, env.clone()).is_err(), "{bad}");
+        }
     }
 }
