@@ -197,3 +197,28 @@ fn the_exit_report_lists_what_is_held_and_every_thread_mask() {
     let after = chd_fake_runtime::exit_report::report();
     assert!(after.contains("live_pinned_bytes="), "{after}");
 }
+
+#[test]
+fn the_pair_hang_follows_the_file() {
+    let _g = setup();
+    let (mut a, mut b): (*mut c_void, *mut c_void) = (null_mut(), null_mut());
+    // SAFETY: valid out-pointers; 4096-byte allocations on devices 0 and 1, freed below.
+    unsafe {
+        assert_eq!(cudaSetDevice(0), CUDA_SUCCESS);
+        assert_eq!(cudaMalloc(&mut a, 4096), CUDA_SUCCESS);
+        assert_eq!(cudaSetDevice(1), CUDA_SUCCESS);
+        assert_eq!(cudaMalloc(&mut b, 4096), CUDA_SUCCESS);
+    }
+    // SAFETY: `a` and `b` are live 4096-byte allocations on devices 0 and 1.
+    let peer_copy_ms = || unsafe {
+        let t = std::time::Instant::now();
+        assert_eq!(cudaMemcpyPeer(b, 1, a, 0, 4096), CUDA_SUCCESS);
+        t.elapsed().as_millis()
+    };
+    control("pair_hang_ms=200\n");
+    assert!(peer_copy_ms() >= 200);
+    control("");
+    assert!(peer_copy_ms() < 200);
+    // SAFETY: allocated above.
+    unsafe { assert_eq!((cudaFree(a), cudaFree(b)), (CUDA_SUCCESS, CUDA_SUCCESS)) };
+}
