@@ -1,7 +1,10 @@
 //! Runtime faults injected into a running `chd serve` through the fake runtime's control
 //! file (`CHD_FAKE_CONTROL_FILE`, re-read on every call, so a fault starts and ends while chd
 //! runs) and survived: copies failing mid-window on one device and on all; a device lost
-//! (fallen off the bus) and back; a collective hanging; SIGTERM with a cell in flight.
+//! (fallen off the bus) and back; a collective hanging; SIGTERM with a cell in flight (a
+//! slow pinned allocation, a hung collective); and the first two in a one-shot
+//! `chd probe h2d`. The fake's exit report (`CHD_FAKE_EXIT_REPORT`) says what chd still held,
+//! and which threads were bound, when it exited.
 //! `tests/accelerators.rs` has a device failing from the start, `tests/pair_probe.rs` and
 //! `tests/pair_teardown.rs` the hung collective's error and teardown, `tests/serve.rs` SIGTERM
 //! on the host backend; this file adds what those leave out.
@@ -534,6 +537,86 @@ fn sigterm_during_a_hung_collective_exits_in_time() {
         Some(&0),
         "log:\n{log}"
     );
+    let (_, _, process_mask) = &exit.threads[0];
+    for (tid, name, mask) in &exit.threads {
+        assert_eq!(
+            mask, process_mask,
+            "thread {tid} ({name}) still bound at exit"
+        );
+    }
+}
+
+/// Faults 1 and 2 in a one-shot `chd probe h2d`: device 1 lost, device 2 failing after two
+/// good copies per stream. Every cell of device 0 is measured, every cell of 1 and 2 is a
+/// failed sample with its reason (`device`, `copy`), the run ends with the summary's count
+/// and exit status 1, and at exit nothing is held and no thread is bound.
+#[test]
+fn a_one_shot_run_records_each_failing_device_with_its_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let control = dir.path().join("control");
+    std::fs::write(&control, "lost_devices=1\nfail_devices=2\n").unwrap();
+    let report = dir.path().join("exit-report");
+    let out = dir.path().join("run");
+    let output = chd_process::run_chd(
+        &[
+            "probe",
+            "h2d",
+            "--sizes",
+            "4MiB",
+            "--iterations",
+            "2",
+            "--repeats",
+            "2",
+            "--backend",
+            "cuda",
+            "--cuda-runtime",
+            lib(),
+            "--nvml",
+            lib(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &[
+            ("CHD_FAKE_DEVICE_COUNT", "3"),
+            ("CHD_FAKE_FAIL_AFTER", "2"),
+            ("CHD_FAKE_CONTROL_FILE", control.to_str().unwrap()),
+            ("CHD_FAKE_EXIT_REPORT", report.to_str().unwrap()),
+        ],
+    );
+    let stderr = chd_process::text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let cpus = chd_process::allowed_cpus().len();
+    assert!(
+        stderr.contains(&format!(
+            "chd: {} of {} cells could not be measured",
+            2 * cpus,
+            3 * cpus
+        )),
+        "{stderr}"
+    );
+    let rows: Vec<serde_json::Value> = std::fs::read_to_string(out.join("cells.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 3 * cpus * 2, "every sample recorded");
+    for row in &rows {
+        let want = match row["device"].as_str().unwrap() {
+            "0" => None,
+            "1" => Some("device"),
+            _ => Some("copy"),
+        };
+        assert_eq!(row["reason"].as_str(), want, "{row}");
+        assert_eq!(row["bytes_per_second"].is_number(), want.is_none(), "{row}");
+    }
+    let exit = ExitReport::read(&report);
+    for key in [
+        "live_pinned_allocations",
+        "live_device_allocations",
+        "live_communicators",
+    ] {
+        assert_eq!(exit.values.get(key), Some(&0), "{key}");
+    }
     let (_, _, process_mask) = &exit.threads[0];
     for (tid, name, mask) in &exit.threads {
         assert_eq!(
