@@ -313,15 +313,16 @@ fn a_hung_collective_ends_its_window_on_time_and_scrapes_answer_meanwhile() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(
-        slowest < Duration::from_secs(1),
+        slowest < Duration::from_secs(2),
         "slowest of {scrapes} scrapes during the hang: {slowest:?}"
     );
     // Windows end on time: the 800 ms budget, plus one pair cell over budget (its 300 ms
-    // timeout and at most as much cleanup grace) and one copy cell; a 5 s hang is far past.
+    // timeout and at most as much cleanup grace) and one copy cell, about 1.5 s; 3.5 s leaves
+    // room for a loaded machine and is still far below the 5 s hang.
     let times = window_times(&f.chd.log(), windows_before);
     assert!(times.len() >= 2, "{times:?}");
     assert!(
-        times.iter().all(|&ms| ms < 2500),
+        times.iter().all(|&ms| ms < 3500),
         "window times during the hang: {times:?}"
     );
     eprintln!("during the hang: {scrapes} scrapes, slowest {slowest:?}; window times {times:?} ms");
@@ -388,8 +389,8 @@ impl ExitReport {
     }
 }
 
-/// Fault 4: SIGTERM while a cell is in flight (each 256 MiB pinned buffer takes 512 ms to
-/// pin, `CHD_FAKE_PIN_SLEEP`, and its copies as long again). chd exits 0 within 2 s of the
+/// Fault 4: SIGTERM while a cell is in flight (each 128 MiB pinned buffer takes 512 ms to
+/// pin, `CHD_FAKE_PIN_SLEEP`, and each cell's copies a few hundred ms). chd exits 0 within 2 s of the
 /// signal, every cell measured before it is in state.json, and by the time the process
 /// exits the fake holds no pinned or device memory and no communicator for it, and no
 /// thread is left bound to a probe CPU (the exit report lists every thread's mask).
@@ -407,14 +408,14 @@ fn sigterm_with_a_cell_in_flight_exits_in_time_holding_nothing() {
             "--window-budget",
             "30m",
             "--sizes",
-            "256",
+            "128",
             "--directions",
             "h2d,d2h",
             "--iterations",
             "4",
         ],
         &[
-            ("CHD_FAKE_PIN_MS_PER_MIB", "2"),
+            ("CHD_FAKE_PIN_MS_PER_MIB", "4"),
             ("CHD_FAKE_PIN_SLEEP", "1"),
             ("CHD_FAKE_EXIT_REPORT", &report_path),
         ],
