@@ -3,7 +3,8 @@
 //! within the timeout plus a bounded grace however long the cleanup takes; NCCL
 //! communicators are aborted on the side (counted `releasing` until the abort returns, then
 //! gone); HCCL, which has no abort and answers `HCCL_E_AGAIN` while the allgather is in
-//! flight, keeps them `quarantined` until a later release finds the allgather returned.
+//! flight, keeps them `quarantined` until a later release finds the allgather returned. A
+//! probe told to stop (chd shutting down) gives up a hung cell at once, as on its timeout.
 
 #[path = "support/pair_fixture.rs"]
 mod fixture;
@@ -93,4 +94,35 @@ fn a_hung_hccl_cell_quarantines_its_communicators_until_the_allgather_returns() 
         h.device_memory,
         Some(vec![("0".into(), 0), ("1".into(), 0)])
     );
+}
+
+#[test]
+fn a_stopped_probe_gives_up_a_hung_cell_at_once_and_starts_no_other() {
+    let _g = fixture::setup(ENV);
+    let live = hook("chd_fake_live_communicators");
+    let p = probe("cuda", "nccl");
+    // A timeout far past the hang: only stop() can end the cell early.
+    let long = params(Duration::from_secs(30));
+    let stopper = {
+        let p = p.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            p.stop();
+        })
+    };
+    let t = Instant::now();
+    let err = p.measure(["0", "1"], cpus(), &long).unwrap_err();
+    let took = t.elapsed();
+    stopper.join().unwrap();
+    assert!(err.to_string().contains("chd is stopping"), "{err}");
+    // The stop, then the abort's grace (its 3 s hang is waited for 1 s at most), and slack.
+    assert!(took < Duration::from_millis(300 + 1000 + 500), "{took:?}");
+    // Stopped for good: the next cell fails at once.
+    let t = Instant::now();
+    assert!(p.measure(["0", "1"], cpus(), &long).is_err());
+    assert!(t.elapsed() < Duration::from_millis(100));
+    drop(p);
+    eventually(Duration::from_secs(10), "the abort returned", || {
+        hook("chd_fake_live_communicators") == live
+    });
 }

@@ -38,6 +38,9 @@ const ACL_SUCCESS: AclError = 0;
 /// `ACL_ERROR_REPEAT_INITIALIZE` (acl_base.h): aclInit already ran in this process, so
 /// someone else owns the initialization.
 const ACL_ERROR_REPEAT_INITIALIZE: AclError = 100002;
+/// `ACL_ERROR_RT_LOST_HEARTBEAT` (rt_error_codes.h, "ts lost heartbeat"): the device's task
+/// scheduler stopped answering; CANN's runtime returns it for every call on such a device.
+pub const ACL_ERROR_RT_LOST_HEARTBEAT: AclError = 507010;
 /// `aclrtMemcpyKind` (acl_rt.h): `ACL_MEMCPY_HOST_TO_DEVICE`, `_DEVICE_TO_HOST`,
 /// `_DEVICE_TO_DEVICE`.
 const ACL_MEMCPY_HOST_TO_DEVICE: c_int = 1;
@@ -492,6 +495,10 @@ impl DeviceApi for AclRuntime {
 
     fn stages_peer_copies(&self) -> bool {
         false
+    }
+
+    fn device_lost(&self, code: i32) -> bool {
+        code == ACL_ERROR_RT_LOST_HEARTBEAT
     }
 }
 

@@ -225,6 +225,9 @@ impl CudaRuntime {
 /// for the device current at allocation; one staging buffer serves every device in turn.
 const CUDA_HOST_ALLOC_PORTABLE: c_uint = 0x01;
 
+/// `cudaErrorDevicesUnavailable` (driver_types.h).
+const CUDA_ERROR_DEVICES_UNAVAILABLE: CudaError = 46;
+
 impl DeviceApi for CudaRuntime {
     fn set_device(&self, device: i32) -> Result<(), ApiError> {
         // SAFETY: takes the device ordinal by value; an invalid one is cudaErrorInvalidDevice,
@@ -382,6 +385,12 @@ impl DeviceApi for CudaRuntime {
 
     fn stages_peer_copies(&self) -> bool {
         true
+    }
+
+    /// `cudaErrorDevicesUnavailable` (46, driver_types.h, CUDA 12: "all CUDA devices are busy
+    /// or unavailable at the current time").
+    fn device_lost(&self, code: i32) -> bool {
+        code == CUDA_ERROR_DEVICES_UNAVAILABLE
     }
 }
 

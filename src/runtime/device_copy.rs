@@ -86,6 +86,12 @@ pub(crate) trait DeviceApi: Send + Sync {
     /// Whether a cross-device copy without peer access still runs, staged through host memory
     /// (CUDA), rather than failing (ACL requires peer access).
     fn stages_peer_copies(&self) -> bool;
+    /// Whether `code` says the device is gone or unusable (CUDA's
+    /// `cudaErrorDevicesUnavailable`, ACL's `ACL_ERROR_RT_LOST_HEARTBEAT`), whichever call
+    /// returned it: such a cell failed for its device, not for a copy or its timing.
+    fn device_lost(&self, _code: i32) -> bool {
+        false
+    }
 }
 
 fn warn_release(result: Result<(), ApiError>) {
@@ -185,6 +191,20 @@ fn alloc_error(bytes: usize) -> impl Fn(ApiError) -> ProbeError {
     }
 }
 
+/// `wrap`, except that the runtime's device-lost code is a [`ProbeError::Device`].
+fn unless_lost<'a, A: DeviceApi + ?Sized>(
+    api: &'a A,
+    wrap: impl Fn(ApiError) -> ProbeError + 'a,
+) -> impl Fn(ApiError) -> ProbeError + 'a {
+    move |e| {
+        if api.device_lost(e.code) {
+            ProbeError::Device(e.to_string())
+        } else {
+            wrap(e)
+        }
+    }
+}
+
 fn copy_error(e: ApiError) -> ProbeError {
     ProbeError::Copy(e.to_string())
 }
@@ -261,16 +281,19 @@ impl<'a, A: DeviceApi + ?Sized> Staging<'a, A> {
         let bytes = check_params(self.api, params)?;
         super::check_staging_fits(self.bytes as u64, self.memory, params)?;
         let api = self.api;
+        let copy_error = unless_lost(api, copy_error);
+        let timing_error = unless_lost(api, timing_error);
+        let alloc_error = |bytes| unless_lost(api, alloc_error(bytes));
         api.set_device(device)
             .map_err(|e| ProbeError::Device(e.to_string()))?;
         let head = bytes.min(1 << 20);
         let host = &mut self.host;
         let dev =
             guard(api, api.device_alloc(bytes), A::device_free).map_err(alloc_error(bytes))?;
-        let start = guard(api, api.event_create(), A::event_destroy).map_err(timing_error)?;
-        let end = guard(api, api.event_create(), A::event_destroy).map_err(timing_error)?;
+        let start = guard(api, api.event_create(), A::event_destroy).map_err(&timing_error)?;
+        let end = guard(api, api.event_create(), A::event_destroy).map_err(&timing_error)?;
         // Last, so it is synchronized and destroyed before the events and buffers go.
-        let stream = stream_guard(api).map_err(timing_error)?;
+        let stream = stream_guard(api).map_err(&timing_error)?;
 
         // The source holds the pattern: the host buffer for h2d; for d2h the device buffer,
         // filled from a pattern staged through the (then cleared) host buffer.
@@ -287,8 +310,8 @@ impl<'a, A: DeviceApi + ?Sized> Staging<'a, A> {
                     Direction::H2d,
                     stream.handle,
                 )
-                .map_err(copy_error)?;
-                api.stream_synchronize(stream.handle).map_err(copy_error)?;
+                .map_err(&copy_error)?;
+                api.stream_synchronize(stream.handle).map_err(&copy_error)?;
                 host.as_mut_slice().fill(0);
                 (host.as_handle(), dev.handle)
             }
@@ -296,21 +319,21 @@ impl<'a, A: DeviceApi + ?Sized> Staging<'a, A> {
 
         for _ in 0..params.warmup {
             api.copy_async(dst, src, bytes, params.direction, stream.handle)
-                .map_err(copy_error)?;
+                .map_err(&copy_error)?;
         }
-        api.stream_synchronize(stream.handle).map_err(copy_error)?;
+        api.stream_synchronize(stream.handle).map_err(&copy_error)?;
         api.event_record(start.handle, stream.handle)
-            .map_err(timing_error)?;
+            .map_err(&timing_error)?;
         for _ in 0..params.iterations {
             api.copy_async(dst, src, bytes, params.direction, stream.handle)
-                .map_err(copy_error)?;
+                .map_err(&copy_error)?;
         }
         api.event_record(end.handle, stream.handle)
-            .map_err(timing_error)?;
-        api.event_synchronize(end.handle).map_err(timing_error)?;
+            .map_err(&timing_error)?;
+        api.event_synchronize(end.handle).map_err(&timing_error)?;
         let ms = api
             .event_elapsed_ms(start.handle, end.handle)
-            .map_err(timing_error)?;
+            .map_err(&timing_error)?;
         if !(ms.is_finite() && ms > 0.0) {
             return Err(ProbeError::Timing(format!(
                 "device events measured {ms} ms for {} copies",
@@ -330,8 +353,8 @@ impl<'a, A: DeviceApi + ?Sized> Staging<'a, A> {
                 Direction::D2h,
                 stream.handle,
             )
-            .map_err(copy_error)?;
-            api.stream_synchronize(stream.handle).map_err(copy_error)?;
+            .map_err(&copy_error)?;
+            api.stream_synchronize(stream.handle).map_err(&copy_error)?;
         }
         // d2h: the host buffer already holds what the device sent.
         let got = &host.as_mut_slice()[..head];

@@ -11,6 +11,7 @@
 //! a bounded grace for its cleanup (`pair_hold`); it never stalls the exporter.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -61,7 +62,14 @@ pub trait PairProbe: Send + Sync {
     fn release_idle(&self);
     /// What is held now; cheap, never calls into a runtime.
     fn holdings(&self) -> Holdings;
+    /// chd is stopping: a cell in flight gives up now, as on its timeout (its communicators
+    /// are aborted on the side), instead of waiting out a hung collective, and later cells
+    /// fail at once. For good: called on the way out.
+    fn stop(&self) {}
 }
+
+/// How often a cell waiting for its ranks looks at [`PairProbe::stop`].
+const STOP_POLL: Duration = Duration::from_millis(50);
 
 /// A pair probe over a device runtime (CUDA or ACL).
 pub struct DevicePairProbe {
@@ -71,6 +79,8 @@ pub struct DevicePairProbe {
     hold: PairHold,
     /// Known method per pair (predicted, then what the last cell used).
     methods: Mutex<BTreeMap<[i32; 2], &'static str>>,
+    /// Set by [`PairProbe::stop`].
+    stopping: AtomicBool,
 }
 
 impl DevicePairProbe {
@@ -85,6 +95,7 @@ impl DevicePairProbe {
             method,
             devices,
             methods: Mutex::new(BTreeMap::new()),
+            stopping: AtomicBool::new(false),
         }
     }
 
@@ -168,6 +179,9 @@ impl PairProbe for DevicePairProbe {
                 "a pair cell needs a size and at least one iteration".into(),
             ));
         }
+        if self.stopping.load(Ordering::SeqCst) {
+            return Err(ProbeError::Timeout("chd is stopping".into()));
+        }
         let pair = self.pair(devices)?;
         let comms = match &self.method {
             Method::Collective(_) => self.hold.comms(pair)?,
@@ -233,13 +247,22 @@ impl PairProbe for DevicePairProbe {
         let deadline = Instant::now() + params.timeout;
         let mut times = [0.0f64; 2];
         let mut first_error = None;
-        for _ in 0..2 {
+        let mut answered = 0;
+        while answered < 2 {
             let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
+            if self.stopping.load(Ordering::SeqCst) {
+                give_up(&cell);
+                return Err(ProbeError::Timeout(format!(
+                    "pair {},{} on cpus {},{}: given up, chd is stopping",
+                    devices[0], devices[1], cpus[0], cpus[1]
+                )));
+            }
+            match rx.recv_timeout(left.min(STOP_POLL)) {
                 Ok((rank, Ok(ms))) => times[rank] = ms,
                 Ok((_, Err(e))) => {
                     first_error.get_or_insert(e);
                 }
+                Err(mpsc::RecvTimeoutError::Timeout) if !left.is_zero() => continue,
                 Err(_) => {
                     give_up(&cell);
                     return Err(ProbeError::Timeout(format!(
@@ -248,6 +271,7 @@ impl PairProbe for DevicePairProbe {
                     )));
                 }
             }
+            answered += 1;
         }
         if let Some(e) = first_error {
             if let (Method::Collective(_), ProbeError::Collective(_) | ProbeError::Timeout(_)) =
@@ -270,6 +294,10 @@ impl PairProbe for DevicePairProbe {
 
     fn release_idle(&self) {
         self.hold.release_idle();
+    }
+
+    fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
     }
 
     fn holdings(&self) -> Holdings {

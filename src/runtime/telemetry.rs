@@ -8,6 +8,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 
 use super::acl::AclBackend;
@@ -23,6 +24,10 @@ pub struct DeviceSample {
     pub memory_used_bytes: Option<u64>,
     /// Compute processes on the device other than chd itself, when known.
     pub foreign_processes: Option<u32>,
+    /// The source says the device is gone (NVML's `NVML_ERROR_GPU_IS_LOST`, ACL's
+    /// `ACL_ERROR_RT_LOST_HEARTBEAT`): nothing can run on it, so it is neither busy nor an
+    /// unreadable input of the idle gate, and its cells fail until it is back.
+    pub lost: bool,
 }
 
 impl DeviceSample {
@@ -158,11 +163,15 @@ impl DeviceTelemetry for NvmlTelemetry {
         self.devices
             .iter()
             .map(|(index, label)| {
-                let device = self.nvml.device_by_index(*index).ok();
-                let utilization = device
-                    .as_ref()
-                    .and_then(|d| d.utilization_rates().ok())
-                    .map(|u| f64::from(u.gpu) / 100.0);
+                let (device, rates) = match self.nvml.device_by_index(*index) {
+                    Ok(d) => {
+                        let rates = d.utilization_rates();
+                        (Some(d), rates)
+                    }
+                    Err(e) => (None, Err(e)),
+                };
+                let lost = matches!(rates, Err(NvmlError::GpuLost));
+                let utilization = rates.ok().map(|u| f64::from(u.gpu) / 100.0);
                 let memory_used_bytes = device
                     .as_ref()
                     .and_then(|d| d.memory_info().ok())
@@ -180,6 +189,7 @@ impl DeviceTelemetry for NvmlTelemetry {
                     utilization,
                     memory_used_bytes,
                     foreign_processes,
+                    lost,
                 }
             })
             .collect()
@@ -211,10 +221,12 @@ impl DeviceTelemetry for AclTelemetry {
             .iter()
             .map(|d| {
                 let index: i32 = d.id.parse().unwrap_or(-1);
+                let mut lost = false;
                 let utilization = match self.backend.runtime().utilization(index) {
                     Some(Ok(u)) => Some(u),
                     Some(Err(e)) => {
                         tracing::debug!("ACL utilization of device {index}: {e}");
+                        lost = e.code == super::acl::ACL_ERROR_RT_LOST_HEARTBEAT;
                         None
                     }
                     None => None,
@@ -224,6 +236,7 @@ impl DeviceTelemetry for AclTelemetry {
                     utilization,
                     memory_used_bytes: None,
                     foreign_processes: None,
+                    lost,
                 }
             })
             .collect()
@@ -248,6 +261,7 @@ mod tests {
             utilization: u,
             memory_used_bytes: None,
             foreign_processes: p,
+            lost: false,
         };
         assert!(!s(Some(0.05), Some(0)).is_busy(0.1));
         assert!(s(Some(0.5), Some(0)).is_busy(0.1));

@@ -52,9 +52,17 @@ impl std::fmt::Display for Closed {
 /// whether one is (its utilization, or its process list, where the source reads them, could
 /// not be read). A backend without any telemetry source (`none`: the host backend, or CUDA
 /// without NVML, which `chd serve` says at start) has no device half, and a source without a
-/// query (ACL before CANN 7 has no utilization) is judged on what it does read.
+/// query (ACL before CANN 7 has no utilization) is judged on what it does read. A device the
+/// source reports lost (fallen off the bus) runs nothing, so it neither shuts the gate nor
+/// counts as unreadable: the other devices go on being measured while its cells fail.
 pub fn check_devices(telemetry: &dyn DeviceTelemetry, threshold: f64) -> Result<(), Closed> {
-    let samples = telemetry.sample();
+    let mut samples = telemetry.sample();
+    samples.retain(|s| {
+        if s.lost {
+            tracing::debug!(device = %s.device, source = telemetry.source(), "device lost: not gated; its cells fail until it is back");
+        }
+        !s.lost
+    });
     if let Some(unread) = samples.iter().find(|s| {
         (telemetry.reports_utilization() && s.utilization.is_none())
             || (telemetry.reports_processes() && s.foreign_processes.is_none())
@@ -241,7 +249,33 @@ mod tests {
             utilization,
             memory_used_bytes: None,
             foreign_processes: processes,
+            lost: false,
         }
+    }
+
+    #[test]
+    fn a_lost_device_neither_shuts_the_gate_nor_hides_a_busy_one() {
+        let gate = |samples| {
+            check_devices(
+                &Telemetry {
+                    processes: true,
+                    samples,
+                },
+                0.1,
+            )
+        };
+        let lost = DeviceSample {
+            lost: true,
+            ..device("1", None, None)
+        };
+        assert_eq!(
+            gate(vec![device("0", Some(0.0), Some(0)), lost.clone()]),
+            Ok(())
+        );
+        assert_eq!(
+            gate(vec![lost, device("2", Some(0.9), Some(0))]),
+            Err(Closed::DeviceBusy("2".into()))
+        );
     }
 
     #[test]

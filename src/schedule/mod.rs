@@ -249,6 +249,11 @@ impl Scheduler {
                 }
                 _ = shutdown.wait_for(|stop| *stop), if !stopping.load(Ordering::SeqCst) => {
                     stopping.store(true, Ordering::SeqCst);
+                    // A pair cell in flight may wait on a hung collective for its whole
+                    // timeout (30 s by default): give it up now.
+                    if let Some(probe) = &self.pair_probe {
+                        probe.stop();
+                    }
                 }
             }
         }

@@ -48,6 +48,10 @@ pub const ACL_ERROR_RT_FEATURE_NOT_SUPPORT: AclError = 207_000;
 pub const ACL_ERROR_RT_MEMORY_ALLOCATION: AclError = 207_001;
 pub const ACL_ERROR_RT_INTERNAL_ERROR: AclError = 507_000;
 pub const ACL_ERROR_RT_STREAM_NOT_COMPLETE: AclError = 507_004;
+/// `ACL_ERROR_RT_LOST_HEARTBEAT` ("ts lost heartbeat", `rt_error_codes.h`): what every call
+/// that works on a lost device returns (CANN's runtime answers it for a device whose task
+/// scheduler stopped responding).
+pub const ACL_ERROR_RT_LOST_HEARTBEAT: AclError = 507_010;
 pub const ACL_ERROR_RT_SYS_DMA: AclError = 507_013;
 
 /// Alignment `aclrtMemcpyAsync` wants of its addresses (and `aclrtMallocHost` guarantees).
@@ -123,6 +127,18 @@ fn device_id(device_id: i32) -> Result<usize, (AclError, String)> {
             ),
         )
     })
+}
+
+/// `ACL_ERROR_RT_LOST_HEARTBEAT` when `device` is lost (`CHD_FAKE_CONTROL_FILE`).
+fn check_lost(device: usize) -> Result<usize, (AclError, String)> {
+    if config::get().lost_now(device) {
+        Err((
+            ACL_ERROR_RT_LOST_HEARTBEAT,
+            format!("device {device} is lost (CHD_FAKE_CONTROL_FILE)"),
+        ))
+    } else {
+        Ok(device)
+    }
 }
 
 fn current_device() -> Result<usize, (AclError, String)> {
@@ -222,7 +238,7 @@ pub unsafe extern "C" fn aclrtGetDeviceCount(count: *mut u32) -> AclError {
 #[no_mangle]
 pub unsafe extern "C" fn aclrtSetDevice(device: i32) -> AclError {
     api("aclrtSetDevice", || {
-        device_id(device)?;
+        check_lost(device_id(device)?)?;
         device::set_current(i64::from(device));
         Ok(())
     })
@@ -312,7 +328,7 @@ pub unsafe extern "C" fn aclrtMalloc(
         if size == 0 {
             return Err(invalid("size is 0"));
         }
-        let dev = current_device()?;
+        let dev = check_lost(current_device()?)?;
         let p = memory::alloc_device(dev, size, Api::Acl).map_err(|_| {
             (
                 ACL_ERROR_RT_MEMORY_ALLOCATION,
@@ -348,7 +364,7 @@ pub unsafe extern "C" fn aclrtCreateStream(stream: *mut *mut c_void) -> AclError
         if stream.is_null() {
             return Err(invalid("stream is NULL"));
         }
-        let dev = current_device()?;
+        let dev = check_lost(current_device()?)?;
         let handle = timing::create_stream(dev, Api::Acl);
         // SAFETY: module contract.
         unsafe { put(stream, handle, "stream") }
@@ -425,6 +441,9 @@ unsafe fn memcpy(
         Ok(()) => Ok(()),
         Err(CopyError::InvalidValue(why)) => Err(invalid(why)),
         Err(CopyError::InvalidStream) => Err(timing_err(TimingError::InvalidHandle)),
+        Err(CopyError::DeviceLost(dev)) => Err(check_lost(dev)
+            .err()
+            .unwrap_or((ACL_ERROR_RT_LOST_HEARTBEAT, format!("device {dev} is lost")))),
         Err(CopyError::DeviceFailed(dev)) => Err((
             ACL_ERROR_RT_SYS_DMA,
             format!("DMA copy on device {dev} failed (CHD_FAKE_FAIL_DEVICES)"),
@@ -725,6 +744,7 @@ pub unsafe extern "C" fn aclrtGetDeviceUtilizationRate(
         if !extend.is_null() {
             return Err(invalid("utilizationExtend must be NULL"));
         }
+        check_lost(dev)?;
         if config::get().telemetry_fails(dev) {
             return Err((
                 ACL_ERROR_RT_INTERNAL_ERROR,

@@ -685,7 +685,7 @@ fn submit(call: Prepared) -> Result<Ticket, CollError> {
 
 /// Runs operation `seq`, whose last rank just joined, on the calling thread.
 fn complete(clique: &Clique, mut st: MutexGuard<'_, CliqueState>, seq: u64) {
-    let hang = config::get().pair_hang_ms;
+    let hang = config::get().faults_now().pair_hang_ms;
     if hang > 0 {
         let until = Instant::now() + Duration::from_millis(hang);
         loop {

@@ -148,6 +148,8 @@ pub struct Config {
     pub telemetry_fail_devices: BTreeSet<usize>,
     pub busy_devices: BTreeSet<usize>,
     pub busy_file: Option<PathBuf>,
+    /// `CHD_FAKE_CONTROL_FILE`: faults a test changes mid-run (see [`Faults`]).
+    pub control_file: Option<PathBuf>,
     /// One entry per device.
     pub pci_addresses: Vec<PciAddress>,
     pub device_name: String,
@@ -202,6 +204,7 @@ impl Default for Config {
             telemetry_fail_devices: BTreeSet::new(),
             busy_devices: BTreeSet::new(),
             busy_file: None,
+            control_file: None,
             pci_addresses: (0..DEFAULT_DEVICE_COUNT)
                 .map(PciAddress::default_for)
                 .collect(),
@@ -491,6 +494,10 @@ impl Config {
             cfg.busy_file = Some(PathBuf::from(v));
             Ok(())
         });
+        field("CHD_FAKE_CONTROL_FILE", "none", &mut |v| {
+            cfg.control_file = Some(PathBuf::from(v));
+            Ok(())
+        });
         let count = cfg.device_count;
         let mut pci: Vec<PciAddress> = (0..count).map(PciAddress::default_for).collect();
         field(
@@ -605,11 +612,6 @@ impl Config {
         self.telemetry_fail_devices.contains(&device)
     }
 
-    /// Whether copies on `device` fail (once their stream is past `fail_after` copies).
-    pub fn fails(&self, device: usize) -> bool {
-        self.fail_devices.contains(&device)
-    }
-
     /// The busy devices right now: the busy file when configured (re-read on every call),
     /// otherwise `CHD_FAKE_BUSY_DEVICES`.
     pub fn busy_devices_now(&self) -> BTreeSet<usize> {
@@ -628,6 +630,91 @@ impl Config {
                 self.busy_devices.clone()
             }
         }
+    }
+}
+
+/// The faults in force right now: `CHD_FAKE_FAIL_DEVICES` and `CHD_FAKE_PAIR_HANG_MS`, and
+/// lost devices, as the control file (`CHD_FAKE_CONTROL_FILE`) sets them at this moment.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Faults {
+    /// Devices whose copies fail (after `CHD_FAKE_FAIL_AFTER` copies per stream).
+    pub fail_devices: BTreeSet<usize>,
+    /// Devices that are gone: every call that works on one fails with the API's
+    /// device-lost code (see README, "Lost devices").
+    pub lost_devices: BTreeSet<usize>,
+    /// Wall-clock delay of every collective and cross-device copy.
+    pub pair_hang_ms: u64,
+}
+
+impl Faults {
+    /// Whether copies on `device` fail (once their stream is past `fail_after` copies).
+    pub fn fails(&self, device: usize) -> bool {
+        self.fail_devices.contains(&device)
+    }
+
+    /// Whether `device` is lost.
+    pub fn lost(&self, device: usize) -> bool {
+        self.lost_devices.contains(&device)
+    }
+}
+
+/// Applies the `KEY=VALUE` lines of a control file over `faults` (`#` starts a comment; blank
+/// lines are ignored). Keys: `fail_devices`, `lost_devices` (device lists, empty = none) and
+/// `pair_hang_ms`; a key not in the file keeps its environment value.
+pub fn parse_control(text: &str, mut faults: Faults) -> Result<Faults, String> {
+    for line in text.lines() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let (key, value) = line
+            .split_once('=')
+            .ok_or_else(|| format!("line {line:?} is not KEY=VALUE"))?;
+        let value = value.trim();
+        match key.trim() {
+            "fail_devices" => faults.fail_devices = parse_device_list(value)?,
+            "lost_devices" => faults.lost_devices = parse_device_list(value)?,
+            "pair_hang_ms" => {
+                faults.pair_hang_ms = value
+                    .parse()
+                    .map_err(|e| format!("bad pair_hang_ms {value:?}: {e}"))?
+            }
+            other => return Err(format!("unknown key {other:?}")),
+        }
+    }
+    Ok(faults)
+}
+
+impl Config {
+    /// The faults in force now: the environment's, with the control file (re-read on every
+    /// call) applied over them. An unreadable or malformed file leaves the environment's
+    /// values (one stderr line per distinct problem).
+    pub fn faults_now(&self) -> Faults {
+        let env = Faults {
+            fail_devices: self.fail_devices.clone(),
+            lost_devices: BTreeSet::new(),
+            pair_hang_ms: self.pair_hang_ms,
+        };
+        let Some(path) = &self.control_file else {
+            return env;
+        };
+        let result = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))
+            .and_then(|text| parse_control(&text, env.clone()));
+        match result {
+            Ok(faults) => faults,
+            Err(why) => {
+                warn_once(format!(
+                    "chd-fake-runtime: CHD_FAKE_CONTROL_FILE: {why}; using the environment's faults"
+                ));
+                env
+            }
+        }
+    }
+
+    /// Whether `device` is lost right now (see [`Faults::lost_devices`]).
+    pub fn lost_now(&self, device: usize) -> bool {
+        self.control_file.is_some() && self.faults_now().lost(device)
     }
 }
 
@@ -848,7 +935,8 @@ mod tests {
         assert_eq!(cfg.pci_addresses[0].legacy_upper(), "0000:1A:00.0");
         assert_eq!(cfg.pci_addresses[1].nvml_upper(), "00000001:9B:1F.7");
         assert_eq!(cfg.pci_addresses[2], PciAddress::default_for(2));
-        assert!(cfg.fails(5) && cfg.fails(6) && !cfg.fails(0));
+        let faults = cfg.faults_now();
+        assert!(faults.fails(5) && faults.fails(6) && !faults.fails(0));
         assert_eq!(cfg.busy_devices_now(), BTreeSet::from([2]));
         assert_eq!(cfg.device_name, "Fake 910B");
         assert_eq!(
@@ -856,5 +944,37 @@ mod tests {
             PciAddress::parse("0000:1A:00.0")
         );
         assert!(PciAddress::parse("1a:00").is_err());
+    }
+
+    #[test]
+    fn control_files_override_only_the_keys_they_name() {
+        let env = Faults {
+            fail_devices: [2].into(),
+            lost_devices: BTreeSet::new(),
+            pair_hang_ms: 7,
+        };
+        let f = parse_control(
+            "# faults\nlost_devices=1, 3\n\npair_hang_ms = 500\n",
+            env.clone(),
+        )
+        .unwrap();
+        assert_eq!(f.lost_devices, [1, 3].into());
+        assert_eq!(f.pair_hang_ms, 500);
+        assert_eq!(
+            f.fail_devices, env.fail_devices,
+            "not named: the environment's"
+        );
+        assert!(parse_control("fail_devices=\n", env.clone())
+            .unwrap()
+            .fail_devices
+            .is_empty());
+        for bad in [
+            "lost_devices",
+            "bogus=1",
+            "pair_hang_ms=soon",
+            "lost_devices=x",
+        ] {
+            assert!(parse_control(bad, env.clone()).is_err(), "{bad}");
+        }
     }
 }

@@ -41,6 +41,8 @@ pub enum CopyError {
     InvalidStream,
     /// The device is listed in `CHD_FAKE_FAIL_DEVICES`.
     DeviceFailed(usize),
+    /// The device is lost (the control file's `lost_devices`).
+    DeviceLost(usize),
     /// A cross-device copy while `CHD_FAKE_PAIR_FAIL` is set: (source, destination) device.
     LinkFailed(usize, usize),
     /// An ACL cross-device copy while the issuing device has no peer access to the other
@@ -163,10 +165,20 @@ pub unsafe fn copy(
         (dir, _, _) => return Err(bad(&format!("pointers do not fit {dir:?}"))),
     };
     let cfg = config::get();
+    let faults = cfg.faults_now();
+    // A lost device takes no work at all, whatever the stream did before.
+    if let Some(&dev) = timed_on
+        .iter()
+        .chain(other.iter())
+        .chain(Some(&stream_device))
+        .find(|&&d| faults.lost(d))
+    {
+        return Err(CopyError::DeviceLost(dev));
+    }
     // CHD_FAKE_FAIL_AFTER: a failing device lets the first copies of each stream through.
     let failing = timing::copies_on(stream, api) >= cfg.fail_after;
     for dev in timed_on.iter().chain(other.iter()) {
-        if failing && cfg.fails(*dev) {
+        if failing && faults.fails(*dev) {
             return Err(CopyError::DeviceFailed(*dev));
         }
     }
@@ -186,8 +198,8 @@ pub unsafe fn copy(
         if !direct && api == Api::Acl {
             return Err(CopyError::PeerAccessNotEnabled(local, remote));
         }
-        if cfg.pair_hang_ms > 0 {
-            std::thread::sleep(std::time::Duration::from_millis(cfg.pair_hang_ms));
+        if faults.pair_hang_ms > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(faults.pair_hang_ms));
             // The caller may have given up and freed a buffer meanwhile.
             if memory::locate(dst as usize, count) != d || memory::locate(src as usize, count) != s
             {

@@ -250,7 +250,8 @@ pub unsafe extern "C" fn cublasSgemm_v2(
             }
         }
         let cfg = config::get();
-        if cfg.fails(dev) {
+        let faults = cfg.faults_now();
+        if faults.fails(dev) || faults.lost(dev) {
             return CUBLAS_STATUS_EXECUTION_FAILED;
         }
         let flops = 2.0 * m as f64 * n as f64 * k as f64;

@@ -31,6 +31,9 @@ pub const CUDA_SUCCESS: CudaError = 0;
 pub const CUDA_ERROR_INVALID_VALUE: CudaError = 1;
 pub const CUDA_ERROR_MEMORY_ALLOCATION: CudaError = 2;
 pub const CUDA_ERROR_INVALID_MEMCPY_DIRECTION: CudaError = 21;
+/// `cudaErrorDevicesUnavailable` (`driver_types.h`: "all CUDA devices are busy or unavailable
+/// at the current time"): what every call that works on a lost device returns.
+pub const CUDA_ERROR_DEVICES_UNAVAILABLE: CudaError = 46;
 pub const CUDA_ERROR_NO_DEVICE: CudaError = 100;
 pub const CUDA_ERROR_INVALID_DEVICE: CudaError = 101;
 /// `cudaErrorPeerAccessUnsupported`: what `cudaDeviceEnablePeerAccess` returns between two
@@ -75,6 +78,15 @@ fn current_device() -> Result<usize, CudaError> {
     })
 }
 
+/// `cudaErrorDevicesUnavailable` when `device` is lost (`CHD_FAKE_CONTROL_FILE`).
+fn check_lost(device: usize) -> Result<(), CudaError> {
+    if config::get().lost_now(device) {
+        Err(CUDA_ERROR_DEVICES_UNAVAILABLE)
+    } else {
+        Ok(())
+    }
+}
+
 fn code(r: Result<(), CudaError>) -> CudaError {
     r.err().unwrap_or(CUDA_SUCCESS)
 }
@@ -108,11 +120,15 @@ pub unsafe extern "C" fn cudaGetDeviceCount(count: *mut c_int) -> CudaError {
 #[no_mangle]
 pub unsafe extern "C" fn cudaSetDevice(device: c_int) -> CudaError {
     api(|| {
-        if device::set_current(i64::from(device)) {
-            CUDA_SUCCESS
-        } else {
-            CUDA_ERROR_INVALID_DEVICE
+        let Some(d) = device::valid(i64::from(device)) else {
+            return CUDA_ERROR_INVALID_DEVICE;
+        };
+        // CUDA 12 initialises the device's primary context here, which a lost device fails.
+        if let Err(e) = check_lost(d) {
+            return e;
         }
+        device::set_current(i64::from(device));
+        CUDA_SUCCESS
     })
 }
 
@@ -270,7 +286,7 @@ pub unsafe extern "C" fn cudaMalloc(dev_ptr: *mut *mut c_void, size: usize) -> C
         if dev_ptr.is_null() {
             return CUDA_ERROR_INVALID_VALUE;
         }
-        let dev = match current_device() {
+        let dev = match current_device().and_then(|d| check_lost(d).map(|()| d)) {
             Ok(d) => d,
             Err(e) => return e,
         };
@@ -308,7 +324,7 @@ unsafe fn stream_create(stream: *mut *mut c_void) -> CudaError {
     if stream.is_null() {
         return CUDA_ERROR_INVALID_VALUE;
     }
-    let dev = match current_device() {
+    let dev = match current_device().and_then(|d| check_lost(d).map(|()| d)) {
         Ok(d) => d,
         Err(e) => return e,
     };
@@ -358,7 +374,7 @@ fn stream_ref(stream: *mut c_void) -> StreamRef {
 pub unsafe extern "C" fn cudaStreamSynchronize(stream: *mut c_void) -> CudaError {
     api(
         || match timing::stream_device(stream_ref(stream), Api::Cuda) {
-            Ok(_) => CUDA_SUCCESS,
+            Ok(d) => code(check_lost(d)),
             Err(e) => timing_code(e),
         },
     )
@@ -385,6 +401,7 @@ unsafe fn memcpy(
         Err(CopyError::InvalidValue(_)) => CUDA_ERROR_INVALID_VALUE,
         Err(CopyError::InvalidStream) => CUDA_ERROR_INVALID_RESOURCE_HANDLE,
         Err(CopyError::DeviceFailed(_) | CopyError::LinkFailed(..)) => CUDA_ERROR_UNKNOWN,
+        Err(CopyError::DeviceLost(_)) => CUDA_ERROR_DEVICES_UNAVAILABLE,
         // CUDA stages such copies through host memory instead; kept for completeness.
         Err(CopyError::PeerAccessNotEnabled(..)) => CUDA_ERROR_PEER_ACCESS_NOT_ENABLED,
     }
@@ -580,7 +597,15 @@ pub unsafe extern "C" fn cudaEventCreateWithFlags(
 /// `cudaEventRecord`: captures `stream`'s virtual clock.
 #[no_mangle]
 pub unsafe extern "C" fn cudaEventRecord(event: *mut c_void, stream: *mut c_void) -> CudaError {
-    api(|| code(timing::record(event, stream_ref(stream), Api::Cuda).map_err(timing_code)))
+    api(|| {
+        let stream = stream_ref(stream);
+        if let Ok(d) = timing::stream_device(stream, Api::Cuda) {
+            if let Err(e) = check_lost(d) {
+                return e;
+            }
+        }
+        code(timing::record(event, stream, Api::Cuda).map_err(timing_code))
+    })
 }
 
 /// `cudaEventSynchronize`: validates the handle.
@@ -643,6 +668,7 @@ pub unsafe extern "C" fn cudaGetErrorString(err: CudaError) -> *const c_char {
         CUDA_ERROR_INVALID_VALUE => c"invalid argument",
         CUDA_ERROR_MEMORY_ALLOCATION => c"out of memory",
         CUDA_ERROR_INVALID_MEMCPY_DIRECTION => c"invalid copy direction for memcpy",
+        CUDA_ERROR_DEVICES_UNAVAILABLE => c"CUDA-capable device(s) is/are busy or unavailable",
         CUDA_ERROR_NO_DEVICE => c"no CUDA-capable device is detected",
         CUDA_ERROR_INVALID_DEVICE => c"invalid device ordinal",
         CUDA_ERROR_PEER_ACCESS_UNSUPPORTED => {
@@ -665,6 +691,7 @@ pub unsafe extern "C" fn cudaGetErrorName(err: CudaError) -> *const c_char {
         CUDA_ERROR_INVALID_VALUE => c"cudaErrorInvalidValue",
         CUDA_ERROR_MEMORY_ALLOCATION => c"cudaErrorMemoryAllocation",
         CUDA_ERROR_INVALID_MEMCPY_DIRECTION => c"cudaErrorInvalidMemcpyDirection",
+        CUDA_ERROR_DEVICES_UNAVAILABLE => c"cudaErrorDevicesUnavailable",
         CUDA_ERROR_NO_DEVICE => c"cudaErrorNoDevice",
         CUDA_ERROR_INVALID_DEVICE => c"cudaErrorInvalidDevice",
         CUDA_ERROR_PEER_ACCESS_UNSUPPORTED => c"cudaErrorPeerAccessUnsupported",

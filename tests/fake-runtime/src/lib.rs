@@ -15,7 +15,8 @@
 //! (the copy engine), [`collective`] (communicators and the allgather engine), [`cublas`] (gemms that load a
 //! device), [`cuda`],
 //! [`nvml`], [`acl`], [`nccl`], [`hccl`] (the exported C APIs), [`fatbinary`] (nvcc's
-//! registration calls, for nvcc-built host programs) and [`hooks`] (test-only exports such as
+//! registration calls, for nvcc-built host programs), [`exit_report`] (what the process still
+//! holds when the library is unloaded, for `CHD_FAKE_EXIT_REPORT`) and [`hooks`] (test-only exports such as
 //! `chd_fake_live_pinned_allocations`).
 
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -28,6 +29,7 @@ pub mod cost;
 pub mod cublas;
 pub mod cuda;
 pub mod device;
+pub mod exit_report;
 pub mod fatbinary;
 pub mod hccl;
 pub mod hooks;

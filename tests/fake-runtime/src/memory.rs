@@ -234,6 +234,11 @@ pub fn live_pinned() -> u64 {
     registry().pinned.len() as u64
 }
 
+/// Bytes of the live pinned host allocations.
+pub fn live_pinned_bytes() -> u64 {
+    registry().pinned.values().map(|a| a.len as u64).sum()
+}
+
 /// Number of live device allocations.
 pub fn live_device() -> u64 {
     registry().device.len() as u64

@@ -34,6 +34,9 @@ pub const NVML_ERROR_INVALID_ARGUMENT: NvmlReturn = 2;
 pub const NVML_ERROR_NOT_SUPPORTED: NvmlReturn = 3;
 pub const NVML_ERROR_NOT_FOUND: NvmlReturn = 6;
 pub const NVML_ERROR_INSUFFICIENT_SIZE: NvmlReturn = 7;
+/// `NVML_ERROR_GPU_IS_LOST` (`nvml.h`): "The GPU has fallen off the bus or has otherwise
+/// become inaccessible".
+pub const NVML_ERROR_GPU_IS_LOST: NvmlReturn = 15;
 pub const NVML_ERROR_ARGUMENT_VERSION_MISMATCH: NvmlReturn = 25;
 pub const NVML_ERROR_UNKNOWN: NvmlReturn = 999;
 
@@ -145,8 +148,12 @@ fn index_of(device: nvmlDevice_t) -> Result<usize, NvmlReturn> {
         .ok_or(NVML_ERROR_INVALID_ARGUMENT)
 }
 
+/// Runs a query on a valid device handle; a lost device (`CHD_FAKE_CONTROL_FILE`) answers
+/// `NVML_ERROR_GPU_IS_LOST` to every query, as NVML documents for a GPU that "has fallen off
+/// the bus or is otherwise inaccessible".
 fn with_device(device: nvmlDevice_t, body: impl FnOnce(usize) -> NvmlReturn) -> NvmlReturn {
     api_init(|| match index_of(device) {
+        Ok(i) if config::get().lost_now(i) => NVML_ERROR_GPU_IS_LOST,
         Ok(i) => body(i),
         Err(e) => e,
     })
@@ -249,6 +256,7 @@ pub unsafe extern "C" fn nvmlErrorString(result: NvmlReturn) -> *const c_char {
         NVML_ERROR_NOT_SUPPORTED => c"Not Supported",
         NVML_ERROR_NOT_FOUND => c"Not Found",
         NVML_ERROR_INSUFFICIENT_SIZE => c"Insufficient Size",
+        NVML_ERROR_GPU_IS_LOST => c"GPU is lost",
         NVML_ERROR_ARGUMENT_VERSION_MISMATCH => c"Argument Version Mismatch",
         NVML_ERROR_UNKNOWN => c"Unknown Error",
         _ => c"Unknown Error",
