@@ -44,6 +44,36 @@ pub enum Command {
     /// Render a run directory (chd's, or a ClusterHealthDetect recording) as summary.md,
     /// cells.csv, heatmap PNGs and report.xlsx.
     Report(ReportArgs),
+    /// The node's verdict for a scheduler's health check, from what chd measured (it never
+    /// probes): one line of causes and the exit code 0 ok, 1 degraded, 2 failed, 3 unknown
+    /// (no state file, an unreadable one, nothing measured). For Slurm's HealthCheckProgram,
+    /// LBNL NHC or cron. A state file or recording counts every finding at once; chd serve's
+    /// own verdict (chd_node_verdict) waits for a finding to show in two windows.
+    Check(CheckArgs),
+}
+
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct CheckArgs {
+    /// chd serve's state directory (reads its state.json).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// A recording or run directory, as chd serve --replay reads it (a ClusterHealthDetect
+    /// run, a chd probe --out directory, a state.json).
+    #[arg(long, value_name = "FILE")]
+    pub replay: Option<PathBuf>,
+}
+
+impl CheckArgs {
+    /// Where the verdict comes from.
+    pub fn source(&self) -> crate::commands::check::CheckSource {
+        use crate::commands::check::CheckSource;
+        match (&self.replay, &self.state_dir) {
+            (Some(path), _) => CheckSource::Replay(path.clone()),
+            (None, Some(dir)) => CheckSource::StateDir(dir.clone()),
+            (None, None) => unreachable!("clap requires one of --replay, --state-dir"),
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -326,6 +356,20 @@ pub struct ServeArgs {
     /// Where the matrix is saved [paths.state_dir] (default /var/lib/chd, else ./chd-state).
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+    /// Keep a Node Feature Discovery feature file up to date with the node's verdict (e.g.
+    /// /etc/kubernetes/node-feature-discovery/features.d/chd): NFD labels the node
+    /// `chd.feature.node.kubernetes.io/verdict=ok|degraded|failed` and the like
+    /// [paths.nfd_features_file] (default: none).
+    #[arg(long, value_name = "FILE")]
+    pub nfd_features_file: Option<PathBuf>,
+    /// Windows in a row a finding must show in before the node's verdict names it
+    /// [schedule.verdict_confirm_windows] (default 2).
+    #[arg(long, value_name = "N")]
+    pub verdict_confirm_windows: Option<u32>,
+    /// Windows in a row a named finding must be absent from before the verdict drops it
+    /// [schedule.verdict_clear_windows] (default 3).
+    #[arg(long, value_name = "N")]
+    pub verdict_clear_windows: Option<u32>,
     /// Time between scheduler ticks, e.g. 60s, 5m [schedule.interval] (default 60s).
     #[arg(long, value_name = "DURATION")]
     pub interval: Option<String>,
@@ -470,6 +514,9 @@ impl Cli {
             l.server.header_timeout = a.header_timeout.clone();
             l.server.web_config_file = a.web_config_file.clone();
             l.paths.state_dir = a.state_dir.clone();
+            l.paths.nfd_features_file = a.nfd_features_file.clone();
+            l.schedule.verdict_confirm_windows = a.verdict_confirm_windows;
+            l.schedule.verdict_clear_windows = a.verdict_clear_windows;
             l.schedule.interval = a.interval.clone();
             l.schedule.window_budget = a.window_budget.clone();
             l.schedule.cpu_busy_threshold = a.cpu_busy_threshold;

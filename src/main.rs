@@ -27,6 +27,13 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
+    // `chd check` speaks in exit codes (0 ok, 1 degraded, 2 failed, 3 unknown).
+    if let Command::Check(args) = &cli.command {
+        let samples = Config::resolve([])
+            .map(|c| c.probe.samples_per_cell)
+            .unwrap_or(5);
+        return commands::check::run(&args.source(), samples);
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -59,6 +66,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Probe(probe) => commands::probe::run(cli.probe_request(probe)),
         Command::Report(args) => commands::report::run(&args.request()),
+        Command::Check(_) => unreachable!("chd check returns its exit code from main"),
         Command::Topology(args) => {
             let config = Config::resolve([cli.runtime_layer(&args.runtime)])?;
             let topology = Topology::read(&config.roots)?;

@@ -23,6 +23,7 @@ use prometheus_client::registry::Registry;
 use chd::config::Config;
 use chd::exposition::connections::ServerMetrics;
 use chd::exposition::store_collector::StoreView;
+use chd::exposition::verdict_collector::VerdictView;
 use chd::exposition::{encode, Format};
 use chd::runtime::{DeviceInfo, Direction};
 use chd::schedule::metrics::ProbeMetrics;
@@ -179,6 +180,7 @@ fn scrape(shape: Shape, cells: bool) -> String {
     metrics.idle_window("probed");
     metrics.observe_duration("h2d", 1.9);
     ServerMetrics::register(&mut registry, 64);
+    registry.register_collector(Box::new(VerdictView(Default::default())));
     registry.register_collector(Box::new(StoreView {
         store: Arc::new(RwLock::new(store)),
         topology: topology.clone(),

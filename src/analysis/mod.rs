@@ -14,6 +14,7 @@
 //! - [`pair`]: a core-pair matrix's per-CPU medians and NUMA x NUMA blocks.
 //! - [`failures`]: the cells that failed.
 //! - [`findings`]: the thresholds (those of the alert rules) and what is below them.
+//! - [`verdict`]: the node's verdict (`ok`, `degraded`, `failed`) and its causes.
 //! - [`heatmap`]: one heatmap model for every renderer (PNG, SVG, workbook).
 
 pub mod cell;
@@ -26,6 +27,7 @@ pub mod live;
 pub mod measured_node;
 pub mod pair;
 pub mod ranks;
+pub mod verdict;
 
 pub use cell::{Cell, NumaMap};
 pub use failures::Failure;

@@ -10,8 +10,10 @@
 //! - [`progress`]: the progress bar or lines of a one-shot run.
 //! - [`request`]: what `chd probe` was asked.
 //! - [`report`]: `chd report`.
+//! - [`check`]: `chd check`, the node's verdict with health-check exit codes.
 
 pub mod affinity;
+pub mod check;
 pub mod interrupt;
 pub mod plan;
 pub mod probe;

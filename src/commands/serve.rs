@@ -7,6 +7,7 @@ use anyhow::Context;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
+use chd::analysis::verdict::causes_of_store;
 use chd::collect::{self, PciDeviceRef};
 use chd::config::{Config, FALLBACK_STATE_DIR};
 use chd::exposition::connections::ServerMetrics;
@@ -14,9 +15,11 @@ use chd::exposition::pair_probe_collector::PairProbeView;
 use chd::exposition::scrape::Exposition;
 use chd::exposition::server;
 use chd::exposition::store_collector::StoreView;
+use chd::exposition::verdict_collector::VerdictView;
 use chd::exposition::web_settings::WebSettings;
 use chd::runtime::{self, Backend, DeviceInfo};
 use chd::schedule::metrics::ProbeMetrics;
+use chd::schedule::verdict::{NfdFile, NodeVerdict, SharedVerdict};
 use chd::schedule::Scheduler;
 use chd::store::persist::{self, Loaded};
 use chd::store::{unix_now, CellKey, SharedStore, Store};
@@ -182,6 +185,15 @@ async fn run_replay(
     }
     let universe: Vec<CellKey> = replay.store.h2d.keys().cloned().collect();
     let cells = export_cells(&config, universe.len());
+    // A recording does not change: its verdict is what it shows, named at once.
+    let (causes, best_numa) = causes_of_store(
+        &replay.store,
+        &chd::analysis::live::numa_map(&topology),
+        &replay.pairs,
+    );
+    let verdict = NodeVerdict::immediate(causes, best_numa);
+    tracing::info!("replay verdict: {}", verdict.line());
+    registry.register_collector(Box::new(VerdictView(Arc::new(RwLock::new(verdict)))));
     let cpus: Vec<u32> = topology.cpus.iter().map(|c| c.id).collect();
     let store = Arc::new(RwLock::new(replay.store));
     let exposition = Exposition::with_store(
@@ -234,6 +246,12 @@ async fn run_replay(
     server.await.context("HTTP server panicked")?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// How long NFD keeps the labels of a verdict without a new write: five ticks, at least ten
+/// minutes (chd rewrites the file at every tick; a chd that died stops labelling the node).
+fn nfd_valid_for(interval: std::time::Duration) -> std::time::Duration {
+    (interval * 5).max(std::time::Duration::from_secs(600))
 }
 
 /// Run the exporter until a termination signal.
@@ -307,6 +325,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             pairs: pairs.clone(),
         }));
     }
+    let verdict: SharedVerdict = Arc::default();
+    registry.register_collector(Box::new(VerdictView(verdict.clone())));
+    let nfd = config.nfd_features_file.clone().map(|path| NfdFile {
+        path,
+        valid_for: nfd_valid_for(config.schedule.interval),
+    });
     let exposition = Exposition::with_store(
         registry,
         StoreView {
@@ -354,6 +378,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         telemetry,
         pair_probe,
         pairs,
+        verdict,
+        nfd,
     };
     let prober = tokio::spawn(scheduler.run(shutdown_rx));
 

@@ -51,6 +51,7 @@ impl Layer {
                 sysfs: Some("/sys".into()),
                 procfs: Some("/proc".into()),
                 state_dir: Some(DEFAULT_STATE_DIR.into()),
+                nfd_features_file: None,
             },
             runtime: RuntimeLayer {
                 backend: Some("auto".into()),
@@ -68,6 +69,8 @@ impl Layer {
                 window_budget: Some("2s".into()),
                 cpu_busy_threshold: Some(0.5),
                 device_busy_threshold: Some(0.1),
+                verdict_confirm_windows: Some(2),
+                verdict_clear_windows: Some(3),
             },
             probe: ProbeLayer {
                 sizes_mib: Some(vec![64]),

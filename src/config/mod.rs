@@ -47,6 +47,8 @@ pub struct Config {
     pub server: ServerSettings,
     pub roots: Roots,
     pub state_dir: PathBuf,
+    /// The NFD feature file `chd serve` keeps up to date, if any.
+    pub nfd_features_file: Option<PathBuf>,
     pub runtime: RuntimeConfig,
     pub schedule: ScheduleConfig,
     pub probe: ProbeConfig,

@@ -24,6 +24,7 @@ impl Config {
                 sysfs: Some(self.roots.sysfs.clone()),
                 procfs: Some(self.roots.procfs.clone()),
                 state_dir: Some(self.state_dir.clone()),
+                nfd_features_file: self.nfd_features_file.clone(),
             },
             runtime: RuntimeLayer {
                 backend: Some(self.runtime.backend.as_str().into()),
@@ -43,6 +44,8 @@ impl Config {
                 ),
                 cpu_busy_threshold: Some(self.schedule.cpu_busy_threshold),
                 device_busy_threshold: Some(self.schedule.device_busy_threshold),
+                verdict_confirm_windows: Some(self.schedule.verdict_confirm_windows),
+                verdict_clear_windows: Some(self.schedule.verdict_clear_windows),
             },
             probe: ProbeLayer {
                 sizes_mib: Some(self.probe.sizes_bytes.iter().map(|b| b >> 20).collect()),

@@ -56,6 +56,9 @@ pub struct PathsLayer {
     pub sysfs: Option<PathBuf>,
     pub procfs: Option<PathBuf>,
     pub state_dir: Option<PathBuf>,
+    /// A Node Feature Discovery feature file (`.../features.d/chd`) kept up to date with the
+    /// node's verdict; unset: none.
+    pub nfd_features_file: Option<PathBuf>,
 }
 
 /// `[runtime]`
@@ -94,6 +97,10 @@ pub struct ScheduleLayer {
     pub cpu_busy_threshold: Option<f64>,
     /// Device utilization (0..1) above which a window is skipped or stopped.
     pub device_busy_threshold: Option<f64>,
+    /// Windows in a row a finding must show in before the node's verdict names it.
+    pub verdict_confirm_windows: Option<u32>,
+    /// Windows in a row a named finding must be absent from before the verdict drops it.
+    pub verdict_clear_windows: Option<u32>,
 }
 
 /// `[probe]`
@@ -158,7 +165,8 @@ layer_merge!(ServerLayer {
 layer_merge!(PathsLayer {
     sysfs,
     procfs,
-    state_dir
+    state_dir,
+    nfd_features_file
 });
 layer_merge!(RuntimeLayer {
     backend,
@@ -175,7 +183,9 @@ layer_merge!(ScheduleLayer {
     interval,
     window_budget,
     cpu_busy_threshold,
-    device_busy_threshold
+    device_busy_threshold,
+    verdict_confirm_windows,
+    verdict_clear_windows
 });
 layer_merge!(ProbeLayer {
     sizes_mib,

@@ -57,6 +57,15 @@ fn duration(key: &'static str, value: Option<String>) -> Result<Duration, Config
     Ok(d)
 }
 
+/// The most windows a verdict setting may name (a day of one-minute windows and then some: a
+/// larger number is a typo).
+const MAX_VERDICT_WINDOWS: u64 = 10_000;
+
+/// A count of windows in `1..=MAX_VERDICT_WINDOWS`.
+fn windows(key: &'static str, value: Option<u32>) -> Result<u32, ConfigError> {
+    Ok(in_range(key, given(key, value)?.into(), "", MAX_VERDICT_WINDOWS)? as u32)
+}
+
 /// A ratio in 0..1; `hint` says what 1 means.
 fn ratio(key: &'static str, value: Option<f64>, hint: &'static str) -> Result<f64, ConfigError> {
     let v = given(key, value)?;
@@ -117,6 +126,7 @@ impl Config {
                 procfs: given("paths.procfs", l.paths.procfs)?,
             },
             state_dir: given("paths.state_dir", l.paths.state_dir)?,
+            nfd_features_file: l.paths.nfd_features_file,
             schedule: schedule(l.schedule)?,
             runtime: runtime(l.runtime)?,
             probe: probe(l.probe)?,
@@ -152,6 +162,11 @@ fn schedule(l: ScheduleLayer) -> Result<ScheduleConfig, ConfigError> {
             l.device_busy_threshold,
             "1 ignores utilization",
         )?,
+        verdict_confirm_windows: windows(
+            "schedule.verdict_confirm_windows",
+            l.verdict_confirm_windows,
+        )?,
+        verdict_clear_windows: windows("schedule.verdict_clear_windows", l.verdict_clear_windows)?,
     })
 }
 

@@ -14,6 +14,7 @@ pub mod pair_probe_collector;
 pub mod scrape;
 pub mod server;
 pub mod store_collector;
+pub mod verdict_collector;
 pub mod web_config;
 pub mod web_settings;
 

@@ -11,6 +11,7 @@
 
 pub mod affinity_file;
 pub mod cluster_health;
+pub mod nfd_features;
 pub mod run_dir;
 pub mod state_file;
 pub mod web_config;

@@ -13,6 +13,7 @@ pub mod pair_window;
 pub mod planner;
 pub mod settings;
 pub mod state_saver;
+pub mod verdict;
 pub mod window;
 
 use std::path::PathBuf;
@@ -33,7 +34,10 @@ use metrics::ProbeMetrics;
 use pair_window::PairWindowSpec;
 use settings::{ProbeConfig, ScheduleConfig};
 use state_saver::StateSaver;
+use verdict::{NfdFile, NodeVerdict, SharedVerdict, VerdictTracker};
 use window::{WindowReport, WindowSpec};
+
+use crate::analysis::verdict::causes_of_store;
 
 /// How often a window re-checks the idle gate between cells.
 const GATE_RECHECK: Duration = Duration::from_millis(500);
@@ -60,6 +64,10 @@ pub struct Scheduler {
     /// Core-pair probe and the pair labels it measures (empty: no pair probe).
     pub pair_probe: Option<Arc<dyn PairProbe>>,
     pub pairs: Vec<String>,
+    /// The node's verdict, held steady across windows (shared with the exposition).
+    pub verdict: SharedVerdict,
+    /// The NFD feature file the verdict is written to at every tick, if any.
+    pub nfd: Option<NfdFile>,
 }
 
 /// Pair cells planned per pair and window (the budget decides how many run).
@@ -83,6 +91,11 @@ impl Scheduler {
         );
         let mut previous = self.schedule.enabled.then(|| gate.sample().ok()).flatten();
         let mut first = true;
+        let mut tracker = VerdictTracker::new(
+            self.schedule.verdict_confirm_windows,
+            self.schedule.verdict_clear_windows,
+        );
+        let mut nfd_failing = false;
         loop {
             if !first {
                 tokio::select! {
@@ -95,6 +108,9 @@ impl Scheduler {
                 break;
             }
             if !self.schedule.enabled {
+                // No windows: what the store holds stands for every tick.
+                self.judge(&mut tracker);
+                self.publish(&mut nfd_failing);
                 self.metrics.idle_window("disabled");
                 first = false;
                 continue;
@@ -111,6 +127,8 @@ impl Scheduler {
                     _ => tracing::info!("skipping probe window: {closed}"),
                 }
                 self.metrics.idle_window(closed.outcome());
+                // A skipped window is no evidence: the verdict stands, its labels are renewed.
+                self.publish(&mut nfd_failing);
                 continue;
             }
 
@@ -124,9 +142,50 @@ impl Scheduler {
                 "probe window done"
             );
             saver.save(false).await;
+            self.judge(&mut tracker);
+            self.publish(&mut nfd_failing);
             previous = gate.sample().ok();
         }
         saver.save(true).await;
+    }
+
+    /// One window's findings into the verdict.
+    fn judge(&self, tracker: &mut VerdictTracker) {
+        let numa = crate::analysis::live::numa_map(&self.topology);
+        let (found, best_numa) = {
+            let store = self.store.read().unwrap_or_else(|p| p.into_inner());
+            causes_of_store(&store, &numa, &self.pairs)
+        };
+        let named = tracker.observe(found);
+        let verdict = NodeVerdict::immediate(named, best_numa);
+        let mut shared = self.verdict.write().unwrap_or_else(|p| p.into_inner());
+        if shared.level != verdict.level {
+            tracing::info!("node verdict {} -> {}", shared.level, verdict.line());
+        }
+        *shared = verdict;
+    }
+
+    /// Write the verdict's NFD labels, if configured; a failure is logged once until the
+    /// next success.
+    fn publish(&self, failing: &mut bool) {
+        let Some(nfd) = &self.nfd else { return };
+        let verdict = self
+            .verdict
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        match nfd.write(&verdict) {
+            Ok(()) => {
+                if std::mem::take(failing) {
+                    tracing::info!("NFD feature file {} written again", nfd.path.display());
+                }
+            }
+            Err(e) => {
+                if !std::mem::replace(failing, true) {
+                    tracing::warn!("cannot write the NFD feature file: {e}");
+                }
+            }
+        }
     }
 
     async fn run_window(

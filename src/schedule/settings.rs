@@ -14,6 +14,10 @@ pub struct ScheduleConfig {
     pub window_budget: Duration,
     pub cpu_busy_threshold: f64,
     pub device_busy_threshold: f64,
+    /// Windows a finding must show in before the verdict names it.
+    pub verdict_confirm_windows: u32,
+    /// Windows a named finding must be absent from before the verdict drops it.
+    pub verdict_clear_windows: u32,
 }
 
 /// What the windows measure.

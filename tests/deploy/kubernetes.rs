@@ -63,6 +63,7 @@ pub(crate) fn builds() -> &'static Vec<(String, Vec<Value>)> {
                 "base + components/web-config".to_string(),
                 base_with("web-config"),
             ),
+            ("base + components/nfd".to_string(), base_with("nfd")),
         ]
     })
 }
@@ -407,5 +408,53 @@ pub(crate) fn base_kustomization_lists_every_manifest() {
     assert_eq!(
         listed, on_disk,
         "base/kustomization.yaml resources vs files"
+    );
+}
+
+/// components/nfd: chd writes its feature file where the hostPath of NFD's feature directory
+/// is mounted, and the init container opens that same directory to chd's group.
+#[test]
+pub(crate) fn nfd_component_points_chd_at_nfds_feature_directory() {
+    const DIR: &str = "/etc/kubernetes/node-feature-discovery/features.d";
+    let (build, docs) = builds()
+        .iter()
+        .find(|(b, _)| b.ends_with("components/nfd"))
+        .expect("the nfd build");
+    let pod = pod_template(docs, build);
+    let c = main_container(&pod, build);
+    let args: Vec<String> = seq(&at(&c, "args", build), build)
+        .iter()
+        .map(|a| text(a, build))
+        .collect();
+    assert!(
+        args.contains(&format!("--nfd-features-file={DIR}/chd")),
+        "{args:?}"
+    );
+    let mounted = |container: &Value| {
+        seq(&at(container, "volumeMounts", build), build)
+            .into_iter()
+            .find(|m| at(m, "mountPath", build).as_str() == Some(DIR))
+            .map(|m| text(&at(&m, "name", build), build))
+    };
+    let volume = mounted(&c).expect("the feature directory mounted in chd");
+    let host = seq(&at(&pod.spec, "volumes", build), build)
+        .into_iter()
+        .find(|v| at(v, "name", build).as_str() == Some(volume.as_str()))
+        .expect("its volume");
+    assert_eq!(at(&host, "hostPath.path", build).as_str(), Some(DIR));
+    let init = seq(&at(&pod.spec, "initContainers", build), build)
+        .into_iter()
+        .find(|i| at(i, "name", build).as_str() == Some("nfd-features-dir"))
+        .expect("the init container");
+    assert_eq!(mounted(&init), Some(volume));
+    let command = seq(&at(&init, "command", build), build)
+        .iter()
+        .map(|a| text(a, build))
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        command.contains(&format!("chgrp 65534 {DIR}"))
+            && command.contains(&format!("chmod 1775 {DIR}")),
+        "{command}"
     );
 }

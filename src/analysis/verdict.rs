@@ -1,0 +1,371 @@
+//! One node-level verdict from what chd measured: `ok`, `degraded` or `failed`, with its
+//! causes. The thresholds are the findings' (those of the alert rules); this module only says
+//! which findings make a node unusable (`failed`: a device slow from every CPU, or one whose
+//! every cell fails) and which make it usable with care (`degraded`: a slow NUMA segment, a
+//! slow core of a pair, a PCIe link trained below its maximum, CPUs that cannot be bound).
+//! Each cause has a stable id, so a scheduler-facing layer can hold a verdict steady across
+//! windows (`schedule::verdict`'s hysteresis).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use super::cell::NumaMap;
+use super::h2d::H2dMatrix;
+use super::live::{self, MatrixKey, StoreAnalysis};
+use crate::store::Store;
+use crate::topology::cpulist;
+use crate::topology::natural::natural_key;
+use crate::topology::pci_link::Link;
+
+/// Copies smaller than this are dominated by launch latency and never judged (as the rules'
+/// "large copies").
+pub const JUDGED_SIZE_BYTES: u64 = 64 << 20;
+
+/// How bad a node (or one cause) is. Ordered: `Ok` < `Degraded` < `Failed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Level {
+    Ok,
+    Degraded,
+    Failed,
+}
+
+impl Level {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Ok => "ok",
+            Level::Degraded => "degraded",
+            Level::Failed => "failed",
+        }
+    }
+
+    pub const ALL: [Level; 3] = [Level::Ok, Level::Degraded, Level::Failed];
+}
+
+impl fmt::Display for Level {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One reason for a verdict.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cause {
+    /// Stable across windows while the same thing is wrong (`slow_device:0`).
+    pub id: String,
+    pub level: Level,
+    /// For people: `device 0 slow column (0.21 x the typical device)`.
+    pub text: String,
+    /// The device it is about, if one.
+    pub device: Option<String>,
+}
+
+/// What the verdict reads besides the matrices.
+#[derive(Debug, Default)]
+pub struct Inputs<'a> {
+    /// Device -> its link as read after chd's copies.
+    pub links: BTreeMap<String, Link>,
+    /// CPUs the affinity probe could not bind.
+    pub unbindable: &'a [u32],
+}
+
+/// The matrices judged: sizes of at least [`JUDGED_SIZE_BYTES`]; a source with none of those
+/// (a recording of small copies only) is judged at its largest size.
+fn judged(analysis: &StoreAnalysis) -> Vec<(&MatrixKey, &H2dMatrix)> {
+    let large: Vec<_> = analysis
+        .h2d
+        .iter()
+        .filter(|((size, _), _)| *size >= JUDGED_SIZE_BYTES)
+        .collect();
+    if !large.is_empty() {
+        return large;
+    }
+    let Some(largest) = analysis.h2d.keys().map(|(size, _)| *size).max() else {
+        return Vec::new();
+    };
+    analysis
+        .h2d
+        .iter()
+        .filter(|((size, _), _)| *size == largest)
+        .collect()
+}
+
+/// Every cause found in `analysis` and `inputs`, failed ones first, then by id.
+pub fn causes(analysis: &StoreAnalysis, inputs: &Inputs<'_>) -> Vec<Cause> {
+    let mut out: BTreeMap<String, Cause> = BTreeMap::new();
+    let mut add = |id: String, level: Level, text: String, device: Option<&str>| {
+        out.entry(id.clone()).or_insert(Cause {
+            id,
+            level,
+            text,
+            device: device.map(str::to_string),
+        });
+    };
+    let matrices = judged(analysis);
+    for (_, matrix) in &matrices {
+        for col in matrix.slow_devices() {
+            let ratio = col.ratio.unwrap_or_default();
+            add(
+                format!("slow_device:{}", col.device),
+                Level::Failed,
+                format!(
+                    "device {} slow column ({ratio:.2} x the typical device)",
+                    col.device
+                ),
+                Some(&col.device),
+            );
+        }
+        for seg in matrix.slow_segments() {
+            let node = seg
+                .numa_node
+                .map(|n| n.to_string())
+                .unwrap_or_else(|| "?".into());
+            add(
+                format!("slow_segment:{node}:{}", seg.device),
+                Level::Degraded,
+                format!(
+                    "device {} slow from NUMA node {node} ({:.2} x its best node)",
+                    seg.device,
+                    seg.ratio.unwrap_or_default()
+                ),
+                Some(&seg.device),
+            );
+        }
+    }
+    // A device with failed cells and no measured one in any judged matrix.
+    let measured: BTreeSet<&str> = matrices
+        .iter()
+        .flat_map(|(_, m)| m.devices.iter().map(|c| c.device.as_str()))
+        .collect();
+    let failing: BTreeSet<&str> = matrices
+        .iter()
+        .flat_map(|(_, m)| m.failures.iter().map(|f| f.device.as_str()))
+        .filter(|d| !measured.contains(d))
+        .collect();
+    for device in failing {
+        add(
+            format!("failing_device:{device}"),
+            Level::Failed,
+            format!("device {device}: every cell failed"),
+            Some(device),
+        );
+    }
+    for (pair, matrix) in &analysis.pairs {
+        for cpu in matrix.slow_cpus() {
+            add(
+                format!("slow_pair_cpu:{pair}:{}:{}", cpu.rank, cpu.cpu),
+                Level::Degraded,
+                format!(
+                    "pair {pair}: CPU {} as rank {} slow ({:.2} x the pair median)",
+                    cpu.cpu,
+                    cpu.rank,
+                    cpu.ratio.unwrap_or_default()
+                ),
+                None,
+            );
+        }
+    }
+    for (device, link) in &inputs.links {
+        if link.degraded() {
+            add(
+                format!("link_degraded:{device}"),
+                Level::Degraded,
+                format!(
+                    "device {device} PCIe link {} of {}",
+                    link.current.describe(),
+                    link.max.describe()
+                ),
+                Some(device),
+            );
+        }
+    }
+    if !inputs.unbindable.is_empty() {
+        add(
+            "unbindable_cpus".into(),
+            Level::Degraded,
+            format!("CPUs {} not bindable", cpulist::format(inputs.unbindable)),
+            None,
+        );
+    }
+    let mut causes: Vec<Cause> = out.into_values().collect();
+    causes.sort_by(|a, b| {
+        b.level
+            .cmp(&a.level)
+            .then_with(|| natural_key(&a.id).cmp(&natural_key(&b.id)))
+    });
+    causes
+}
+
+/// Every cause in what `store` holds: its matrices analysed as the exposition analyses them
+/// (`pairs`: the configured pair labels), the links its windows read, its unbindable CPUs;
+/// with the NUMA node measured best for each device.
+pub fn causes_of_store(
+    store: &Store,
+    numa: &NumaMap,
+    pairs: &[String],
+) -> (Vec<Cause>, BTreeMap<String, u32>) {
+    let h2d = live::h2d_cells(store);
+    let pair_cells = live::pair_cells(store);
+    let analysis = StoreAnalysis::of(&live::by_matrix(&h2d), &pair_cells, pairs, numa);
+    let unbindable: Vec<u32> = store
+        .bindable
+        .iter()
+        .filter(|(_, b)| !b.bindable)
+        .map(|(&cpu, _)| cpu)
+        .collect();
+    let inputs = Inputs {
+        links: store
+            .links
+            .iter()
+            .map(|(d, seen)| (d.clone(), seen.link))
+            .collect(),
+        unbindable: &unbindable,
+    };
+    (causes(&analysis, &inputs), analysis.measured_nodes)
+}
+
+/// The verdict of `causes`: the worst level among them, `ok` without any.
+pub fn level(causes: &[Cause]) -> Level {
+    causes.iter().map(|c| c.level).max().unwrap_or(Level::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::{Cell, PairMatrix};
+    use crate::runtime::Direction;
+    use crate::topology::pci_link::LinkState;
+
+    fn cell(cpu: u32, device: &str, gbps: Option<f64>) -> Cell<'_> {
+        Cell {
+            cpu,
+            peer_cpu: None,
+            device,
+            value: gbps.map(|g| g * 1e9),
+            samples: usize::from(gbps.is_some()),
+            failed: usize::from(gbps.is_none()),
+            last_error: gbps.is_none().then(|| "copy failed".into()),
+            sampled_at: None,
+        }
+    }
+
+    fn analysis(cells: &[Cell<'_>], size: u64, numa: &NumaMap) -> StoreAnalysis {
+        StoreAnalysis {
+            h2d: BTreeMap::from([((size, Direction::H2d), H2dMatrix::of(cells, numa))]),
+            pairs: BTreeMap::new(),
+            measured_nodes: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn a_healthy_node_is_ok() {
+        let cells: Vec<Cell> = (0..4)
+            .flat_map(|cpu| ["0", "1", "2"].map(|d| cell(cpu, d, Some(58.0))))
+            .collect();
+        let a = analysis(&cells, 64 << 20, &NumaMap::new());
+        let found = causes(&a, &Inputs::default());
+        assert_eq!(found, vec![]);
+        assert_eq!(level(&found), Level::Ok);
+    }
+
+    #[test]
+    fn a_slow_column_fails_the_node_and_a_slow_segment_degrades_it() {
+        let numa = NumaMap::from([(0, 0), (1, 0), (2, 1), (3, 1)]);
+        let mut cells = Vec::new();
+        for cpu in 0..4 {
+            cells.push(cell(cpu, "0", Some(12.7)));
+            cells.push(cell(cpu, "1", Some(58.4)));
+            cells.push(cell(cpu, "2", Some(if cpu >= 2 { 20.0 } else { 58.0 })));
+            cells.push(cell(cpu, "3", Some(58.8)));
+        }
+        let a = analysis(&cells, 64 << 20, &numa);
+        let found = causes(&a, &Inputs::default());
+        let ids: Vec<&str> = found.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["slow_device:0", "slow_segment:1:2"], "{found:#?}");
+        assert_eq!(level(&found), Level::Failed);
+        assert_eq!(found[0].device.as_deref(), Some("0"));
+        assert!(
+            found[0].text.starts_with("device 0 slow column (0.2"),
+            "{}",
+            found[0].text
+        );
+        // The same cells as 16 MiB copies next to a 64 MiB matrix are not judged.
+        let mut two = a;
+        let healthy: Vec<Cell> = (0..4)
+            .flat_map(|cpu| ["0", "1", "2", "3"].map(|d| cell(cpu, d, Some(58.0))))
+            .collect();
+        let small = two.h2d.remove(&(64 << 20, Direction::H2d)).unwrap();
+        two.h2d.insert((16 << 20, Direction::H2d), small);
+        two.h2d
+            .insert((64 << 20, Direction::H2d), H2dMatrix::of(&healthy, &numa));
+        assert_eq!(causes(&two, &Inputs::default()), vec![]);
+    }
+
+    #[test]
+    fn links_unbindable_cpus_failing_devices_and_pair_cores() {
+        let mut cells: Vec<Cell> = (0..4)
+            .flat_map(|cpu| ["0", "1"].map(|d| cell(cpu, d, Some(58.0))))
+            .collect();
+        cells.extend((0..4).map(|cpu| cell(cpu, "2", None)));
+        let mut a = analysis(&cells, 256 << 20, &NumaMap::new());
+        let pair_cells: Vec<Cell> = (0..4)
+            .flat_map(|c0| {
+                (0..4).map(move |c1| Cell {
+                    peer_cpu: Some(c1),
+                    ..cell(c0, "0,1", Some(if c0 == 3 { 5.0 } else { 13.7 }))
+                })
+            })
+            .collect();
+        a.pairs
+            .insert("0,1".into(), PairMatrix::of(&pair_cells, &NumaMap::new()));
+        let gen5 = |width| LinkState {
+            width,
+            transfers_per_second: 32_000_000_000,
+        };
+        let inputs = Inputs {
+            links: BTreeMap::from([
+                (
+                    "0".to_string(),
+                    Link {
+                        current: gen5(8),
+                        max: gen5(16),
+                    },
+                ),
+                (
+                    "1".to_string(),
+                    Link {
+                        current: gen5(16),
+                        max: gen5(16),
+                    },
+                ),
+            ]),
+            unbindable: &[5, 6, 7],
+        };
+        let found = causes(&a, &inputs);
+        let got: Vec<(&str, Level, &str)> = found
+            .iter()
+            .map(|c| (c.id.as_str(), c.level, c.text.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "failing_device:2",
+                    Level::Failed,
+                    "device 2: every cell failed"
+                ),
+                (
+                    "link_degraded:0",
+                    Level::Degraded,
+                    "device 0 PCIe link x8 Gen5 of x16 Gen5"
+                ),
+                (
+                    "slow_pair_cpu:0,1:0:3",
+                    Level::Degraded,
+                    "pair 0,1: CPU 3 as rank 0 slow (0.36 x the pair median)"
+                ),
+                ("unbindable_cpus", Level::Degraded, "CPUs 5-7 not bindable"),
+            ],
+            "{found:#?}"
+        );
+    }
+}
