@@ -2,7 +2,8 @@
 //! causes. The thresholds are the findings' (those of the alert rules); this module only says
 //! which findings make a node unusable (`failed`: a device slow from every CPU, or one whose
 //! every cell fails) and which make it usable with care (`degraded`: a slow NUMA segment, a
-//! slow core of a pair, a PCIe link trained below its maximum, CPUs that cannot be bound).
+//! slow core of a pair, a PCIe link trained below its maximum, CPUs that cannot be bound, an
+//! RDMA port that is not ACTIVE).
 //! Each cause has a stable id, so a scheduler-facing layer can hold a verdict steady across
 //! windows (`schedule::verdict`'s hysteresis).
 
@@ -66,6 +67,8 @@ pub struct Inputs<'a> {
     pub links: BTreeMap<String, Link>,
     /// CPUs the affinity probe could not bind.
     pub unbindable: &'a [u32],
+    /// RDMA ports (`hca/port`) that are not ACTIVE.
+    pub rdma_down: &'a [String],
 }
 
 /// The matrices judged: sizes of at least [`JUDGED_SIZE_BYTES`]; a source with none of those
@@ -178,6 +181,14 @@ pub fn causes(analysis: &StoreAnalysis, inputs: &Inputs<'_>) -> Vec<Cause> {
             );
         }
     }
+    for port in inputs.rdma_down {
+        add(
+            format!("rdma_port_down:{port}"),
+            Level::Degraded,
+            format!("RDMA port {port} not active"),
+            None,
+        );
+    }
     if !inputs.unbindable.is_empty() {
         add(
             "unbindable_cpus".into(),
@@ -202,6 +213,7 @@ pub fn causes_of_store(
     store: &Store,
     numa: &NumaMap,
     pairs: &[String],
+    rdma_down: &[String],
 ) -> (Vec<Cause>, BTreeMap<String, u32>) {
     let h2d = live::h2d_cells(store);
     let pair_cells = live::pair_cells(store);
@@ -219,6 +231,7 @@ pub fn causes_of_store(
             .map(|(d, seen)| (d.clone(), seen.link))
             .collect(),
         unbindable: &unbindable,
+        rdma_down,
     };
     (causes(&analysis, &inputs), analysis.measured_nodes)
 }
@@ -339,6 +352,7 @@ mod tests {
                 ),
             ]),
             unbindable: &[5, 6, 7],
+            rdma_down: &["mlx5_1/1".to_string()],
         };
         let found = causes(&a, &inputs);
         let got: Vec<(&str, Level, &str)> = found
@@ -357,6 +371,11 @@ mod tests {
                     "link_degraded:0",
                     Level::Degraded,
                     "device 0 PCIe link x8 Gen5 of x16 Gen5"
+                ),
+                (
+                    "rdma_port_down:mlx5_1/1",
+                    Level::Degraded,
+                    "RDMA port mlx5_1/1 not active"
                 ),
                 (
                     "slow_pair_cpu:0,1:0:3",

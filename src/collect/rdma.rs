@@ -286,6 +286,31 @@ pub fn rdma_netdevs(sysfs: &Path, hcas: &NameFilter) -> BTreeSet<String> {
     found
 }
 
+/// The ports of the HCAs `hcas` allows that are not ACTIVE (`state` other than 4), as
+/// `hca/port`, for the node verdict. A port whose state cannot be read is left out (the rdma
+/// collector counts it as a read error).
+pub fn ports_not_active(sysfs: &Path, hcas: &NameFilter) -> Vec<String> {
+    let class = class_dir(sysfs);
+    let mut down = Vec::new();
+    let Ok(Some(names)) = list_dir(&class) else {
+        return down;
+    };
+    for hca in names.iter().filter(|h| hcas.allows(h)) {
+        let ports_dir = class.join(hca).join("ports");
+        let Ok(Some(ports)) = list_dir(&ports_dir) else {
+            continue;
+        };
+        for port in &ports {
+            if let Ok(state) = read::read_value(&ports_dir.join(port).join("state"), parse_state) {
+                if state != 4 {
+                    down.push(format!("{hca}/{port}"));
+                }
+            }
+        }
+    }
+    down
+}
+
 impl RdmaCollector {
     fn collect_hca(&self, out: &mut Sink, hca: &str) {
         let hca_dir = self.class_dir.join(hca);
@@ -463,6 +488,24 @@ impl SysCollector for RdmaCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ports_not_active_are_named_for_the_allowed_hcas() {
+        let tmp = tempfile::tempdir().unwrap();
+        for (hca, port, state) in [
+            ("mlx5_0", "1", "4: ACTIVE\n"),
+            ("mlx5_1", "1", "1: DOWN\n"),
+            ("mlx5_1", "2", "garbage\n"),
+            ("mlx5_2", "1", "1: DOWN\n"),
+        ] {
+            let dir = class_dir(tmp.path()).join(hca).join("ports").join(port);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("state"), state).unwrap();
+        }
+        let not_2 = NameFilter::new(None, regex::Regex::new("_2$").ok());
+        assert_eq!(ports_not_active(tmp.path(), &not_2), ["mlx5_1/1"]);
+        assert!(ports_not_active(&tmp.path().join("none"), &not_2).is_empty());
+    }
 
     #[test]
     fn states_of_an_mlx5_port() {

@@ -74,6 +74,7 @@ fn judge(source: &CheckSource, samples_per_cell: usize) -> Result<NodeVerdict, S
         return Err(format!("{}: no measured cell to judge", path.display()));
     }
     let (causes, best_numa) =
-        causes_of_store(&replay.store, &numa_map(&replay.topology), &replay.pairs);
+        // A recording or state file says nothing of the RDMA ports (they are read live).
+        causes_of_store(&replay.store, &numa_map(&replay.topology), &replay.pairs, &[]);
     Ok(NodeVerdict::immediate(causes, best_numa))
 }

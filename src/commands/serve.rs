@@ -190,6 +190,7 @@ async fn run_replay(
         &replay.store,
         &chd::analysis::live::numa_map(&topology),
         &replay.pairs,
+        &[],
     );
     let verdict = NodeVerdict::immediate(causes, best_numa);
     tracing::info!("replay verdict: {}", verdict.line());
@@ -380,6 +381,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         pairs,
         verdict,
         nfd,
+        hcas: config.collectors.hcas(),
     };
     let prober = tokio::spawn(scheduler.run(shutdown_rx));
 

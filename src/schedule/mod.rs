@@ -38,6 +38,7 @@ use verdict::{NfdFile, NodeVerdict, SharedVerdict, VerdictTracker};
 use window::{WindowReport, WindowSpec};
 
 use crate::analysis::verdict::causes_of_store;
+use crate::collect::NameFilter;
 
 /// How often a window re-checks the idle gate between cells.
 const GATE_RECHECK: Duration = Duration::from_millis(500);
@@ -68,6 +69,8 @@ pub struct Scheduler {
     pub verdict: SharedVerdict,
     /// The NFD feature file the verdict is written to at every tick, if any.
     pub nfd: Option<NfdFile>,
+    /// The HCAs whose ports count in the verdict (the rdma collector's filter).
+    pub hcas: NameFilter,
 }
 
 /// Pair cells planned per pair and window (the budget decides how many run).
@@ -152,9 +155,10 @@ impl Scheduler {
     /// One window's findings into the verdict.
     fn judge(&self, tracker: &mut VerdictTracker) {
         let numa = crate::analysis::live::numa_map(&self.topology);
+        let rdma_down = crate::collect::rdma::ports_not_active(&self.roots.sysfs, &self.hcas);
         let (found, best_numa) = {
             let store = self.store.read().unwrap_or_else(|p| p.into_inner());
-            causes_of_store(&store, &numa, &self.pairs)
+            causes_of_store(&store, &numa, &self.pairs, &rdma_down)
         };
         let named = tracker.observe(found);
         let verdict = NodeVerdict::immediate(named, best_numa);
