@@ -97,6 +97,11 @@ impl Chd {
         Chd { child, addr, log }
     }
 
+    /// The process id of the running chd (for `/proc/PID/status`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Everything chd logged so far.
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
