@@ -58,6 +58,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
+                .max_blocking_threads(commands::serve::BLOCKING_THREADS)
                 .enable_all()
                 .thread_name("chd-worker")
                 .build()

@@ -110,6 +110,7 @@ fn shellcheck_passes_on_every_script() {
         "scripts/real-libs.sh",
         "scripts/bench.sh",
         "scripts/fuzz.sh",
+        "scripts/memcheck.sh",
         "deploy/kubernetes/gen-prometheusrule.sh",
     ];
     let out = Command::new("shellcheck")

@@ -25,6 +25,14 @@ use chd::store::persist::{self, Loaded};
 use chd::store::{unix_now, CellKey, SharedStore, Store};
 use chd::topology::Topology;
 
+/// Threads of the async runtime's blocking pool: scrapes and `/matrix` pages (at most
+/// `exposition::server::CONCURRENT_RENDERS` at once), state saves and password checks.
+/// Tokio's default, 512, lets the pool grow with every burst of blocking work (50 concurrent
+/// scrapers made chd run 129 threads, tests/load.rs), and glibc gives each thread a malloc
+/// arena of its own (up to 8 per core) that keeps the peak of the work that ran on it, so
+/// VmRSS grew with the thread count. Bounding the threads bounds the arenas.
+pub const BLOCKING_THREADS: usize = 8;
+
 /// Every cell of the copy matrix for these CPUs and the backend's devices.
 pub fn universe(config: &Config, cpus: &[u32], backend: &dyn Backend) -> Vec<CellKey> {
     let devices: Vec<&str> = backend.devices().iter().map(|d| d.id.as_str()).collect();

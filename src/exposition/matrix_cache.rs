@@ -60,7 +60,17 @@ struct StorePart {
 
 impl Collector for StorePart {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let store = self.view.store.read().unwrap_or_else(|p| p.into_inner());
+        // A copy, taken under the read lock and encoded after it is released: a probe
+        // records each cell under the write lock, and would otherwise wait for a whole
+        // analysis and encoding of the matrix after every cell while scrapes come in
+        // (tests/load.rs counts how long the probe thread sleeps). The copy keeps the
+        // generation, so the snapshot still names what it encoded.
+        let store = self
+            .view
+            .store
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         let coverage = Arc::new(self.view.coverage(&store));
         *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = Some((store.generation(), coverage));
         self.view.encode_store(&store, &mut encoder)

@@ -176,10 +176,32 @@ fn plain(status: StatusCode, content_type: &str, body: &'static str) -> Response
 /// Renders an HTML page on demand (`/matrix`); called on the blocking pool.
 pub type PageRenderer = Arc<dyn Fn() -> String + Send + Sync>;
 
+/// Requests encoded or rendered on the blocking pool at once (`/metrics`, `/matrix`); more
+/// wait for a turn holding no thread. Without the bound a burst of concurrent scrapes (up to
+/// `server.max_connections`) starts a pool thread each: under 50 concurrent scrapers chd ran
+/// 129 threads, each with a malloc arena of its own (tests/load.rs). The work is CPU-bound,
+/// so more at once only queue on the cores; and with at most this many, state saves and
+/// password checks always find a pool thread instead of queueing behind scrapes.
+pub const CONCURRENT_RENDERS: usize = 4;
+
 struct Site {
     exposition: Arc<Exposition>,
     matrix: Option<PageRenderer>,
     auth: Arc<BasicAuth>,
+    /// [`CONCURRENT_RENDERS`] permits.
+    renders: Arc<tokio::sync::Semaphore>,
+}
+
+impl Site {
+    /// Run `work` on the blocking pool once one of the [`CONCURRENT_RENDERS`] turns is free.
+    async fn render<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, tokio::task::JoinError> {
+        // The semaphore is never closed, so a permit always comes.
+        let _turn = self.renders.clone().acquire_owned().await.ok();
+        tokio::task::spawn_blocking(work).await
+    }
 }
 
 /// Authenticate (when `web` has users), serve, and add `web`'s extra headers.
@@ -225,7 +247,7 @@ async fn route(site: Arc<Site>, req: Request<Incoming>) -> Response<Chunks> {
             let format = Format::negotiate(req.headers().get(ACCEPT).and_then(|v| v.to_str().ok()));
             let exposition = site.exposition.clone();
             let work = move || exposition.scrape(format, accept);
-            match tokio::task::spawn_blocking(work).await {
+            match site.render(work).await {
                 Ok(Ok(Some(scrape))) => coded(
                     StatusCode::OK,
                     format.content_type(),
@@ -259,7 +281,7 @@ async fn route(site: Arc<Site>, req: Request<Incoming>) -> Response<Chunks> {
                         "Accept-Encoding",
                     )
                 };
-                match tokio::task::spawn_blocking(work).await {
+                match site.render(work).await {
                     Ok(r) => r,
                     Err(_) => {
                         tracing::error!("rendering /matrix failed");
@@ -408,6 +430,7 @@ pub async fn serve(
         exposition,
         matrix,
         auth: Arc::new(BasicAuth::default()),
+        renders: Arc::new(tokio::sync::Semaphore::new(CONCURRENT_RENDERS)),
     });
     let limit = Limit::new(settings.max_connections, metrics.clone());
     let settings = Arc::new(settings);

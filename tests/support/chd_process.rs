@@ -107,7 +107,7 @@ impl Chd {
         Chd { child, addr, log }
     }
 
-    /// The child's process id.
+    /// The process id of the running chd (for `/proc/PID/status`).
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
