@@ -44,6 +44,51 @@ pub enum Command {
     /// Render a run directory (chd's, or a ClusterHealthDetect recording) as summary.md,
     /// cells.csv, heatmap PNGs and report.xlsx.
     Report(ReportArgs),
+    /// Print the node's calibration ledger: one JSON document (schema chd.calibration/v1,
+    /// docs/calibration.schema.json) with the node's identity and topology, every
+    /// core x device and core-pair cell (GB/s, samples, age), the affinity verdicts, the
+    /// load-profile delta, and the device ratios, NUMA segments, measured NUMA nodes, best
+    /// CPUs and findings as chd computes them. `chd serve` serves the same document at
+    /// /api/v1/calibration.
+    ///
+    /// It reads what chd measured, never probes: a recording (--replay, as chd serve --replay
+    /// takes) or chd serve's state directory (--state-dir, default /var/lib/chd). With --merge
+    /// it makes one fleet file (schema chd.calibration-fleet/v1) of several nodes' ledgers,
+    /// refusing ledgers of another schema version and two of one host.
+    Ledger(LedgerArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct LedgerArgs {
+    /// A recording: a ClusterHealthDetect results.json or run directory, a chd probe --out
+    /// run directory, or a chd state.json.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["state_dir", "merge"])]
+    pub replay: Option<PathBuf>,
+    /// chd serve's state directory [default: /var/lib/chd].
+    #[arg(long, value_name = "DIR", conflicts_with = "merge")]
+    pub state_dir: Option<PathBuf>,
+    /// Merge these nodes' ledgers (files chd ledger wrote) into one fleet file.
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    pub merge: Vec<PathBuf>,
+    /// The host name to record [default: the recording's; this machine's for a state
+    /// directory; else the recording's file name].
+    #[arg(long, value_name = "NAME", conflicts_with = "merge")]
+    pub host: Option<String>,
+    /// Write the document to FILE instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}
+
+impl LedgerArgs {
+    /// Where the ledger's measurements come from.
+    pub fn input(&self) -> crate::commands::ledger::Input {
+        use crate::commands::ledger::Input;
+        match (&self.replay, &self.state_dir) {
+            (Some(file), _) => Input::Replay(file.clone()),
+            (None, Some(dir)) => Input::StateDir(dir.clone()),
+            (None, None) => Input::StateDir(chd::config::DEFAULT_STATE_DIR.into()),
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -404,6 +449,15 @@ impl Cli {
         l.paths.sysfs = self.sysfs_root.clone();
         l.paths.procfs = self.procfs_root.clone();
         l
+    }
+
+    /// The pseudo filesystems' roots the global flags name.
+    pub fn roots(&self) -> chd::topology::Roots {
+        let d = chd::topology::Roots::default();
+        chd::topology::Roots {
+            sysfs: self.sysfs_root.clone().unwrap_or(d.sysfs),
+            procfs: self.procfs_root.clone().unwrap_or(d.procfs),
+        }
     }
 
     /// `chd probe`'s flags as the library's request.

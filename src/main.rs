@@ -59,6 +59,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Probe(probe) => commands::probe::run(cli.probe_request(probe)),
         Command::Report(args) => commands::report::run(&args.request()),
+        Command::Ledger(args) => commands::ledger::run(&commands::ledger::LedgerRequest {
+            input: args.input(),
+            merge: args.merge.clone(),
+            host: args.host.clone(),
+            out: args.out.clone(),
+            roots: cli.roots(),
+        }),
         Command::Topology(args) => {
             let config = Config::resolve([cli.runtime_layer(&args.runtime)])?;
             let topology = Topology::read(&config.roots)?;

@@ -10,9 +10,11 @@
 //! - [`progress`]: the progress bar or lines of a one-shot run.
 //! - [`request`]: what `chd probe` was asked.
 //! - [`report`]: `chd report`.
+//! - [`ledger`]: `chd ledger` and the `/api/v1/calibration` page.
 
 pub mod affinity;
 pub mod interrupt;
+pub mod ledger;
 pub mod plan;
 pub mod probe;
 pub mod progress;
