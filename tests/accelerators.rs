@@ -93,15 +93,6 @@ fn slow_device_column(backend: &str) {
         4,
         "device info rows"
     );
-    // The /matrix page puts the link and the efficiency beside each device.
-    let (status, _, page) = chd.get("/matrix", None);
-    assert_eq!(status, 200);
-    for row in [
-        "<td>0000:1a:00.0</td><td>0</td><td>x16 Gen5 of x16 Gen5, 63.0 GB/s</td><td>0.79 (64MiB h2d)</td>",
-        "<td>0000:9c:00.0</td><td>1</td><td>x8 Gen5 of x16 Gen5, 31.5 GB/s</td><td>0.30 (64MiB h2d)</td>",
-    ] {
-        assert!(page.contains(row), "{row} not in\n{page}");
-    }
     promtool_check_metrics(&chd.scrape());
 }
 
