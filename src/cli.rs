@@ -56,6 +56,64 @@ pub enum Command {
     /// it makes one fleet file (schema chd.calibration-fleet/v1) of several nodes' ledgers,
     /// refusing ledgers of another schema version and two of one host.
     Ledger(LedgerArgs),
+    /// Launch advice from what chd measured: for each device the CPUs whose H2D cell is
+    /// within 5 % of the device's best (a cpulist, bindable CPUs only), their NUMA node
+    /// against the one sysfs declares, a numactl and a taskset line per local rank (local
+    /// rank i drives the i-th device) and Slurm --cpu-bind lists (map_cpu:, mask_cpu:).
+    ///
+    /// With --map FILE it scores a proposed launch map instead: JSON
+    /// ([{"rank": 0, "device": "0", "cpus": "0-7"}, ...], or that list under "ranks") or
+    /// lines `rank device cpulist`. Per rank: the expected H2D (median of its CPUs' cells)
+    /// over the best on that device, times the pair matrix's ratio of its CPUs where a pair
+    /// matrix covers it and another rank's device. Exit 0 when every rank is at or above
+    /// --threshold, 1 when one is below (to gate a launch in CI), 2 on bad input.
+    ///
+    /// The ledger comes from a recording (--replay), chd serve's state directory
+    /// (--state-dir, default /var/lib/chd), a ledger file (--ledger, `-` for stdin) or a
+    /// node's /api/v1/calibration (--url http://node:9863; plain HTTP: for TLS or basic
+    /// auth fetch it with curl and use --ledger).
+    Advise(AdviseArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AdviseArgs {
+    /// A recording, as chd ledger --replay takes.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["state_dir", "ledger", "url"])]
+    pub replay: Option<PathBuf>,
+    /// chd serve's state directory [default: /var/lib/chd].
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["ledger", "url"])]
+    pub state_dir: Option<PathBuf>,
+    /// A ledger file (chd ledger --out, or curl of /api/v1/calibration); `-` reads stdin.
+    #[arg(long, value_name = "FILE", conflicts_with = "url")]
+    pub ledger: Option<PathBuf>,
+    /// A node's chd serve: http://HOST[:PORT] (port 9863 by default).
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Score this launch map (JSON, or `rank device cpulist` lines) instead of advising.
+    #[arg(long, value_name = "FILE")]
+    pub map: Option<PathBuf>,
+    /// Lowest score a rank of --map may have (score: expected H2D / best on its device,
+    /// times its pair ratio).
+    #[arg(long, value_name = "RATIO", default_value_t = 0.9)]
+    pub threshold: f64,
+}
+
+impl AdviseArgs {
+    /// Where the ledger comes from.
+    pub fn source(&self) -> crate::commands::advise::Source {
+        use crate::commands::advise::Source;
+        use crate::commands::ledger::Input;
+        match (&self.replay, &self.state_dir, &self.ledger, &self.url) {
+            (Some(file), ..) => Source::Local(Input::Replay(file.clone())),
+            (_, Some(dir), ..) => Source::Local(Input::StateDir(dir.clone())),
+            (_, _, Some(file), _) => Source::File(file.clone()),
+            (_, _, _, Some(url)) => Source::Url(url.clone()),
+            _ => Source::Local(Input::StateDir(chd::config::DEFAULT_STATE_DIR.into())),
+        }
+    }
 }
 
 #[derive(Debug, Args)]

@@ -27,11 +27,34 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
+    if let Command::Advise(args) = &cli.command {
+        return advise(&cli, args);
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("chd: {e:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// `chd advise`: 0 advised, or every rank of the map at or above the threshold; 1 a rank
+/// below it; 2 the advice could not be given (bad input).
+fn advise(cli: &Cli, args: &cli::AdviseArgs) -> ExitCode {
+    let request = commands::advise::AdviseRequest {
+        source: args.source(),
+        json: args.json,
+        map: args.map.clone(),
+        threshold: args.threshold,
+        roots: cli.roots(),
+    };
+    match commands::advise::run(&request) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("chd: {e:#}");
+            ExitCode::from(2)
         }
     }
 }
@@ -59,6 +82,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Probe(probe) => commands::probe::run(cli.probe_request(probe)),
         Command::Report(args) => commands::report::run(&args.request()),
+        Command::Advise(_) => unreachable!("chd advise is run by main"),
         Command::Ledger(args) => commands::ledger::run(&commands::ledger::LedgerRequest {
             input: args.input(),
             merge: args.merge.clone(),

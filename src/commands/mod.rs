@@ -11,7 +11,9 @@
 //! - [`request`]: what `chd probe` was asked.
 //! - [`report`]: `chd report`.
 //! - [`ledger`]: `chd ledger` and the `/api/v1/calibration` page.
+//! - [`advise`]: `chd advise` (launch advice, `--map` scoring).
 
+pub mod advise;
 pub mod affinity;
 pub mod interrupt;
 pub mod ledger;

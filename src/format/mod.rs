@@ -9,11 +9,13 @@
 //! - [`affinity_file`]: the `affinity.json` of `chd probe affinity --out DIR`.
 //! - [`cluster_health`]: ClusterHealthDetect's result directories (`results.json`, the partial
 //!   checkpoints, the per-rank files of pair runs, `affinity.json`).
+//! - [`launch_map`]: a proposed launch map for `chd advise --map`.
 //! - [`web_config`]: the web config file of Prometheus exporters (`--web.config.file`).
 
 pub mod affinity_file;
 pub mod calibration;
 pub mod cluster_health;
+pub mod launch_map;
 pub mod run_dir;
 pub mod state_file;
 pub mod web_config;

@@ -9,11 +9,15 @@
 //! - [`matrices`]: the measured cells and affinity verdicts.
 //! - [`analysis_doc`]: the analysis and findings as records.
 //! - [`fleet`]: merging ledgers into one fleet file.
+//! - [`advice`]: `chd advise`'s best CPUs and bindings per device.
+//! - [`score`]: `chd advise --map`: a launch map scored against the ledger.
 
+pub mod advice;
 pub mod analysis_doc;
 pub mod fleet;
 pub mod matrices;
 pub mod node;
+pub mod score;
 pub mod source;
 
 pub use source::Source;
@@ -183,5 +187,26 @@ mod tests {
         assert!(!json.contains("verdict"));
         let back = doc::parse("x", &json).unwrap();
         assert_eq!(back, ledger);
+
+        // Advice: device 2's best CPUs sit on node 0, not the declared node 1; CPU 3 is
+        // among device 0's best but not bindable.
+        let a = advice::advise(&ledger);
+        let d = |id: &str| a.devices.iter().find(|d| d.device == id).unwrap();
+        assert_eq!(
+            (d("2").cpus.as_str(), &d("2").numa_nodes[..]),
+            ("0-1", &[0][..])
+        );
+        assert_eq!(d("2").on_declared_node, Some(false));
+        assert_eq!(d("0").cpus, "0-2");
+        assert!(a
+            .notes
+            .iter()
+            .any(|n| n.contains("CPUs 3 are among the best but not bindable")));
+        assert!(advice::render(&a).contains("(NUMA 0; NOT the declared node 1)"));
+        let mut declared_right = ledger.clone();
+        declared_right.node.devices[1].declared_numa_node = Some(0);
+        let a = advice::advise(&declared_right);
+        assert_eq!(a.devices[1].on_declared_node, Some(true));
+        assert!(advice::render(&a).contains("(NUMA 0; the declared node 0)"));
     }
 }
