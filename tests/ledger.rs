@@ -113,6 +113,11 @@ fn every_replayable_recording_gives_a_valid_ledger() {
     );
     assert_eq!(npu["affinity_bindable_cpus"]["bindable"], "0-6");
     assert_eq!(npu["affinity_bindable_cpus"]["not_bindable"], "7");
+    assert_eq!(
+        npu["affinity_bindable_cpus"]["age_seconds"],
+        Value::Null,
+        "of unknown age"
+    );
     assert_eq!(npu["node"]["backend"], "npu");
 }
 
@@ -324,7 +329,13 @@ fn the_served_ledger_validates_and_matches_chd_ledger() {
         &[],
     );
     let served: Value = serde_json::from_str(&body).unwrap();
-    for part in ["node", "analysis", "findings", "load_profile_delta"] {
+    for part in [
+        "node",
+        "analysis",
+        "findings",
+        "load_profile_delta",
+        "affinity_bindable_cpus",
+    ] {
         assert!(served[part] == printed[part], "{part} differs");
     }
     // The cells too, but for their ages (a replay's samples are stamped when it is read).
@@ -344,6 +355,18 @@ fn the_served_ledger_validates_and_matches_chd_ledger() {
     let (_, index_headers, index) = chd.get("/", None);
     assert!(index_headers["content-type"].starts_with("text/html"));
     assert!(index.contains("/api/v1/calibration"));
+    chd.terminate();
+
+    // A recording's affinity.json is in the served ledger as in the printed one.
+    let npu = fixture("cluster-health/h2d-npu");
+    let chd = Chd::serve(
+        &dir.path().join("npu"),
+        &["--replay", npu.to_str().unwrap()],
+    );
+    let (status, _, body) = chd.get("/api/v1/calibration", None);
+    assert_eq!(status, 200, "{body}");
+    let served: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(served["affinity_bindable_cpus"]["not_bindable"], "7");
     chd.terminate();
 }
 

@@ -45,13 +45,8 @@ const KEEP_SAMPLES: usize = 5;
 fn read(input: &Input) -> anyhow::Result<(Replay, String)> {
     match input {
         Input::Replay(path) => {
-            let mut replay = chd::replay::load(path, KEEP_SAMPLES)
+            let replay = chd::replay::load(path, KEEP_SAMPLES)
                 .with_context(|| format!("reading {}", path.display()))?;
-            // The recording's verdicts (affinity.json), as of when it is read.
-            if !replay.affinity.is_empty() {
-                let affinity = replay.affinity.clone();
-                replay.store.record_bindable(&affinity, unix_now());
-            }
             for w in &replay.warnings {
                 tracing::warn!("{}: {w}", path.display());
             }
@@ -117,6 +112,7 @@ pub fn ledger_of(
         store: &replay.store,
         pairs: &replay.pairs,
         recorded_links: &replay.links,
+        recorded_bindable: &replay.affinity,
         load_profile_delta: &replay.load_profile_delta,
         now,
     }))
@@ -168,6 +164,7 @@ pub struct CalibrationPage {
     pub description: String,
     pub pairs: Vec<String>,
     pub recorded_links: BTreeMap<String, Link>,
+    pub recorded_bindable: Vec<(u32, bool)>,
     pub load_profile_delta: BTreeMap<String, BTreeMap<String, f64>>,
 }
 
@@ -188,6 +185,7 @@ impl CalibrationPage {
                 store: &store,
                 pairs: &self.pairs,
                 recorded_links: &self.recorded_links,
+                recorded_bindable: &self.recorded_bindable,
                 load_profile_delta: &self.load_profile_delta,
                 now: unix_now(),
             }))

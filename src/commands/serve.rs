@@ -179,8 +179,12 @@ async fn run_replay(
     let backend = chd::replay::ReplayBackend {
         devices: replay.devices,
     };
-    let (ledger_backend, links, load_profile_delta) =
-        (replay.backend, replay.links, replay.load_profile_delta);
+    let (ledger_backend, links, load_profile_delta, recorded_bindable) = (
+        replay.backend,
+        replay.links,
+        replay.load_profile_delta,
+        replay.affinity,
+    );
     let mut registry = Registry::default();
     let metrics = ProbeMetrics::register(&mut registry);
     let http = ServerMetrics::register(&mut registry, config.server.max_connections);
@@ -220,6 +224,7 @@ async fn run_replay(
                 description: path.display().to_string(),
                 pairs: replay.pairs,
                 recorded_links: links,
+                recorded_bindable,
                 load_profile_delta,
             }
             .renderer(),
@@ -367,6 +372,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 description: "chd serve".into(),
                 pairs: pairs.clone(),
                 recorded_links: Default::default(),
+                recorded_bindable: Vec::new(),
                 load_profile_delta: Default::default(),
             }
             .renderer(),

@@ -63,8 +63,31 @@ pub fn pairs(cells: &BTreeMap<PairKey, Cell>, pairs: &[String], now: f64) -> Vec
     out
 }
 
-/// The affinity probe's verdicts.
-pub fn affinity(bindable: &BTreeMap<u32, Bindable>, now: f64) -> doc::Affinity {
+/// The affinity probe's verdicts: the store's, else a recording's (`recorded`, of unknown
+/// age).
+pub fn affinity(
+    bindable: &BTreeMap<u32, Bindable>,
+    recorded: &[(u32, bool)],
+    now: f64,
+) -> doc::Affinity {
+    if bindable.is_empty() && !recorded.is_empty() {
+        let list = |want: bool| {
+            let mut ids: Vec<u32> = recorded
+                .iter()
+                .filter(|(_, b)| *b == want)
+                .map(|(c, _)| *c)
+                .collect();
+            ids.sort_unstable();
+            ids.dedup();
+            cpulist::format(&ids)
+        };
+        return doc::Affinity {
+            probed: true,
+            bindable: list(true),
+            not_bindable: list(false),
+            age_seconds: None,
+        };
+    }
     let (yes, no): (Vec<(&u32, &Bindable)>, Vec<_>) =
         bindable.iter().partition(|(_, b)| b.bindable);
     let ids =

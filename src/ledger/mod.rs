@@ -56,7 +56,11 @@ pub fn build(src: &Source) -> Ledger {
         node,
         h2d_gbps_by_core_device: matrices::h2d(&src.store.h2d, src.now),
         d2d_alg_gbps_by_core_pair: matrices::pairs(&src.store.pair, src.pairs, src.now),
-        affinity_bindable_cpus: matrices::affinity(&src.store.bindable, src.now),
+        affinity_bindable_cpus: matrices::affinity(
+            &src.store.bindable,
+            src.recorded_bindable,
+            src.now,
+        ),
         load_profile_delta: NaturalMap(delta),
         analysis: analysis_doc::analysis(&analysis),
         findings: analysis_doc::findings(&analysis, &by_matrix, &numa),
@@ -158,6 +162,7 @@ mod tests {
             store: &store,
             pairs: &[],
             recorded_links: &BTreeMap::new(),
+            recorded_bindable: &[],
             load_profile_delta: &delta,
             now: 100.0,
         });

@@ -24,6 +24,9 @@ pub struct Source<'a> {
     /// Links a recording holds (run.json `devices[].link`), for devices the store has no
     /// seen link of.
     pub recorded_links: &'a BTreeMap<String, Link>,
+    /// Affinity verdicts (cpu, bindable) a recording holds (its `affinity.json`), for a store
+    /// without verdicts of its own (a replayed store holds none).
+    pub recorded_bindable: &'a [(u32, bool)],
     /// Device -> profile -> ratio to idle (`analysis::load_delta`); empty for one profile.
     pub load_profile_delta: &'a BTreeMap<String, BTreeMap<String, f64>>,
     /// Unix time the document is made at.

@@ -56,8 +56,8 @@ pub struct Replay {
     /// Device -> load profile -> ratio to idle, for a run of several profiles (only the idle
     /// one is served).
     pub load_profile_delta: BTreeMap<String, BTreeMap<String, f64>>,
-    /// The affinity verdicts a recording holds (cpu, bindable); not served (a replay probes
-    /// nothing), reported by the ledger.
+    /// The affinity verdicts a recording holds (cpu, bindable); not in `/metrics` (a replay
+    /// probes nothing), in the ledger.
     pub affinity: Vec<(u32, bool)>,
 }
 
