@@ -258,7 +258,7 @@ fn serve(exposition: Exposition, runtime: &tokio::runtime::Runtime) -> SocketAdd
         server::serve(
             listener,
             Arc::new(exposition),
-            None,
+            server::Pages::default(),
             ServerSettings {
                 max_connections: 64,
                 header_timeout: Duration::from_secs(10),

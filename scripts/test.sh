@@ -5,6 +5,7 @@
 # which needs a nightly toolchain; CI's machine has only stable Rust and cannot fetch one).
 # Installs what the tests need first: promtool from Debian's `prometheus` package, shellcheck,
 # curl and prometheus-node-exporter (tests/serve_tls.rs), valgrind (scripts/memcheck.sh),
+# python's jsonschema (tests/ledger.rs),
 # and the real NVIDIA libraries (pinned PyPI wheels, cached outside the repository by
 # scripts/real-libs.sh; about 1 GB the first time, 30 s here).
 set -euo pipefail
@@ -46,6 +47,12 @@ promtool --version | head -1
 if ! command -v kubernetes-validate >/dev/null 2>&1 && ! python3 -c 'import kubernetes_validate' 2>/dev/null; then
   echo "scripts/test.sh: installing kubernetes-validate from PyPI"
   python3 -m pip install --quiet --disable-pip-version-check 'kubernetes-validate==1.37.0'
+fi
+# tests/ledger.rs validates the calibration ledger against docs/calibration.schema.json (Draft
+# 2020-12) with python's jsonschema, this version.
+if [ "$(python3 -c 'import importlib.metadata as m; print(m.version("jsonschema"))' 2>/dev/null)" != 4.26.0 ]; then
+  echo "scripts/test.sh: installing jsonschema 4.26.0 from PyPI"
+  python3 -m pip install --quiet --disable-pip-version-check 'jsonschema==4.26.0'
 fi
 command -v kubectl >/dev/null 2>&1 || {
   echo "scripts/test.sh: kubectl is needed for 'kubectl kustomize' (https://kubernetes.io/docs/tasks/tools/)" >&2

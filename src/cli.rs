@@ -50,6 +50,35 @@ pub enum Command {
     /// LBNL NHC or cron. A state file or recording counts every finding at once; chd serve's
     /// own verdict (chd_node_verdict) waits for a finding to show in two windows.
     Check(CheckArgs),
+    /// Print the node's calibration ledger: one JSON document (schema chd.calibration/v1,
+    /// docs/calibration.schema.json) with the node's identity and topology, every
+    /// core x device and core-pair cell (GB/s, samples, age), the affinity verdicts, the
+    /// load-profile delta, and the device ratios, NUMA segments, measured NUMA nodes, best
+    /// CPUs and findings as chd computes them. `chd serve` serves the same document at
+    /// /api/v1/calibration.
+    ///
+    /// It reads what chd measured, never probes: a recording (--replay, as chd serve --replay
+    /// takes) or chd serve's state directory (--state-dir, default /var/lib/chd). With --merge
+    /// it makes one fleet file (schema chd.calibration-fleet/v1) of several nodes' ledgers,
+    /// refusing ledgers of another schema version and two of one host.
+    Ledger(LedgerArgs),
+    /// Launch advice from what chd measured: for each device the CPUs whose H2D cell is
+    /// within 5 % of the device's best (a cpulist, bindable CPUs only), their NUMA node
+    /// against the one sysfs declares, a numactl and a taskset line per local rank (local
+    /// rank i drives the i-th device) and Slurm --cpu-bind lists (map_cpu:, mask_cpu:).
+    ///
+    /// With --map FILE it scores a proposed launch map instead: JSON
+    /// ([{"rank": 0, "device": "0", "cpus": "0-7"}, ...], or that list under "ranks") or
+    /// lines `rank device cpulist`. Per rank: the expected H2D (median of its CPUs' cells)
+    /// over the best on that device, times the pair matrix's ratio of its CPUs where a pair
+    /// matrix covers it and another rank's device. Exit 0 when every rank is at or above
+    /// --threshold, 1 when one is below (to gate a launch in CI), 2 on bad input.
+    ///
+    /// The ledger comes from a recording (--replay), chd serve's state directory
+    /// (--state-dir, default /var/lib/chd), a ledger file (--ledger, `-` for stdin) or a
+    /// node's /api/v1/calibration (--url http://node:9863; plain HTTP: for TLS or basic
+    /// auth fetch it with curl and use --ledger).
+    Advise(AdviseArgs),
 }
 
 #[derive(Debug, Args)]
@@ -72,6 +101,80 @@ impl CheckArgs {
             (Some(path), _) => CheckSource::Replay(path.clone()),
             (None, Some(dir)) => CheckSource::StateDir(dir.clone()),
             (None, None) => unreachable!("clap requires one of --replay, --state-dir"),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct AdviseArgs {
+    /// A recording, as chd ledger --replay takes.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["state_dir", "ledger", "url"])]
+    pub replay: Option<PathBuf>,
+    /// chd serve's state directory [default: /var/lib/chd].
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["ledger", "url"])]
+    pub state_dir: Option<PathBuf>,
+    /// A ledger file (chd ledger --out, or curl of /api/v1/calibration); `-` reads stdin.
+    #[arg(long, value_name = "FILE", conflicts_with = "url")]
+    pub ledger: Option<PathBuf>,
+    /// A node's chd serve: http://HOST[:PORT] (port 9863 by default).
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Score this launch map (JSON, or `rank device cpulist` lines) instead of advising.
+    #[arg(long, value_name = "FILE")]
+    pub map: Option<PathBuf>,
+    /// Lowest score a rank of --map may have (score: expected H2D / best on its device,
+    /// times its pair ratio).
+    #[arg(long, value_name = "RATIO", default_value_t = 0.9)]
+    pub threshold: f64,
+}
+
+impl AdviseArgs {
+    /// Where the ledger comes from.
+    pub fn source(&self) -> crate::commands::advise::Source {
+        use crate::commands::advise::Source;
+        use crate::commands::ledger::Input;
+        match (&self.replay, &self.state_dir, &self.ledger, &self.url) {
+            (Some(file), ..) => Source::Local(Input::Replay(file.clone())),
+            (_, Some(dir), ..) => Source::Local(Input::StateDir(dir.clone())),
+            (_, _, Some(file), _) => Source::File(file.clone()),
+            (_, _, _, Some(url)) => Source::Url(url.clone()),
+            _ => Source::Local(Input::StateDir(chd::config::DEFAULT_STATE_DIR.into())),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct LedgerArgs {
+    /// A recording: a ClusterHealthDetect results.json or run directory, a chd probe --out
+    /// run directory, or a chd state.json.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["state_dir", "merge"])]
+    pub replay: Option<PathBuf>,
+    /// chd serve's state directory [default: /var/lib/chd].
+    #[arg(long, value_name = "DIR", conflicts_with = "merge")]
+    pub state_dir: Option<PathBuf>,
+    /// Merge these nodes' ledgers (files chd ledger wrote) into one fleet file.
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    pub merge: Vec<PathBuf>,
+    /// The host name to record [default: the recording's; this machine's for a state
+    /// directory; else the recording's file name].
+    #[arg(long, value_name = "NAME", conflicts_with = "merge")]
+    pub host: Option<String>,
+    /// Write the document to FILE instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}
+
+impl LedgerArgs {
+    /// Where the ledger's measurements come from.
+    pub fn input(&self) -> crate::commands::ledger::Input {
+        use crate::commands::ledger::Input;
+        match (&self.replay, &self.state_dir) {
+            (Some(file), _) => Input::Replay(file.clone()),
+            (None, Some(dir)) => Input::StateDir(dir.clone()),
+            (None, None) => Input::StateDir(chd::config::DEFAULT_STATE_DIR.into()),
         }
     }
 }
@@ -448,6 +551,15 @@ impl Cli {
         l.paths.sysfs = self.sysfs_root.clone();
         l.paths.procfs = self.procfs_root.clone();
         l
+    }
+
+    /// The pseudo filesystems' roots the global flags name.
+    pub fn roots(&self) -> chd::topology::Roots {
+        let d = chd::topology::Roots::default();
+        chd::topology::Roots {
+            sysfs: self.sysfs_root.clone().unwrap_or(d.sysfs),
+            procfs: self.procfs_root.clone().unwrap_or(d.procfs),
+        }
     }
 
     /// `chd probe`'s flags as the library's request.

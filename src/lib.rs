@@ -22,6 +22,7 @@ pub mod collect;
 pub mod config;
 pub mod exposition;
 pub mod format;
+pub mod ledger;
 pub mod load;
 pub mod probe;
 pub mod replay;

@@ -34,11 +34,34 @@ fn main() -> ExitCode {
             .unwrap_or(5);
         return commands::check::run(&args.source(), samples);
     }
+    if let Command::Advise(args) = &cli.command {
+        return advise(&cli, args);
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("chd: {e:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// `chd advise`: 0 advised, or every rank of the map at or above the threshold; 1 a rank
+/// below it; 2 the advice could not be given (bad input).
+fn advise(cli: &Cli, args: &cli::AdviseArgs) -> ExitCode {
+    let request = commands::advise::AdviseRequest {
+        source: args.source(),
+        json: args.json,
+        map: args.map.clone(),
+        threshold: args.threshold,
+        roots: cli.roots(),
+    };
+    match commands::advise::run(&request) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("chd: {e:#}");
+            ExitCode::from(2)
         }
     }
 }
@@ -68,6 +91,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Probe(probe) => commands::probe::run(cli.probe_request(probe)),
         Command::Report(args) => commands::report::run(&args.request()),
         Command::Check(_) => unreachable!("chd check returns its exit code from main"),
+        Command::Advise(_) => unreachable!("chd advise is run by main"),
+        Command::Ledger(args) => commands::ledger::run(&commands::ledger::LedgerRequest {
+            input: args.input(),
+            merge: args.merge.clone(),
+            host: args.host.clone(),
+            out: args.out.clone(),
+            roots: cli.roots(),
+        }),
         Command::Topology(args) => {
             let config = Config::resolve([cli.runtime_layer(&args.runtime)])?;
             let topology = Topology::read(&config.roots)?;

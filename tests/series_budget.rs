@@ -280,6 +280,10 @@ fn the_seed_node_stays_within_the_budget_by_default() {
     assert_eq!(off["chd_h2d_device_ratio"], 16 * 3);
     assert_eq!(off["chd_device_measured_numa_node"], 16);
     assert_eq!(
+        off["chd_device_best_cpus_info"], 16,
+        "one series per device"
+    );
+    assert_eq!(
         off["chd_device_pcie_link_bandwidth_bytes_per_second"],
         16 * 2
     );

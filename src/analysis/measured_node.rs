@@ -9,6 +9,12 @@ use std::collections::BTreeMap;
 use super::h2d::H2dMatrix;
 use crate::runtime::Direction;
 
+/// How a matrix ranks as the one that decides a device's measured node (and its best CPUs,
+/// [`super::best_cpus`]): the larger size wins, h2d before d2h at the same size.
+pub fn deciding_rank(size_bytes: u64, direction: Direction) -> (u64, Reverse<Direction>) {
+    (size_bytes, Reverse(direction))
+}
+
 /// Device -> measured NUMA node, for every device with a segment of a known node in its
 /// deciding matrix; `matrices` are keyed by (size in bytes, direction).
 pub fn measured_nodes<'m>(
@@ -17,7 +23,7 @@ pub fn measured_nodes<'m>(
     let mut deciding: BTreeMap<&'m str, ((u64, Reverse<Direction>), &'m H2dMatrix)> =
         BTreeMap::new();
     for (&(size, direction), matrix) in matrices {
-        let rank = (size, Reverse(direction));
+        let rank = deciding_rank(size, direction);
         for column in &matrix.devices {
             let device = column.device.as_str();
             if deciding.get(device).is_none_or(|(r, _)| rank > *r) {

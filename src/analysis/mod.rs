@@ -11,12 +11,15 @@
 //! - [`ranks`]: CPUs ranked by how they feed the devices, the slowest cells.
 //! - [`link`]: each device column over the payload of its PCIe link.
 //! - [`measured_node`]: the NUMA node that feeds each device best.
+//! - [`best_cpus`]: the CPUs within 5 % of each device's best cell.
+//! - [`load_delta`]: each load profile's device columns over idle's.
 //! - [`pair`]: a core-pair matrix's per-CPU medians and NUMA x NUMA blocks.
 //! - [`failures`]: the cells that failed.
 //! - [`findings`]: the thresholds (those of the alert rules) and what is below them.
 //! - [`verdict`]: the node's verdict (`ok`, `degraded`, `failed`) and its causes.
 //! - [`heatmap`]: one heatmap model for every renderer (PNG, SVG, workbook).
 
+pub mod best_cpus;
 pub mod cell;
 pub mod failures;
 pub mod findings;
@@ -24,6 +27,7 @@ pub mod h2d;
 pub mod heatmap;
 pub mod link;
 pub mod live;
+pub mod load_delta;
 pub mod measured_node;
 pub mod pair;
 pub mod ranks;

@@ -11,10 +11,14 @@
 //! - [`request`]: what `chd probe` was asked.
 //! - [`report`]: `chd report`.
 //! - [`check`]: `chd check`, the node's verdict with health-check exit codes.
+//! - [`ledger`]: `chd ledger` and the `/api/v1/calibration` page.
+//! - [`advise`]: `chd advise` (launch advice, `--map` scoring).
 
+pub mod advise;
 pub mod affinity;
 pub mod check;
 pub mod interrupt;
+pub mod ledger;
 pub mod plan;
 pub mod probe;
 pub mod progress;

@@ -48,9 +48,10 @@ fn hostname(layer: &Layer) -> String {
         .procfs
         .clone()
         .unwrap_or_else(|| PathBuf::from("/proc"));
-    std::fs::read_to_string(procfs.join("sys/kernel/hostname"))
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
+    chd::topology::hostname(&chd::topology::Roots {
+        procfs,
+        ..Default::default()
+    })
 }
 
 /// A link as run.json records it.

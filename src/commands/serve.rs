@@ -7,6 +7,7 @@ use anyhow::Context;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
+use super::ledger::CalibrationPage;
 use chd::analysis::verdict::causes_of_store;
 use chd::collect::{self, PciDeviceRef};
 use chd::config::{Config, FALLBACK_STATE_DIR};
@@ -179,10 +180,22 @@ async fn run_replay(
     for w in &replay.warnings {
         tracing::warn!("replaying {}: {w}", path.display());
     }
+    let host = super::ledger::host_of(
+        &super::ledger::Input::Replay(path.clone()),
+        &replay,
+        None,
+        &config.roots,
+    );
     let topology = Arc::new(replay.topology);
     let backend = chd::replay::ReplayBackend {
         devices: replay.devices,
     };
+    let (ledger_backend, links, load_profile_delta, recorded_bindable) = (
+        replay.backend,
+        replay.links,
+        replay.load_profile_delta,
+        replay.affinity,
+    );
     let mut registry = Registry::default();
     let metrics = ProbeMetrics::register(&mut registry);
     let http = ServerMetrics::register(&mut registry, config.server.max_connections);
@@ -216,10 +229,28 @@ async fn run_replay(
             affinity_cpus: Arc::new(cpus),
             stale_after: config.probe.stale_after,
             cells,
-            pairs: replay.pairs,
+            pairs: replay.pairs.clone(),
             pair_cells: config.exposition.pair_cells,
         },
     );
+    let pages = server::Pages {
+        matrix: Some(matrix_page(&store, &topology, &backend.devices)),
+        calibration: Some(
+            CalibrationPage {
+                store: store.clone(),
+                topology: topology.clone(),
+                devices: backend.devices.clone(),
+                host,
+                backend: ledger_backend,
+                description: path.display().to_string(),
+                pairs: replay.pairs,
+                recorded_links: links,
+                recorded_bindable,
+                load_profile_delta,
+            }
+            .renderer(),
+        ),
+    };
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -231,7 +262,7 @@ async fn run_replay(
     let server = tokio::spawn(server::serve(
         listener,
         Arc::new(exposition),
-        Some(matrix_page(&store, &topology, &backend.devices)),
+        pages,
         config.server.clone(),
         web,
         http,
@@ -362,11 +393,29 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let local = listener.local_addr().context("reading the bound address")?;
     tracing::info!("listening on {local}");
 
+    let pages = server::Pages {
+        matrix: Some(matrix_page(&store, &topology, backend.devices())),
+        calibration: Some(
+            CalibrationPage {
+                store: store.clone(),
+                topology: topology.clone(),
+                devices: backend.devices().to_vec(),
+                host: chd::topology::hostname(&config.roots),
+                backend: backend.name().to_string(),
+                description: "chd serve".into(),
+                pairs: pairs.clone(),
+                recorded_links: Default::default(),
+                recorded_bindable: Vec::new(),
+                load_profile_delta: Default::default(),
+            }
+            .renderer(),
+        ),
+    };
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let server = tokio::spawn(server::serve(
         listener,
         Arc::new(exposition),
-        Some(matrix_page(&store, &topology, backend.devices())),
+        pages,
         config.server.clone(),
         web,
         http,

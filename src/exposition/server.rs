@@ -1,5 +1,6 @@
-//! The HTTP server (hyper 1 on tokio): `/metrics`, `/healthz`, the `/matrix` heatmap page and
-//! a small index page at `/`.
+//! The HTTP server (hyper 1 on tokio): `/metrics`, `/healthz`, the `/matrix` heatmap page, the
+//! calibration ledger at `/api/v1/calibration` (JSON, `docs/calibration.schema.json`) and a
+//! small index page at `/`.
 //! Encoding and compression run on the blocking pool so a large scrape never stalls the
 //! reactor; they read the store only and never wait for a probe. Responses are gzipped when
 //! the client asks for it ([`super::content_coding`]). Connections are bounded
@@ -60,7 +61,7 @@ const INDEX: &str = "<!doctype html>
 <html><head><title>chd</title></head><body>
 <h1>chd</h1>
 <p>Calibration prober and exporter for accelerator nodes.</p>
-<ul><li><a href=\"/metrics\">/metrics</a></li><li><a href=\"/matrix\">/matrix</a> (heatmaps)</li><li><a href=\"/healthz\">/healthz</a></li></ul>
+<ul><li><a href=\"/metrics\">/metrics</a></li><li><a href=\"/matrix\">/matrix</a> (heatmaps)</li><li><a href=\"/api/v1/calibration\">/api/v1/calibration</a> (ledger)</li><li><a href=\"/healthz\">/healthz</a></li></ul>
 </body></html>
 ";
 
@@ -173,7 +174,8 @@ fn plain(status: StatusCode, content_type: &str, body: &'static str) -> Response
         .unwrap_or_else(|_| Response::new(Chunks::default()))
 }
 
-/// Renders an HTML page on demand (`/matrix`); called on the blocking pool.
+/// Renders a page on demand (`/matrix`'s HTML, the ledger's JSON); called on the blocking
+/// pool.
 pub type PageRenderer = Arc<dyn Fn() -> String + Send + Sync>;
 
 /// Requests encoded or rendered on the blocking pool at once (`/metrics`, `/matrix`); more
@@ -184,9 +186,18 @@ pub type PageRenderer = Arc<dyn Fn() -> String + Send + Sync>;
 /// password checks always find a pool thread instead of queueing behind scrapes.
 pub const CONCURRENT_RENDERS: usize = 4;
 
+/// The pages rendered from the store when asked for; a page left `None` is not found.
+#[derive(Clone, Default)]
+pub struct Pages {
+    /// `/matrix`: the heatmaps (HTML).
+    pub matrix: Option<PageRenderer>,
+    /// `/api/v1/calibration`: the node's calibration ledger (JSON).
+    pub calibration: Option<PageRenderer>,
+}
+
 struct Site {
     exposition: Arc<Exposition>,
-    matrix: Option<PageRenderer>,
+    pages: Pages,
     auth: Arc<BasicAuth>,
     /// [`CONCURRENT_RENDERS`] permits.
     renders: Arc<tokio::sync::Semaphore>,
@@ -201,6 +212,39 @@ impl Site {
         // The semaphore is never closed, so a permit always comes.
         let _turn = self.renders.clone().acquire_owned().await.ok();
         tokio::task::spawn_blocking(work).await
+    }
+}
+
+/// `render`'s page on the blocking pool as `content_type`, or 500 when rendering failed.
+async fn rendered(
+    site: &Site,
+    render: Option<PageRenderer>,
+    content_type: &'static str,
+    what: &'static str,
+    accept: Acceptable,
+) -> Response<Chunks> {
+    let Some(render) = render else {
+        return plain(StatusCode::NOT_FOUND, TEXT, "not found\n");
+    };
+    let work = move || {
+        reply(
+            StatusCode::OK,
+            content_type,
+            render().into_bytes(),
+            accept,
+            "Accept-Encoding",
+        )
+    };
+    match site.render(work).await {
+        Ok(r) => r,
+        Err(_) => {
+            tracing::error!("rendering {what} failed");
+            plain(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                TEXT,
+                "rendering the page failed\n",
+            )
+        }
     }
 }
 
@@ -270,31 +314,26 @@ async fn route(site: Arc<Site>, req: Request<Incoming>) -> Response<Chunks> {
                 }
             }
         }
-        "/matrix" => match site.matrix.clone() {
-            Some(render) => {
-                let work = move || {
-                    reply(
-                        StatusCode::OK,
-                        "text/html; charset=utf-8",
-                        render().into_bytes(),
-                        accept,
-                        "Accept-Encoding",
-                    )
-                };
-                match site.render(work).await {
-                    Ok(r) => r,
-                    Err(_) => {
-                        tracing::error!("rendering /matrix failed");
-                        plain(
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            TEXT,
-                            "rendering the matrix page failed\n",
-                        )
-                    }
-                }
-            }
-            None => plain(StatusCode::NOT_FOUND, TEXT, "not found\n"),
-        },
+        "/matrix" => {
+            rendered(
+                &site,
+                site.pages.matrix.clone(),
+                "text/html; charset=utf-8",
+                "/matrix",
+                accept,
+            )
+            .await
+        }
+        "/api/v1/calibration" => {
+            rendered(
+                &site,
+                site.pages.calibration.clone(),
+                "application/json",
+                "/api/v1/calibration",
+                accept,
+            )
+            .await
+        }
         "/healthz" => reply(
             StatusCode::OK,
             TEXT,
@@ -414,13 +453,13 @@ async fn http<S>(
     }
 }
 
-/// Serve `exposition` (and the `matrix` page, when given) on `listener` within `settings`'
+/// Serve `exposition` (and the `pages` given) on `listener` within `settings`'
 /// bounds until `shutdown` turns true, with TLS and basic auth when `web` is given (loaded
 /// from `settings.web_config_file`). `metrics` are the ones registered in `exposition`.
 pub async fn serve(
     listener: TcpListener,
     exposition: Arc<Exposition>,
-    matrix: Option<PageRenderer>,
+    pages: Pages,
     settings: ServerSettings,
     web: Option<Arc<WebSettings>>,
     metrics: ServerMetrics,
@@ -428,7 +467,7 @@ pub async fn serve(
 ) {
     let site = Arc::new(Site {
         exposition,
-        matrix,
+        pages,
         auth: Arc::new(BasicAuth::default()),
         renders: Arc::new(tokio::sync::Semaphore::new(CONCURRENT_RENDERS)),
     });

@@ -14,6 +14,7 @@ use prometheus_client::encoding::{
 };
 use prometheus_client::metrics::MetricType;
 
+use crate::analysis::best_cpus::{best_cpus, BestCpus};
 use crate::analysis::cell::NodeOf;
 use crate::analysis::link::link_efficiencies;
 use crate::analysis::live;
@@ -21,6 +22,7 @@ use crate::analysis::{Cell, DeviceColumn, H2dMatrix, NumaMap, StoreAnalysis};
 use crate::runtime::{DeviceInfo, Direction};
 use crate::stats::Summary;
 use crate::store::{unix_now, CellKey, SeenLink, SharedStore, Store};
+use crate::topology::cpulist;
 use crate::topology::pci_link::Link;
 use crate::topology::Topology;
 
@@ -386,8 +388,10 @@ impl StoreView {
         let numa = live::numa_map(&self.topology);
         let h2d = live::h2d_cells(store);
         let pairs = live::pair_cells(store);
-        let analysis = StoreAnalysis::of(&live::by_matrix(&h2d), &pairs, &self.pairs, &numa);
+        let by_matrix = live::by_matrix(&h2d);
+        let analysis = StoreAnalysis::of(&by_matrix, &pairs, &self.pairs, &numa);
         self.encode_matrix(&h2d, &analysis, &numa, enc)?;
+        encode_best_cpus(&best_cpus(&by_matrix), enc)?;
         encode_links(&store.links, &analysis, enc)?;
         self.encode_pairs(&pairs, &analysis, enc)?;
         self.encode_probe_state(store, enc)?;
@@ -443,6 +447,26 @@ impl StoreView {
             [([("backend", Value::Str(&self.backend))], 1i64)],
         )
     }
+}
+
+/// Each device's best CPUs (`analysis::best_cpus`: within 5 % of its best cell) as a
+/// cpulist label: one series per device, for dashboards and `chd advise`.
+fn encode_best_cpus(best: &[BestCpus], enc: &mut DescriptorEncoder) -> std::fmt::Result {
+    let lists: Vec<(&str, String)> = best
+        .iter()
+        .map(|b| (b.device.as_str(), cpulist::format(&b.cpus)))
+        .collect();
+    gauges(
+        enc,
+        "chd_device_best_cpus_info",
+        "CPUs whose copy bandwidth to this device is within 5 % of its best cell (largest size, h2d preferred), as a cpulist",
+        lists.iter().map(|(device, cpus)| {
+            (
+                [("device", Value::Str(device)), ("cpus", Value::Str(cpus))],
+                1i64,
+            )
+        }),
+    )
 }
 
 /// Each device's PCIe link as the last window saw it, its payload limit in both states, and
@@ -676,6 +700,26 @@ pub(crate) mod tests {
         assert_eq!(seg(1, "max"), 20.0e9);
         let measured = value(&text, "chd_device_measured_numa_node{device=\"2\"}");
         assert_eq!(measured, 0.0);
+        // Device 2's best CPUs are the fast node's; device 3 has no cell from CPU 3.
+        assert_eq!(
+            value(
+                &text,
+                "chd_device_best_cpus_info{device=\"2\",cpus=\"0-1\"}"
+            ),
+            1.0
+        );
+        assert_eq!(
+            value(
+                &text,
+                "chd_device_best_cpus_info{device=\"3\",cpus=\"0-2\"}"
+            ),
+            1.0
+        );
+        assert_eq!(
+            text.matches("chd_device_best_cpus_info{").count(),
+            4,
+            "one per device"
+        );
         let column_min = value(&text, &format!("chd_h2d_device_bandwidth_bytes_per_second{{device=\"2\",size_bytes=\"{SIZE}\",direction=\"h2d\",stat=\"min\"}}"));
         assert_eq!(column_min, 20.0e9);
     }

@@ -4,13 +4,18 @@
 //!
 //! - [`run_dir`]: a one-shot run directory (`run.json`, `cells.jsonl`).
 //! - [`state_file`]: `chd serve`'s `state.json`.
+//! - [`calibration`]: the calibration ledger of `chd ledger` and `/api/v1/calibration`, and the
+//!   fleet file of `chd ledger --merge`.
 //! - [`affinity_file`]: the `affinity.json` of `chd probe affinity --out DIR`.
 //! - [`cluster_health`]: ClusterHealthDetect's result directories (`results.json`, the partial
 //!   checkpoints, the per-rank files of pair runs, `affinity.json`).
+//! - [`launch_map`]: a proposed launch map for `chd advise --map`.
 //! - [`web_config`]: the web config file of Prometheus exporters (`--web.config.file`).
 
 pub mod affinity_file;
+pub mod calibration;
 pub mod cluster_health;
+pub mod launch_map;
 pub mod nfd_features;
 pub mod run_dir;
 pub mod state_file;

@@ -12,6 +12,7 @@ use crate::format::run_dir::MatrixKind;
 use crate::format::state_file;
 use crate::runtime::{Backend, CopyParams, DeviceInfo, ProbeError};
 use crate::store::{persist, unix_now, Store};
+use crate::topology::pci_link::Link;
 use crate::topology::{Cpu, NumaNode, Topology};
 
 /// Why a recording could not be replayed.
@@ -46,6 +47,18 @@ pub struct Replay {
     pub description: String,
     /// What the recording held that is not served, and why (one line each).
     pub warnings: Vec<String>,
+    /// The host the recording names, if it does.
+    pub host: Option<String>,
+    /// The backend or device kind the recording names (`cuda`, `npu`), else `replay`.
+    pub backend: String,
+    /// The PCIe links a run recorded (run.json `devices[].link`).
+    pub links: BTreeMap<String, Link>,
+    /// Device -> load profile -> ratio to idle, for a run of several profiles (only the idle
+    /// one is served).
+    pub load_profile_delta: BTreeMap<String, BTreeMap<String, f64>>,
+    /// The affinity verdicts a recording holds (cpu, bindable); not in `/metrics` (a replay
+    /// probes nothing), in the ledger.
+    pub affinity: Vec<(u32, bool)>,
 }
 
 /// The devices of a replay: listed for `chd_device_info`, never measured.
@@ -183,6 +196,24 @@ fn from_dataset(ds: crate::report::dataset::Dataset, keep: usize) -> Replay {
     }
     let mut warnings: Vec<String> = ds.partial.iter().chain(&ds.notes).cloned().collect();
     warnings.extend(ds.unservable());
+    let host = ds
+        .meta
+        .iter()
+        .find(|(k, v)| k == "host" && !v.is_empty())
+        .map(|(_, v)| v.clone());
+    let backend = ds
+        .devices
+        .iter()
+        .map(|d| d.kind.clone())
+        .find(|k| !k.is_empty())
+        .unwrap_or_else(|| "replay".into());
+    let links = ds
+        .devices
+        .iter()
+        .filter_map(|d| Some((d.id.clone(), crate::report::dataset::device_link(d)?)))
+        .collect();
+    let load_profile_delta =
+        crate::analysis::load_delta::load_profile_delta(&crate::report::analysis::h2d_by_load(&ds));
     let mut devices = devices_from(device_ids);
     for d in &mut devices {
         if let Some(meta) = ds.devices.iter().find(|m| m.id == d.id) {
@@ -201,7 +232,23 @@ fn from_dataset(ds: crate::report::dataset::Dataset, keep: usize) -> Replay {
         errors,
         description,
         warnings,
+        host,
+        backend,
+        links,
+        load_profile_delta,
+        affinity: ds.affinity.clone(),
     }
+}
+
+/// A chd state file's store as a replay; with `keep_affinity` its affinity verdicts stay
+/// (the ledger reports them; a served replay leaves them out).
+pub fn from_state_store(store: Store, keep_affinity: bool) -> Replay {
+    let bindable = store.bindable.clone();
+    let mut r = from_state(store);
+    if keep_affinity {
+        r.store.bindable = bindable;
+    }
+    r
 }
 
 fn from_state(mut store: Store) -> Replay {
@@ -224,6 +271,11 @@ fn from_state(mut store: Store) -> Replay {
         errors: Vec::new(),
         description,
         warnings: Vec::new(),
+        host: None,
+        backend: "replay".into(),
+        links: BTreeMap::new(),
+        load_profile_delta: BTreeMap::new(),
+        affinity: Vec::new(),
     }
 }
 

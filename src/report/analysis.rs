@@ -4,8 +4,12 @@
 
 use std::borrow::Cow;
 
-use super::dataset::CellResult;
-use crate::analysis::Cell;
+use std::collections::BTreeMap;
+
+use super::dataset::{CellResult, Dataset};
+use crate::analysis::live::MatrixKey;
+use crate::analysis::{Cell, H2dMatrix};
+use crate::format::run_dir::MatrixKind;
 
 /// `cells` as analysis cells, in the same order.
 pub fn cells<'a>(cells: &[&'a CellResult]) -> Vec<Cell<'a>> {
@@ -23,6 +27,34 @@ pub fn cells<'a>(cells: &[&'a CellResult]) -> Vec<Cell<'a>> {
         })
         .collect()
 }
+
+/// Every load profile's core x device matrices, by (size, direction) as a store keys them
+/// (host memory kinds together, as [`Dataset::to_store`] holds them): the input of
+/// [`crate::analysis::load_delta`].
+pub fn h2d_by_load(ds: &Dataset) -> BTreeMap<String, BTreeMap<MatrixKey, H2dMatrix>> {
+    let mut grouped: BTreeMap<(&str, MatrixKey), Vec<&CellResult>> = BTreeMap::new();
+    for c in &ds.cells {
+        if c.matrix.kind != MatrixKind::H2d {
+            continue;
+        }
+        let Ok(direction) = c.matrix.direction.parse() else {
+            continue;
+        };
+        grouped
+            .entry((c.matrix.load.as_str(), (c.matrix.size_bytes, direction)))
+            .or_default()
+            .push(c);
+    }
+    let numa = ds.numa_map();
+    let mut out: BTreeMap<String, BTreeMap<MatrixKey, H2dMatrix>> = BTreeMap::new();
+    for ((load, key), group) in grouped {
+        out.entry(load.to_string())
+            .or_default()
+            .insert(key, H2dMatrix::of(&cells(&group), &numa));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

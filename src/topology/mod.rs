@@ -73,6 +73,13 @@ pub struct Topology {
     pub numa_nodes: Vec<NumaNode>,
 }
 
+/// The host's name (`<procfs>/sys/kernel/hostname`), empty when unreadable.
+pub fn hostname(roots: &Roots) -> String {
+    std::fs::read_to_string(roots.procfs.join("sys/kernel/hostname"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
 /// Why a topology could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum TopologyError {

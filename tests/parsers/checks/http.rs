@@ -97,7 +97,10 @@ fn server() -> SocketAddr {
             runtime.block_on(server::serve(
                 listener,
                 Arc::new(Exposition::new(registry)),
-                Some(matrix),
+                server::Pages {
+                    matrix: Some(matrix),
+                    calibration: None,
+                },
                 settings,
                 None,
                 metrics,

@@ -1,0 +1,217 @@
+//! The calibration ledger: one document per node (`format::calibration::Ledger`) with its
+//! identity and topology, the seed's four fields (`h2d_gbps_by_core_device`,
+//! `d2d_alg_gbps_by_core_pair`, `affinity_bindable_cpus`, `load_profile_delta`), and the
+//! analysis and findings exactly as `src/analysis` computes them; and the fleet file of
+//! several. `chd ledger`, `chd serve`'s `/api/v1/calibration` and `chd advise` use it.
+//!
+//! - [`source`]: what a ledger is made from.
+//! - [`node`]: identity, topology, devices.
+//! - [`matrices`]: the measured cells and affinity verdicts.
+//! - [`analysis_doc`]: the analysis and findings as records.
+//! - [`fleet`]: merging ledgers into one fleet file.
+//! - [`advice`]: `chd advise`'s best CPUs and bindings per device.
+//! - [`score`]: `chd advise --map`: a launch map scored against the ledger.
+
+pub mod advice;
+pub mod analysis_doc;
+pub mod fleet;
+pub mod matrices;
+pub mod node;
+pub mod score;
+pub mod source;
+
+pub use source::Source;
+
+use crate::analysis::best_cpus::best_cpus;
+use crate::analysis::live;
+use crate::analysis::StoreAnalysis;
+use crate::format::calibration::{self as doc, Ledger, NaturalMap};
+use crate::topology::natural::natural_cmp;
+
+/// The ledger of `src`.
+pub fn build(src: &Source) -> Ledger {
+    let numa = live::numa_map(src.topology);
+    let h2d = live::h2d_cells(src.store);
+    let by_matrix = live::by_matrix(&h2d);
+    let pair_cells = live::pair_cells(src.store);
+    let analysis = StoreAnalysis::of(&by_matrix, &pair_cells, src.pairs, &numa);
+    let best = best_cpus(&by_matrix);
+    let mut node = node::node(src, &analysis.measured_nodes, &best, &numa);
+    node.devices.sort_by(|a, b| natural_cmp(&a.id, &b.id));
+    let mut delta: Vec<(String, NaturalMap<f64>)> = src
+        .load_profile_delta
+        .iter()
+        .map(|(device, loads)| {
+            let mut loads: Vec<(String, f64)> =
+                loads.iter().map(|(l, r)| (l.clone(), *r)).collect();
+            loads.sort_by(|a, b| natural_cmp(&a.0, &b.0));
+            (device.clone(), NaturalMap(loads))
+        })
+        .collect();
+    delta.sort_by(|a, b| natural_cmp(&a.0, &b.0));
+    Ledger {
+        schema: doc::SCHEMA.to_string(),
+        generated_at: src.now,
+        source: src.description.to_string(),
+        node,
+        h2d_gbps_by_core_device: matrices::h2d(&src.store.h2d, src.now),
+        d2d_alg_gbps_by_core_pair: matrices::pairs(&src.store.pair, src.pairs, src.now),
+        affinity_bindable_cpus: matrices::affinity(
+            &src.store.bindable,
+            src.recorded_bindable,
+            src.now,
+        ),
+        load_profile_delta: NaturalMap(delta),
+        analysis: analysis_doc::analysis(&analysis),
+        findings: analysis_doc::findings(&analysis, &by_matrix, &numa),
+        verdict: None,
+    }
+}
+
+/// `ledger` as pretty JSON with a final newline.
+pub fn to_json(ledger: &impl serde::Serialize) -> String {
+    let mut s = serde_json::to_string_pretty(ledger).unwrap_or_else(|e| {
+        // A record of strings and numbers always serialises; say so rather than panic.
+        format!("{{\"error\": \"serialising the ledger failed: {e}\"}}")
+    });
+    s.push('\n');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{DeviceInfo, Direction};
+    use crate::store::{CellKey, Sample, Store};
+    use crate::topology::{Cpu, NumaNode, Topology};
+    use std::collections::BTreeMap;
+
+    pub(crate) fn topology(cpus: u32, per_node: u32) -> Topology {
+        Topology {
+            cpus: (0..cpus)
+                .map(|id| Cpu {
+                    id,
+                    numa_node: Some(id / per_node),
+                    package: None,
+                    core: None,
+                    siblings: vec![id],
+                    allowed: true,
+                })
+                .collect(),
+            offline_cpus: Vec::new(),
+            numa_nodes: (0..cpus.div_ceil(per_node))
+                .map(|id| NumaNode {
+                    id,
+                    cpus: (id * per_node..(id + 1) * per_node).collect(),
+                    has_memory: true,
+                    memory_total_bytes: None,
+                })
+                .collect(),
+        }
+    }
+
+    fn device(id: &str, numa: u32) -> DeviceInfo {
+        DeviceInfo {
+            id: id.into(),
+            kind: "cuda".into(),
+            name: "GPU".into(),
+            pci_bus_id: format!("0000:{id}:00.0"),
+            numa_node: Some(numa),
+        }
+    }
+
+    #[test]
+    fn a_slow_column_and_a_misplaced_device_show_in_order() {
+        let topo = topology(4, 2);
+        let devices = [device("10", 0), device("2", 1), device("0", 0)];
+        let mut store = Store::default();
+        for cpu in 0..4 {
+            for (d, g) in [
+                ("0", 50.0),
+                ("2", if cpu < 2 { 50.0 } else { 40.0 }),
+                ("10", 10.0),
+            ] {
+                let key = CellKey {
+                    cpu,
+                    device: d.into(),
+                    size_bytes: 64 << 20,
+                    direction: Direction::H2d,
+                };
+                let sample = Sample {
+                    bytes_per_second: g * 1e9,
+                    at: 90.0,
+                };
+                store.record_sample(key, sample, 3);
+            }
+        }
+        store.record_bindable(&[(0, true), (1, true), (3, false)], 80.0);
+        let delta = BTreeMap::from([(
+            "2".to_string(),
+            BTreeMap::from([
+                ("gemm".to_string(), 0.5),
+                ("cpu:10".into(), 0.9),
+                ("cpu:2".into(), 1.0),
+            ]),
+        )]);
+        let ledger = build(&Source {
+            host: "n1",
+            backend: "cuda",
+            description: "test",
+            topology: &topo,
+            devices: &devices,
+            store: &store,
+            pairs: &[],
+            recorded_links: &BTreeMap::new(),
+            recorded_bindable: &[],
+            load_profile_delta: &delta,
+            now: 100.0,
+        });
+        let ids: Vec<&str> = ledger.node.devices.iter().map(|d| d.id.as_str()).collect();
+        assert_eq!(ids, ["0", "2", "10"]);
+        let d2 = &ledger.node.devices[1];
+        assert_eq!(
+            (d2.declared_numa_node, d2.measured_numa_node),
+            (Some(1), Some(0))
+        );
+        assert_eq!(d2.best_cpus.as_ref().unwrap().cpus, "0-1");
+        assert_eq!(ledger.findings.slow_devices.len(), 1);
+        assert_eq!(ledger.findings.slow_devices[0].device, "10");
+        let m = &ledger.h2d_gbps_by_core_device[0];
+        assert_eq!(m.cells.len(), 12);
+        assert_eq!(
+            (m.cells[1].device.as_str(), m.cells[2].device.as_str()),
+            ("2", "10")
+        );
+        assert_eq!(m.cells[0].age_seconds, Some(10.0));
+        assert_eq!(m.cells[0].gbps, Some(50.0));
+        assert_eq!(ledger.affinity_bindable_cpus.bindable, "0-1");
+        assert_eq!(ledger.affinity_bindable_cpus.not_bindable, "3");
+        let json = to_json(&ledger);
+        let loads = json.find("\"cpu:2\"").unwrap() < json.find("\"cpu:10\"").unwrap();
+        assert!(loads, "natural order of profiles");
+        assert!(!json.contains("verdict"));
+        let back = doc::parse("x", &json).unwrap();
+        assert_eq!(back, ledger);
+
+        // Advice: device 2's best CPUs sit on node 0, not the declared node 1; CPU 3 is
+        // among device 0's best but not bindable.
+        let a = advice::advise(&ledger);
+        let d = |id: &str| a.devices.iter().find(|d| d.device == id).unwrap();
+        assert_eq!(
+            (d("2").cpus.as_str(), &d("2").numa_nodes[..]),
+            ("0-1", &[0][..])
+        );
+        assert_eq!(d("2").on_declared_node, Some(false));
+        assert_eq!(d("0").cpus, "0-2");
+        assert!(a
+            .notes
+            .iter()
+            .any(|n| n.contains("CPUs 3 are among the best but not bindable")));
+        assert!(advice::render(&a).contains("(NUMA 0; NOT the declared node 1)"));
+        let mut declared_right = ledger.clone();
+        declared_right.node.devices[1].declared_numa_node = Some(0);
+        let a = advice::advise(&declared_right);
+        assert_eq!(a.devices[1].on_declared_node, Some(true));
+        assert!(advice::render(&a).contains("(NUMA 0; the declared node 0)"));
+    }
+}
