@@ -201,6 +201,14 @@ fn serve_names_a_finding_after_two_windows_and_labels_the_node() {
         .collect();
     assert_eq!(names, ["chd"], "no temporary file left where NFD reads");
 
+    // The served ledger carries the same, held verdict.
+    let (status, _, body) = chd.get("/api/v1/calibration", None);
+    assert_eq!(status, 200, "{body}");
+    let ledger: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(ledger["verdict"]["level"], "failed", "{}", ledger["verdict"]);
+    assert_eq!(ledger["verdict"]["held"], true);
+    assert_eq!(ledger["verdict"]["causes"][0]["id"], "slow_device:0");
+
     let (status, log) = chd.terminate();
     assert!(status.success(), "{log}");
     let (code, line) = check(&["--state-dir", state.path().to_str().unwrap()]);

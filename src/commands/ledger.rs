@@ -2,6 +2,7 @@
 //! directory, printed or written to a file; `--merge` makes one fleet file of several
 //! ledgers. Also the `/api/v1/calibration` page of `chd serve` (live and replay).
 
+use chd::schedule::verdict::SharedVerdict;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -115,6 +116,7 @@ pub fn ledger_of(
         recorded_bindable: &replay.affinity,
         load_profile_delta: &replay.load_profile_delta,
         now,
+        verdict: None,
     }))
 }
 
@@ -166,12 +168,18 @@ pub struct CalibrationPage {
     pub recorded_links: BTreeMap<String, Link>,
     pub recorded_bindable: Vec<(u32, bool)>,
     pub load_profile_delta: BTreeMap<String, BTreeMap<String, f64>>,
+    /// `chd serve`'s verdict, held across windows; `None` (a replay): judged as a snapshot.
+    pub verdict: Option<SharedVerdict>,
 }
 
 impl CalibrationPage {
     /// The page, rendered under a read lock of the store when asked for.
     pub fn renderer(self) -> PageRenderer {
         Arc::new(move || {
+            let held = self
+                .verdict
+                .as_ref()
+                .map(|v| v.read().unwrap_or_else(|p| p.into_inner()).clone());
             let store = self
                 .store
                 .read()
@@ -188,6 +196,7 @@ impl CalibrationPage {
                 recorded_bindable: &self.recorded_bindable,
                 load_profile_delta: &self.load_profile_delta,
                 now: unix_now(),
+                verdict: held.as_ref(),
             }))
         })
     }

@@ -247,6 +247,7 @@ async fn run_replay(
                 recorded_links: links,
                 recorded_bindable,
                 load_profile_delta,
+                verdict: None,
             }
             .renderer(),
         ),
@@ -407,6 +408,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 recorded_links: Default::default(),
                 recorded_bindable: Vec::new(),
                 load_profile_delta: Default::default(),
+                verdict: Some(verdict.clone()),
             }
             .renderer(),
         ),

@@ -34,9 +34,34 @@ pub struct Ledger {
     pub analysis: Analysis,
     /// What is below the thresholds of the alert rules (`analysis::findings`).
     pub findings: Findings,
-    /// Reserved for the node verdict (issue 16 part 3); absent until chd computes one.
+    /// The node's verdict (`analysis::verdict`); absent in ledgers of chd before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub verdict: Option<serde_json::Value>,
+    pub verdict: Option<Verdict>,
+}
+
+/// The node's verdict and the causes it names.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Verdict {
+    /// `ok`, `degraded`, `failed`.
+    pub level: String,
+    /// True for `chd serve`'s verdict, which names a finding after it showed in several
+    /// windows in a row; false for a snapshot (a recording, a state directory), where every
+    /// finding counts at once.
+    pub held: bool,
+    pub causes: Vec<VerdictCause>,
+}
+
+/// One cause of a verdict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerdictCause {
+    /// Stable while the same thing is wrong: `slow_device:0`, `link_degraded:1`.
+    pub id: String,
+    pub level: String,
+    pub text: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
 }
 
 /// Identity and topology.

@@ -24,6 +24,7 @@ pub use source::Source;
 
 use crate::analysis::best_cpus::best_cpus;
 use crate::analysis::live;
+use crate::analysis::verdict::{causes_of_store, NodeVerdict};
 use crate::analysis::StoreAnalysis;
 use crate::format::calibration::{self as doc, Ledger, NaturalMap};
 use crate::topology::natural::natural_cmp;
@@ -64,7 +65,35 @@ pub fn build(src: &Source) -> Ledger {
         load_profile_delta: NaturalMap(delta),
         analysis: analysis_doc::analysis(&analysis),
         findings: analysis_doc::findings(&analysis, &by_matrix, &numa),
-        verdict: None,
+        verdict: Some(verdict_doc(src, &numa)),
+    }
+}
+
+/// `src`'s verdict as the ledger records it: the held one given, else the store judged as a
+/// snapshot (RDMA ports are read live by `chd serve` only).
+fn verdict_doc(src: &Source, numa: &crate::analysis::NumaMap) -> doc::Verdict {
+    let snapshot;
+    let (verdict, held) = match src.verdict {
+        Some(v) => (v, true),
+        None => {
+            let (causes, best) = causes_of_store(src.store, numa, src.pairs, &[]);
+            snapshot = NodeVerdict::immediate(causes, best);
+            (&snapshot, false)
+        }
+    };
+    doc::Verdict {
+        level: verdict.level.as_str().to_string(),
+        held,
+        causes: verdict
+            .causes
+            .iter()
+            .map(|c| doc::VerdictCause {
+                id: c.id.clone(),
+                level: c.level.as_str().to_string(),
+                text: c.text.clone(),
+                device: c.device.clone(),
+            })
+            .collect(),
     }
 }
 
@@ -165,6 +194,7 @@ mod tests {
             recorded_bindable: &[],
             load_profile_delta: &delta,
             now: 100.0,
+            verdict: None,
         });
         let ids: Vec<&str> = ledger.node.devices.iter().map(|d| d.id.as_str()).collect();
         assert_eq!(ids, ["0", "2", "10"]);
@@ -185,11 +215,17 @@ mod tests {
         assert_eq!(m.cells[0].age_seconds, Some(10.0));
         assert_eq!(m.cells[0].gbps, Some(50.0));
         assert_eq!(ledger.affinity_bindable_cpus.bindable, "0-1");
+        // Judged as a snapshot: the slow column fails the node, the unbindable CPU degrades it
+        // (device 2 from node 1 is at 0.8 of its best node: not slow).
+        let verdict = ledger.verdict.as_ref().unwrap();
+        assert_eq!((verdict.level.as_str(), verdict.held), ("failed", false));
+        let ids: Vec<&str> = verdict.causes.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["slow_device:10", "unbindable_cpus"]);
         assert_eq!(ledger.affinity_bindable_cpus.not_bindable, "3");
         let json = to_json(&ledger);
         let loads = json.find("\"cpu:2\"").unwrap() < json.find("\"cpu:10\"").unwrap();
         assert!(loads, "natural order of profiles");
-        assert!(!json.contains("verdict"));
+        assert!(json.contains("\"verdict\": {"), "{json}");
         let back = doc::parse("x", &json).unwrap();
         assert_eq!(back, ledger);
 

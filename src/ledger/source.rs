@@ -2,6 +2,7 @@
 //! topology, devices and the facts a store does not hold (host, backend, links a run
 //! recorded, the load-profile delta of a run with several profiles).
 
+use crate::analysis::verdict::NodeVerdict;
 use std::collections::BTreeMap;
 
 use crate::runtime::DeviceInfo;
@@ -31,4 +32,6 @@ pub struct Source<'a> {
     pub load_profile_delta: &'a BTreeMap<String, BTreeMap<String, f64>>,
     /// Unix time the document is made at.
     pub now: f64,
+    /// `chd serve`'s verdict, held across windows; `None`: judge the store as a snapshot.
+    pub verdict: Option<&'a NodeVerdict>,
 }

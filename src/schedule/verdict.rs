@@ -11,76 +11,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
-use crate::analysis::verdict::{level, Cause, Level};
+use crate::analysis::verdict::Cause;
+#[cfg(test)]
+use crate::analysis::verdict::Level;
+pub use crate::analysis::verdict::NodeVerdict;
 use crate::format::nfd_features;
-
-/// The verdict as published: its level and the causes it names.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NodeVerdict {
-    pub level: Level,
-    /// Confirmed causes, worst first.
-    pub causes: Vec<Cause>,
-    /// Device -> the NUMA node measured best for it (NFD's `best-numa-<device>`).
-    pub best_numa: BTreeMap<String, u32>,
-}
-
-impl Default for NodeVerdict {
-    fn default() -> Self {
-        NodeVerdict {
-            level: Level::Ok,
-            causes: Vec::new(),
-            best_numa: BTreeMap::new(),
-        }
-    }
-}
-
-impl NodeVerdict {
-    /// A verdict with every cause confirmed at once (a recording or a state file, which
-    /// do not change: nothing to wait for).
-    pub fn immediate(causes: Vec<Cause>, best_numa: BTreeMap<String, u32>) -> NodeVerdict {
-        NodeVerdict {
-            level: level(&causes),
-            causes,
-            best_numa,
-        }
-    }
-
-    /// One line for people: `degraded: device 0 PCIe link x8 Gen5 of x16 Gen5; ...`.
-    pub fn line(&self) -> String {
-        if self.causes.is_empty() {
-            return self.level.to_string();
-        }
-        let texts: Vec<&str> = self.causes.iter().map(|c| c.text.as_str()).collect();
-        format!("{}: {}", self.level, texts.join("; "))
-    }
-
-    /// The NFD labels (names without the prefix): `verdict`, `slow-devices` (devices with a
-    /// failing cause, `_`-joined, when any), `degraded-devices` (likewise for degrading ones),
-    /// `best-numa-<device>`.
-    pub fn nfd_labels(&self) -> Vec<(String, String)> {
-        let mut labels = vec![("verdict".to_string(), self.level.as_str().to_string())];
-        for (name, at) in [
-            ("slow-devices", Level::Failed),
-            ("degraded-devices", Level::Degraded),
-        ] {
-            let mut devices: Vec<&str> = self
-                .causes
-                .iter()
-                .filter(|c| c.level == at)
-                .filter_map(|c| c.device.as_deref())
-                .collect();
-            devices.sort_by_key(|d| crate::topology::natural::natural_key(d));
-            devices.dedup();
-            if !devices.is_empty() {
-                labels.push((name.to_string(), devices.join("_")));
-            }
-        }
-        for (device, node) in &self.best_numa {
-            labels.push((format!("best-numa-{device}"), node.to_string()));
-        }
-        labels
-    }
-}
 
 /// Shared between the prober (writer) and the exposition (reader).
 pub type SharedVerdict = Arc<RwLock<NodeVerdict>>;
