@@ -91,16 +91,21 @@ pub struct CheckArgs {
     /// run, a chd probe --out directory, a state.json).
     #[arg(long, value_name = "FILE")]
     pub replay: Option<PathBuf>,
+    /// A running chd serve, http://HOST[:PORT]: its verdict as it holds it (from
+    /// /api/v1/calibration; plain HTTP).
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
 }
 
 impl CheckArgs {
     /// Where the verdict comes from.
     pub fn source(&self) -> crate::commands::check::CheckSource {
         use crate::commands::check::CheckSource;
-        match (&self.replay, &self.state_dir) {
-            (Some(path), _) => CheckSource::Replay(path.clone()),
-            (None, Some(dir)) => CheckSource::StateDir(dir.clone()),
-            (None, None) => unreachable!("clap requires one of --replay, --state-dir"),
+        match (&self.replay, &self.state_dir, &self.url) {
+            (Some(path), _, _) => CheckSource::Replay(path.clone()),
+            (None, Some(dir), _) => CheckSource::StateDir(dir.clone()),
+            (None, None, Some(url)) => CheckSource::Url(url.clone()),
+            (None, None, None) => unreachable!("clap requires one of --replay, --state-dir, --url"),
         }
     }
 }

@@ -95,6 +95,14 @@ fn check_is_unknown_when_there_is_nothing_to_judge() {
         "{\"version\": 1, \"h2d\": ["
     );
 
+    // Nobody listening: unknown, saying why.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", dead.local_addr().unwrap());
+    drop(dead);
+    let (code, line) = check(&["--url", &url]);
+    assert_eq!(code, 3, "{line}");
+    assert!(line.starts_with("CHD UNKNOWN - "), "{line}");
+
     // Neither source: clap refuses (exit 2 is clap's usage error, with a message on stderr).
     let out = run_chd(&["check"], &[]);
     assert!(!out.status.success());
@@ -205,9 +213,18 @@ fn serve_names_a_finding_after_two_windows_and_labels_the_node() {
     let (status, _, body) = chd.get("/api/v1/calibration", None);
     assert_eq!(status, 200, "{body}");
     let ledger: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(ledger["verdict"]["level"], "failed", "{}", ledger["verdict"]);
+    assert_eq!(
+        ledger["verdict"]["level"], "failed",
+        "{}",
+        ledger["verdict"]
+    );
     assert_eq!(ledger["verdict"]["held"], true);
     assert_eq!(ledger["verdict"]["causes"][0]["id"], "slow_device:0");
+    // `chd check --url` asks the running chd for the same verdict.
+    let url = format!("http://{}", chd.addr);
+    let (code, line) = check(&["--url", &url]);
+    assert_eq!(code, 2, "{line}");
+    assert!(line.starts_with("CHD FAILED - device 0 slow column"), "{line}");
 
     let (status, log) = chd.terminate();
     assert!(status.success(), "{log}");

@@ -42,7 +42,7 @@ pub struct AdviseRequest {
 const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// GET `url`'s calibration ledger over plain HTTP/1.1 (`Connection: close`).
-fn fetch(url: &str) -> anyhow::Result<String> {
+pub(crate) fn fetch(url: &str) -> anyhow::Result<String> {
     let Some(rest) = url.strip_prefix("http://") else {
         bail!(
             "{url}: only http:// URLs are read (for TLS or basic auth fetch it with curl and \
