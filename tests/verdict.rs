@@ -224,7 +224,10 @@ fn serve_names_a_finding_after_two_windows_and_labels_the_node() {
     let url = format!("http://{}", chd.addr);
     let (code, line) = check(&["--url", &url]);
     assert_eq!(code, 2, "{line}");
-    assert!(line.starts_with("CHD FAILED - device 0 slow column"), "{line}");
+    assert!(
+        line.starts_with("CHD FAILED - device 0 slow column"),
+        "{line}"
+    );
 
     let (status, log) = chd.terminate();
     assert!(status.success(), "{log}");
