@@ -83,16 +83,7 @@ mod tests {
     use super::*;
 
     fn cell(cpu: u32, device: &str, gbps: f64) -> Cell<'_> {
-        Cell {
-            cpu,
-            peer_cpu: None,
-            device,
-            value: Some(gbps * 1e9),
-            samples: 1,
-            failed: 0,
-            last_error: None,
-            sampled_at: None,
-        }
+        Cell::test(cpu, device, Some(gbps))
     }
 
     #[test]

@@ -31,6 +31,23 @@ pub struct Cell<'a> {
     pub sampled_at: Option<f64>,
 }
 
+#[cfg(test)]
+impl<'a> Cell<'a> {
+    /// A test cell: one sample at `gbps` GB/s, or one failed sample (`None`).
+    pub(crate) fn test(cpu: u32, device: &'a str, gbps: Option<f64>) -> Cell<'a> {
+        Cell {
+            cpu,
+            peer_cpu: None,
+            device,
+            value: gbps.map(|g| g * 1e9),
+            samples: usize::from(gbps.is_some()),
+            failed: usize::from(gbps.is_none()),
+            last_error: gbps.is_none().then(|| "copy failed".into()),
+            sampled_at: None,
+        }
+    }
+}
+
 /// The NUMA node of `cpu`.
 pub fn node(numa: &NumaMap, cpu: u32) -> Option<u32> {
     numa.get(&cpu).copied()

@@ -355,16 +355,7 @@ mod tests {
     use super::*;
 
     fn cell(cpu: u32, device: &str, gbps: Option<f64>) -> Cell<'_> {
-        Cell {
-            cpu,
-            peer_cpu: None,
-            device,
-            value: gbps.map(|g| g * 1e9),
-            samples: usize::from(gbps.is_some()),
-            failed: usize::from(gbps.is_none()),
-            last_error: gbps.is_none().then(|| "copy failed".into()),
-            sampled_at: None,
-        }
+        Cell::test(cpu, device, gbps)
     }
 
     #[test]

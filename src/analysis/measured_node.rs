@@ -49,16 +49,7 @@ mod tests {
     use crate::analysis::{Cell, NumaMap};
 
     fn cell(cpu: u32, device: &str, gbps: f64) -> Cell<'_> {
-        Cell {
-            cpu,
-            peer_cpu: None,
-            device,
-            value: Some(gbps * 1e9),
-            samples: 1,
-            failed: 0,
-            last_error: None,
-            sampled_at: None,
-        }
+        Cell::test(cpu, device, Some(gbps))
     }
 
     #[test]

@@ -225,11 +225,7 @@ pub fn causes_of_store(
         .map(|(&cpu, _)| cpu)
         .collect();
     let inputs = Inputs {
-        links: store
-            .links
-            .iter()
-            .map(|(d, seen)| (d.clone(), seen.link))
-            .collect(),
+        links: store.link_by_device(),
         unbindable: &unbindable,
         rdma_down,
     };
@@ -317,16 +313,7 @@ mod tests {
     use crate::topology::pci_link::LinkState;
 
     fn cell(cpu: u32, device: &str, gbps: Option<f64>) -> Cell<'_> {
-        Cell {
-            cpu,
-            peer_cpu: None,
-            device,
-            value: gbps.map(|g| g * 1e9),
-            samples: usize::from(gbps.is_some()),
-            failed: usize::from(gbps.is_none()),
-            last_error: gbps.is_none().then(|| "copy failed".into()),
-            sampled_at: None,
-        }
+        Cell::test(cpu, device, gbps)
     }
 
     fn analysis(cells: &[Cell<'_>], size: u64, numa: &NumaMap) -> StoreAnalysis {

@@ -21,7 +21,7 @@ use crate::analysis::live;
 use crate::analysis::{Cell, DeviceColumn, H2dMatrix, NumaMap, StoreAnalysis};
 use crate::runtime::{DeviceInfo, Direction};
 use crate::stats::Summary;
-use crate::store::{unix_now, CellKey, SeenLink, SharedStore, Store};
+use crate::store::{unix_now, CellKey, SharedStore, Store};
 use crate::topology::cpulist;
 use crate::topology::pci_link::Link;
 use crate::topology::Topology;
@@ -392,7 +392,7 @@ impl StoreView {
         let analysis = StoreAnalysis::of(&by_matrix, &pairs, &self.pairs, &numa);
         self.encode_matrix(&h2d, &analysis, &numa, enc)?;
         encode_best_cpus(&best_cpus(&by_matrix), enc)?;
-        encode_links(&store.links, &analysis, enc)?;
+        encode_links(&store.link_by_device(), &analysis, enc)?;
         self.encode_pairs(&pairs, &analysis, enc)?;
         self.encode_probe_state(store, enc)?;
         self.encode_info(enc)
@@ -473,7 +473,7 @@ fn encode_best_cpus(best: &[BestCpus], enc: &mut DescriptorEncoder) -> std::fmt:
 /// each device column's median over the current state's limit (the physics check of issue
 /// 15: a node whose every device is equally slow has ratios near 1 but a low efficiency).
 fn encode_links(
-    links: &BTreeMap<String, SeenLink>,
+    links: &BTreeMap<String, Link>,
     analysis: &StoreAnalysis,
     enc: &mut DescriptorEncoder,
 ) -> std::fmt::Result {
@@ -482,7 +482,7 @@ fn encode_links(
         "chd_device_pcie_link_bandwidth_bytes_per_second",
         "Payload bandwidth the device's PCIe link carries in one direction (lanes x rate x encoding), as read right after chd's last copies to it",
         links.iter().flat_map(|(device, seen)| {
-            [("current", seen.link.current), ("max", seen.link.max)]
+            [("current", seen.current), ("max", seen.max)]
                 .into_iter()
                 .filter_map(move |(state, link)| {
                     let labels = [("device", Value::Str(device.as_str())), ("state", Value::Str(state))];
@@ -490,8 +490,7 @@ fn encode_links(
                 })
         }),
     )?;
-    let links: BTreeMap<String, Link> = links.iter().map(|(d, s)| (d.clone(), s.link)).collect();
-    let efficiencies = link_efficiencies(&analysis.h2d, &links);
+    let efficiencies = link_efficiencies(&analysis.h2d, links);
     gauges(
         enc,
         "chd_h2d_link_efficiency_ratio",

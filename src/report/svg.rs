@@ -256,12 +256,7 @@ fn store_link_efficiencies(store: &Store, topology: &Topology) -> Vec<link::Link
         .into_iter()
         .map(|(key, cells)| (key, H2dMatrix::of(&cells, &numa)))
         .collect();
-    let links = store
-        .links
-        .iter()
-        .map(|(d, seen)| (d.clone(), seen.link))
-        .collect();
-    link::link_efficiencies(&matrices, &links)
+    link::link_efficiencies(&matrices, &store.link_by_device())
 }
 
 /// Cells per heatmap on a page; bigger pair matrices are shown as block medians.

@@ -211,6 +211,14 @@ impl Store {
         self.links.insert(device.to_string(), SeenLink { link, at });
     }
 
+    /// Device -> the link its last window saw (without when), as the link analysis takes it.
+    pub fn link_by_device(&self) -> BTreeMap<String, Link> {
+        self.links
+            .iter()
+            .map(|(device, seen)| (device.clone(), seen.link))
+            .collect()
+    }
+
     /// Keep only cells whose CPU and device satisfy the predicates (after a topology change).
     /// Returns how many cells were dropped.
     pub fn retain_known(
