@@ -109,6 +109,16 @@ pub struct CopyParams {
     pub host_memory: HostMemory,
 }
 
+/// How one same-device copy cell is measured: `warmup` untimed, then `iterations` timed
+/// copies of `size_bytes` from one buffer of the device's memory to another of the same
+/// device (HBM to HBM on an accelerator).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceCopyParams {
+    pub size_bytes: u64,
+    pub warmup: u32,
+    pub iterations: u32,
+}
+
 /// Why a cell could not be measured. `reason()` is the `reason` label of
 /// `chd_probe_errors_total`.
 #[derive(Debug, thiserror::Error)]
@@ -131,6 +141,8 @@ pub enum ProbeError {
     Collective(String),
     #[error("timed out: {0}")]
     Timeout(String),
+    #[error("not supported: {0}")]
+    Unsupported(String),
 }
 
 impl ProbeError {
@@ -146,6 +158,7 @@ impl ProbeError {
             ProbeError::Device(_) => "device",
             ProbeError::Collective(_) => "collective",
             ProbeError::Timeout(_) => "timeout",
+            ProbeError::Unsupported(_) => "unsupported",
         }
     }
 }
@@ -169,6 +182,20 @@ pub trait Backend: Send + Sync {
     /// cell's CPU. Allocates (and first-touches) its host buffer on this thread, warms up,
     /// times `iterations` copies and returns bytes per second. Frees everything it allocated.
     fn measure_copy(&self, device: &str, params: &CopyParams) -> Result<f64, ProbeError>;
+    /// Measure one same-device copy cell (device memory to device memory of `device`) on the
+    /// calling thread, which the caller has already bound; returns bytes per second (the bytes
+    /// of one copy over its time, as nvbandwidth's device-local copy counts them). Frees
+    /// everything it allocated. The default: this backend cannot.
+    fn measure_device_copy(
+        &self,
+        device: &str,
+        _params: &DeviceCopyParams,
+    ) -> Result<f64, ProbeError> {
+        Err(ProbeError::Unsupported(format!(
+            "the {} backend has no same-device copy (device {device})",
+            self.name()
+        )))
+    }
     /// Why this backend cannot measure copies with `memory` on the host side, if it cannot: a
     /// configuration error, reported before any cell runs.
     fn check_host_memory(&self, _memory: HostMemory) -> Result<(), String> {
