@@ -196,7 +196,8 @@ fn copies_failing_mid_window_cost_the_failing_cells_and_the_next_window_tries_ag
 /// Fault 2: a device is lost while chd runs (every call on it answers the vendor's
 /// device-lost code, and so does its telemetry). Its cells go stale, the other devices' cells
 /// stay fresh, the idle gate does not shut for it (a lost device runs no job), each try
-/// counts a `device` error against it, nothing panics; back, it is measured again.
+/// counts a `device` error against it, the node's verdict is failed, nothing panics; back, it
+/// is measured again and the verdict clears.
 fn a_lost_device_goes_stale_and_comes_back(backend: &str) {
     let f = Faulty::start(backend, 3, &["--stale-after", "4s"], &[]);
     let all = ["0", "1", "2"];
@@ -230,10 +231,23 @@ fn a_lost_device_goes_stale_and_comes_back(backend: &str) {
     };
     assert!(f.chd.log().contains(code), "{}", f.chd.log());
     promtool_check_metrics(&f.chd.scrape());
+    // The node is failed while the device is gone, whatever its old cells say: its values are
+    // kept, so only the telemetry's word names it.
+    let failed = |m: &Metrics| m.value("chd_node_verdict", &[("verdict", "failed")]) == 1.0;
+    f.wait("the verdict failed", failed);
+    assert!(
+        f.chd
+            .log()
+            .contains("device 2 lost (its telemetry says it fell off the bus)"),
+        "{}",
+        f.chd.log()
+    );
 
     f.set("");
-    f.wait("device 2 fresh again", |m| {
-        coverage(m, "fresh") == total && coverage(m, "stale") == 0.0
+    f.wait("device 2 fresh again and the node ok", |m| {
+        coverage(m, "fresh") == total
+            && coverage(m, "stale") == 0.0
+            && m.value("chd_node_verdict", &[("verdict", "ok")]) == 1.0
     });
     f.assert_no_panic();
 }

@@ -3,7 +3,8 @@
 //! which findings make a node unusable (`failed`: a device slow from every CPU, or one whose
 //! every cell fails) and which make it usable with care (`degraded`: a slow NUMA segment, a
 //! slow core of a pair, a PCIe link trained below its maximum, CPUs that cannot be bound, an
-//! RDMA port that is not ACTIVE).
+//! RDMA port that is not ACTIVE). A device the telemetry reports lost (fallen off the bus) is
+//! `failed` too, whatever its old cells say.
 //! Each cause has a stable id, so a scheduler-facing layer can hold a verdict steady across
 //! windows (`schedule::verdict`'s hysteresis).
 
@@ -69,6 +70,19 @@ pub struct Inputs<'a> {
     pub unbindable: &'a [u32],
     /// RDMA ports (`hca/port`) that are not ACTIVE.
     pub rdma_down: &'a [String],
+    /// Devices the telemetry reports lost now.
+    pub lost_devices: &'a [String],
+}
+
+/// What a running node observes besides its store, at the verdict's time: nothing for a
+/// recording or a state file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observed {
+    /// RDMA ports (`hca/port`) that are not ACTIVE.
+    pub rdma_down: Vec<String>,
+    /// Devices the telemetry reports lost (NVML's `NVML_ERROR_GPU_IS_LOST`, ACL's
+    /// `ACL_ERROR_RT_LOST_HEARTBEAT`).
+    pub lost_devices: Vec<String>,
 }
 
 /// The matrices judged: sizes of at least [`JUDGED_SIZE_BYTES`]; a source with none of those
@@ -181,6 +195,14 @@ pub fn causes(analysis: &StoreAnalysis, inputs: &Inputs<'_>) -> Vec<Cause> {
             );
         }
     }
+    for device in inputs.lost_devices {
+        add(
+            format!("device_lost:{device}"),
+            Level::Failed,
+            format!("device {device} lost (its telemetry says it fell off the bus)"),
+            Some(device),
+        );
+    }
     for port in inputs.rdma_down {
         add(
             format!("rdma_port_down:{port}"),
@@ -207,13 +229,13 @@ pub fn causes(analysis: &StoreAnalysis, inputs: &Inputs<'_>) -> Vec<Cause> {
 }
 
 /// Every cause in what `store` holds: its matrices analysed as the exposition analyses them
-/// (`pairs`: the configured pair labels), the links its windows read, its unbindable CPUs;
-/// with the NUMA node measured best for each device.
+/// (`pairs`: the configured pair labels), the links its windows read, its unbindable CPUs,
+/// and what the node `observed` now; with the NUMA node measured best for each device.
 pub fn causes_of_store(
     store: &Store,
     numa: &NumaMap,
     pairs: &[String],
-    rdma_down: &[String],
+    observed: &Observed,
 ) -> (Vec<Cause>, BTreeMap<String, u32>) {
     let h2d = live::h2d_cells(store);
     let pair_cells = live::pair_cells(store);
@@ -227,7 +249,8 @@ pub fn causes_of_store(
     let inputs = Inputs {
         links: store.link_by_device(),
         unbindable: &unbindable,
-        rdma_down,
+        rdma_down: &observed.rdma_down,
+        lost_devices: &observed.lost_devices,
     };
     (causes(&analysis, &inputs), analysis.measured_nodes)
 }
@@ -408,6 +431,7 @@ mod tests {
             ]),
             unbindable: &[5, 6, 7],
             rdma_down: &["mlx5_1/1".to_string()],
+            lost_devices: &["3".to_string()],
         };
         let found = causes(&a, &inputs);
         let got: Vec<(&str, Level, &str)> = found
@@ -417,6 +441,11 @@ mod tests {
         assert_eq!(
             got,
             [
+                (
+                    "device_lost:3",
+                    Level::Failed,
+                    "device 3 lost (its telemetry says it fell off the bus)"
+                ),
                 (
                     "failing_device:2",
                     Level::Failed,

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use chd::analysis::live::numa_map;
-use chd::analysis::verdict::{causes_of_store, Cause, Level};
+use chd::analysis::verdict::{causes_of_store, Cause, Level, Observed};
 use chd::format::calibration;
 use chd::format::state_file::state_path;
 use chd::schedule::verdict::NodeVerdict;
@@ -114,6 +114,11 @@ fn judge(source: &CheckSource, samples_per_cell: usize) -> Result<NodeVerdict, S
     }
     let (causes, best_numa) =
         // A recording or state file says nothing of the RDMA ports (they are read live).
-        causes_of_store(&replay.store, &numa_map(&replay.topology), &replay.pairs, &[]);
+        causes_of_store(
+            &replay.store,
+            &numa_map(&replay.topology),
+            &replay.pairs,
+            &Observed::default(),
+        );
     Ok(NodeVerdict::immediate(causes, best_numa))
 }

@@ -8,7 +8,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
 use super::ledger::CalibrationPage;
-use chd::analysis::verdict::causes_of_store;
+use chd::analysis::verdict::{causes_of_store, Observed};
 use chd::collect::{self, PciDeviceRef};
 use chd::config::{Config, FALLBACK_STATE_DIR};
 use chd::exposition::connections::ServerMetrics;
@@ -211,7 +211,7 @@ async fn run_replay(
         &replay.store,
         &chd::analysis::live::numa_map(&topology),
         &replay.pairs,
-        &[],
+        &Observed::default(),
     );
     let verdict = NodeVerdict::immediate(causes, best_numa);
     tracing::info!("replay verdict: {}", verdict.line());

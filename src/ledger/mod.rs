@@ -24,7 +24,7 @@ pub use source::Source;
 
 use crate::analysis::best_cpus::best_cpus;
 use crate::analysis::live;
-use crate::analysis::verdict::{causes_of_store, NodeVerdict};
+use crate::analysis::verdict::{causes_of_store, NodeVerdict, Observed};
 use crate::analysis::StoreAnalysis;
 use crate::format::calibration::{self as doc, Ledger, NaturalMap};
 use crate::topology::natural::natural_cmp;
@@ -76,7 +76,7 @@ fn verdict_doc(src: &Source, numa: &crate::analysis::NumaMap) -> doc::Verdict {
     let (verdict, held) = match src.verdict {
         Some(v) => (v, true),
         None => {
-            let (causes, best) = causes_of_store(src.store, numa, src.pairs, &[]);
+            let (causes, best) = causes_of_store(src.store, numa, src.pairs, &Observed::default());
             snapshot = NodeVerdict::immediate(causes, best);
             (&snapshot, false)
         }

@@ -37,7 +37,7 @@ use state_saver::StateSaver;
 use verdict::{NfdFile, NodeVerdict, SharedVerdict, VerdictTracker};
 use window::{WindowReport, WindowSpec};
 
-use crate::analysis::verdict::causes_of_store;
+use crate::analysis::verdict::{causes_of_store, Observed};
 use crate::collect::NameFilter;
 
 /// How often a window re-checks the idle gate between cells.
@@ -155,10 +155,19 @@ impl Scheduler {
     /// One window's findings into the verdict.
     fn judge(&self, tracker: &mut VerdictTracker) {
         let numa = crate::analysis::live::numa_map(&self.topology);
-        let rdma_down = crate::collect::rdma::ports_not_active(&self.roots.sysfs, &self.hcas);
+        let observed = Observed {
+            rdma_down: crate::collect::rdma::ports_not_active(&self.roots.sysfs, &self.hcas),
+            lost_devices: self
+                .telemetry
+                .sample()
+                .into_iter()
+                .filter(|s| s.lost)
+                .map(|s| s.device)
+                .collect(),
+        };
         let (found, best_numa) = {
             let store = self.store.read().unwrap_or_else(|p| p.into_inner());
-            causes_of_store(&store, &numa, &self.pairs, &rdma_down)
+            causes_of_store(&store, &numa, &self.pairs, &observed)
         };
         let named = tracker.observe(found);
         let verdict = NodeVerdict::immediate(named, best_numa);
