@@ -5,7 +5,9 @@
 //! exports the cuBLAS entry points too, as chd's fake runtime does), then the standard
 //! sonames. Each load thread sets its device, allocates three `N x N` f32 matrices, creates a
 //! stream, binds a cuBLAS handle to it and loops `cublasSgemm_v2` + `cudaStreamSynchronize`
-//! until told to stop; everything is released on every path.
+//! until told to stop; everything is released on every path. The same machinery times one
+//! device's SGEMM throughput ([`DeviceLoader::measure_matmul`], the basic validation table's
+//! TFLOPS): products on one stream between two events.
 
 // FFI: cuBLAS's C API, called through function pointers resolved at run time.
 #![allow(unsafe_code)]
@@ -20,7 +22,7 @@ use std::thread::JoinHandle;
 use libloading::Library;
 
 use super::cuda::CudaRuntime;
-use super::device_copy::{guard, stream_guard, DeviceApi};
+use super::device_copy::{guard, stream_guard, DeviceApi, Handle};
 use super::device_index;
 use super::library;
 use super::select::{DeviceRuntime, Opened};
@@ -171,6 +173,8 @@ pub enum GemmError {
     Thread(String),
     #[error("a device load thread ended before its first gemm")]
     ThreadEnded,
+    #[error("timing failed: {0}")]
+    Timing(String),
 }
 
 impl Cublas {
@@ -303,6 +307,71 @@ impl DeviceLoader {
     }
 }
 
+/// How one matmul sample is measured: `warmup` untimed products (cuBLAS picks its kernel on
+/// the first), then `iterations` timed ones, of `n x n` f32 matrices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatmulParams {
+    pub n: usize,
+    pub warmup: u32,
+    pub iterations: u32,
+}
+
+impl DeviceLoader {
+    /// SGEMM throughput of device `label`, floating-point operations per second: `2 n^3` per
+    /// product over the time between two events recorded on the products' stream. Runs on the
+    /// calling thread, sets its current device; everything is released on every path.
+    pub fn measure_matmul(&self, label: &str, params: &MatmulParams) -> Result<f64, GemmError> {
+        let device = device_index(&self.devices, label)
+            .map_err(|e| GemmError::UnknownDevice(e.to_string()))?;
+        let api = &*self.runtime;
+        let cublas = &*self.cublas;
+        let on = |source| GemmError::Device { device, source };
+        api.set_device(device).map_err(on)?;
+        let n = c_int::try_from(params.n).map_err(|_| GemmError::TooBig(params.n))?;
+        let bytes = params
+            .n
+            .checked_mul(params.n)
+            .and_then(|e| e.checked_mul(std::mem::size_of::<f32>()))
+            .ok_or(GemmError::TooBig(params.n))?;
+        let a = guard(api, api.device_alloc(bytes), CudaRuntime::device_free).map_err(on)?;
+        let b = guard(api, api.device_alloc(bytes), CudaRuntime::device_free).map_err(on)?;
+        let c = guard(api, api.device_alloc(bytes), CudaRuntime::device_free).map_err(on)?;
+        let start = guard(api, api.event_create(), CudaRuntime::event_destroy).map_err(on)?;
+        let end = guard(api, api.event_create(), CudaRuntime::event_destroy).map_err(on)?;
+        // Synchronized before it is destroyed and before the matrices go, on error paths too;
+        // the handle goes first.
+        let stream = stream_guard(api).map_err(on)?;
+        let handle = cublas.handle_on(stream.handle)?;
+        let matrices = Square {
+            n,
+            a: a.handle,
+            b: b.handle,
+            c: c.handle,
+        };
+        for _ in 0..params.warmup {
+            // SAFETY: the matrices are live n x n f32 allocations of this device, held above.
+            unsafe { cublas.sgemm(&handle, &matrices) }?;
+        }
+        api.event_record(start.handle, stream.handle).map_err(on)?;
+        for _ in 0..params.iterations {
+            // SAFETY: as above.
+            unsafe { cublas.sgemm(&handle, &matrices) }?;
+        }
+        api.event_record(end.handle, stream.handle).map_err(on)?;
+        api.event_synchronize(end.handle).map_err(on)?;
+        let ms = api
+            .event_elapsed_ms(start.handle, end.handle)
+            .map_err(on)?;
+        if !(ms.is_finite() && ms > 0.0) {
+            return Err(GemmError::Timing(format!(
+                "device events measured {ms} ms for {} products",
+                params.iterations
+            )));
+        }
+        Ok(matrices.flops() * f64::from(params.iterations) / (f64::from(ms) / 1e3))
+    }
+}
+
 /// Running gemm loops; dropping stops and joins them.
 #[derive(Debug)]
 pub struct DeviceLoad {
@@ -382,8 +451,75 @@ fn gemm_loop(ctx: &LoopContext, ready: &mpsc::Sender<Result<(), GemmError>>) {
     }
 }
 
+/// Three `n x n` f32 device matrices of one device: `c = a b`.
+pub(crate) struct Square {
+    pub(crate) n: c_int,
+    pub(crate) a: Handle,
+    pub(crate) b: Handle,
+    pub(crate) c: Handle,
+}
+
+impl Square {
+    /// Floating-point operations of one product (a multiply and an add per term).
+    pub(crate) fn flops(&self) -> f64 {
+        2.0 * f64::from(self.n).powi(3)
+    }
+}
+
+impl Cublas {
+    /// A handle whose work goes to `stream` (a live stream of the calling thread's current
+    /// device), destroyed on drop: before the stream, so hold it after the stream's guard.
+    pub(crate) fn handle_on(&self, stream: Handle) -> Result<HandleGuard<'_>, GemmError> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `raw` is a live local cublasCreate_v2 writes the handle to.
+        self.check("cublasCreate_v2", unsafe { (self.create)(&mut raw) })?;
+        let handle = HandleGuard {
+            cublas: self,
+            handle: raw,
+        };
+        // SAFETY: `handle` came from cublasCreate_v2 and is held by its guard; the caller
+        // keeps `stream` alive longer than the handle.
+        self.check("cublasSetStream_v2", unsafe {
+            (self.set_stream)(handle.handle, stream)
+        })?;
+        Ok(handle)
+    }
+
+    /// Enqueue `c = a b` on the handle's stream.
+    ///
+    /// # Safety
+    /// `m`'s matrices are live allocations of at least `n * n` f32 each on the handle's
+    /// device, not freed before the stream is synchronized.
+    pub(crate) unsafe fn sgemm(&self, handle: &HandleGuard<'_>, m: &Square) -> Result<(), GemmError> {
+        // The matrices' contents do not matter (uninitialised floats are still floats).
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let n = m.n;
+        // SAFETY: the caller's contract; alpha and beta are host scalars (the default pointer
+        // mode); leading dimensions are n.
+        let code = unsafe {
+            (self.sgemm)(
+                handle.handle,
+                CUBLAS_OP_N,
+                CUBLAS_OP_N,
+                n,
+                n,
+                n,
+                &alpha,
+                m.a.cast(),
+                n,
+                m.b.cast(),
+                n,
+                &beta,
+                m.c.cast(),
+                n,
+            )
+        };
+        self.check("cublasSgemm_v2", code)
+    }
+}
+
 /// Releases a cuBLAS handle on drop.
-struct HandleGuard<'a> {
+pub(crate) struct HandleGuard<'a> {
     cublas: &'a Cublas,
     handle: *mut c_void,
 }
@@ -418,42 +554,16 @@ fn run_loop(
         let c = guard(api, api.device_alloc(bytes), CudaRuntime::device_free).map_err(on)?;
         // Synchronized before it is destroyed and before the matrices go, on error paths too.
         let stream = stream_guard(api).map_err(on)?;
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: `raw` is a live local cublasCreate_v2 writes the handle to.
-        cublas.check("cublasCreate_v2", unsafe { (cublas.create)(&mut raw) })?;
-        let handle = HandleGuard {
-            cublas,
-            handle: raw,
+        let handle = cublas.handle_on(stream.handle)?;
+        let matrices = Square {
+            n,
+            a: a.handle,
+            b: b.handle,
+            c: c.handle,
         };
-        // SAFETY: `handle` (cublasCreate_v2) and `stream` (stream_create) are held by their
-        // guards, released only after this thread's loop ends.
-        cublas.check("cublasSetStream_v2", unsafe {
-            (cublas.set_stream)(handle.handle, stream.handle)
-        })?;
-        // The matrices' contents do not matter (uninitialised floats are still floats).
-        let (alpha, beta) = (1.0f32, 0.0f32);
         loop {
-            // SAFETY: a, b, c are live n x n f32 device allocations of this device; alpha and
-            // beta are host scalars (the default pointer mode); leading dimensions are n.
-            let code = unsafe {
-                (cublas.sgemm)(
-                    handle.handle,
-                    CUBLAS_OP_N,
-                    CUBLAS_OP_N,
-                    n,
-                    n,
-                    n,
-                    &alpha,
-                    a.handle.cast(),
-                    n,
-                    b.handle.cast(),
-                    n,
-                    &beta,
-                    c.handle.cast(),
-                    n,
-                )
-            };
-            cublas.check("cublasSgemm_v2", code)?;
+            // SAFETY: the matrices are live n x n f32 allocations of this device, held above.
+            unsafe { cublas.sgemm(&handle, &matrices) }?;
             api.stream_synchronize(stream.handle).map_err(on)?;
             ctx.gemms.fetch_add(1, Ordering::Relaxed);
             if !reported {

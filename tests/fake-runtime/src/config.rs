@@ -167,6 +167,8 @@ pub struct Config {
     pub pair_timeout_ms: u64,
     /// `CHD_FAKE_GEMM_TFLOPS`: how fast `cublasSgemm_v2` advances its stream's clock.
     pub gemm_tflops: f64,
+    /// Per-device overrides from `CHD_FAKE_GEMM_TFLOPS` (`50;1=20`).
+    pub device_gemm_tflops: Vec<(usize, f64)>,
     /// `CHD_FAKE_LOAD_COPY_FACTOR`: copy bandwidth factor on a device with a gemm in flight.
     pub load_copy_factor: f64,
     /// `CHD_FAKE_FAIL_AFTER`: copies a stream completes before `CHD_FAKE_FAIL_DEVICES`
@@ -193,6 +195,17 @@ pub struct Config {
     pub pin_sleep: bool,
 }
 
+impl Config {
+    /// `cublasSgemm_v2`'s TFLOP/s on `device`: its override, else the default.
+    pub fn gemm_tflops_of(&self, device: usize) -> f64 {
+        self.device_gemm_tflops
+            .iter()
+            .rev()
+            .find(|(d, _)| *d == device)
+            .map_or(self.gemm_tflops, |(_, t)| *t)
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -216,6 +229,7 @@ impl Default for Config {
             pair_hang_ms: 0,
             pair_timeout_ms: DEFAULT_PAIR_TIMEOUT_MS,
             gemm_tflops: DEFAULT_GEMM_TFLOPS,
+            device_gemm_tflops: Vec::new(),
             load_copy_factor: DEFAULT_LOAD_COPY_FACTOR,
             fail_after: 0,
             nvml_own_pid: None,
@@ -266,6 +280,22 @@ pub fn parse_h2d_gbps(text: &str) -> Result<(f64, Vec<(usize, f64)>), String> {
                 overrides.push((parse_index(dev, "device index")?, parse_gbps(gbps)?))
             }
             None => default = parse_gbps(part)?,
+        }
+    }
+    Ok((default, overrides))
+}
+
+/// Parses `CHD_FAKE_GEMM_TFLOPS`: `50;1=20` -> (default, per-device overrides).
+pub fn parse_gemm_tflops(text: &str) -> Result<(f64, Vec<(usize, f64)>), String> {
+    let mut default = DEFAULT_GEMM_TFLOPS;
+    let mut overrides = Vec::new();
+    for part in text.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.split_once('=') {
+            Some((dev, tflops)) => overrides.push((
+                parse_index(dev, "device index")?,
+                parse_positive(tflops, "TFLOP/s")?,
+            )),
+            None => default = parse_positive(part, "TFLOP/s")?,
         }
     }
     Ok((default, overrides))
@@ -550,7 +580,7 @@ impl Config {
             Ok(())
         });
         field("CHD_FAKE_GEMM_TFLOPS", "50", &mut |v| {
-            cfg.gemm_tflops = parse_positive(v, "TFLOP/s")?;
+            (cfg.gemm_tflops, cfg.device_gemm_tflops) = parse_gemm_tflops(v)?;
             Ok(())
         });
         field("CHD_FAKE_LOAD_COPY_FACTOR", "0.5", &mut |v| {
@@ -887,6 +917,11 @@ mod tests {
         ]);
         assert!(warnings.is_empty(), "{warnings:?}");
         assert_eq!((cfg.gemm_tflops, cfg.load_copy_factor), (12.5, 0.25));
+        let (cfg, warnings) = from(&[("CHD_FAKE_GEMM_TFLOPS", "40;1=20; 3=35")]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(cfg.gemm_tflops_of(1), 20.0);
+        assert_eq!(cfg.gemm_tflops_of(3), 35.0);
+        assert_eq!(cfg.gemm_tflops_of(0), 40.0);
         let (cfg, warnings) = from(&[
             ("CHD_FAKE_GEMM_TFLOPS", "0"),
             ("CHD_FAKE_LOAD_COPY_FACTOR", "fast"),

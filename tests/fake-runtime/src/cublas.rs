@@ -256,7 +256,7 @@ pub unsafe extern "C" fn cublasSgemm_v2(
         }
         let flops = 2.0 * m as f64 * n as f64 * k as f64;
         // flop / (TFLOP/s * 1e12) s = flop / (TFLOP/s * 1e3) ns.
-        let ns = flops / (cfg.gemm_tflops * 1e3);
+        let ns = flops / (cfg.gemm_tflops_of(dev) * 1e3);
         let stream = StreamRef::from_raw(stream as *mut c_void, dev);
         if timing::advance(stream, Api::Cuda, ns).is_err() {
             // The stream was destroyed after cublasSetStream_v2.
