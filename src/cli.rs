@@ -207,9 +207,54 @@ pub enum ProbeCommand {
     /// is written to DIR. A cell whose collective fails or exceeds --timeout is recorded as
     /// failed, and the run exits non-zero.
     Pair(Box<PairArgs>),
+    /// The basic validation table, the one to read first to see whether a node is sane at
+    /// all: per device, from a CPU of its NUMA node, matmul TFLOPS (cuBLAS SGEMM), H2D and
+    /// same-device D2D GB/s, and the 2-rank allgather of its pair (consecutive devices: 0,1
+    /// 2,3 ...), each under every --load profile; per measurement and profile the slowest
+    /// and the fastest device, and a finding when the slowest is below 0.8 x the fastest.
+    ///
+    /// What the backend cannot measure (matmul without cuBLAS, e.g. on acl; allgather with
+    /// one device) is said in the report, never shown as zeros. With --out DIR the samples
+    /// stream to DIR/cells.jsonl, --resume continues, and the report (summary.md "Basic
+    /// validation", basics.csv, report.xlsx) is written there.
+    Basics(Box<BasicsArgs>),
     /// Which CPUs a thread can really be bound to (bind, read back, restore), e.g. inside a
     /// container whose cpuset lists cores it cannot use.
     Affinity(AffinityArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BasicsArgs {
+    /// Devices: all, or runtime device labels, comma-separated (0,3) [default: all].
+    #[arg(long, value_name = "LIST")]
+    pub devices: Option<String>,
+    /// Measurements, comma-separated: matmul, h2d, d2d, allgather [default: all four].
+    #[arg(long, value_name = "OP,...", value_delimiter = ',')]
+    pub ops: Option<Vec<String>>,
+    /// Bytes of each copy and of each rank's allgather buffer (KiB, MiB, GiB; a bare number
+    /// is MiB) [default: 256MiB].
+    #[arg(long, value_name = "SIZE")]
+    pub size: Option<String>,
+    /// Side N of the matmul's N x N f32 matrices (three per device) [default: 4096].
+    #[arg(long, value_name = "N")]
+    pub matrix_side: Option<u64>,
+    /// Untimed operations before each sample [default: 2].
+    #[arg(long, value_name = "N")]
+    pub warmup: Option<u32>,
+    /// Timed operations per sample [default: 10].
+    #[arg(long, alias = "iters", value_name = "N")]
+    pub iterations: Option<u32>,
+    /// Samples per device, measurement and load profile; the value is their median
+    /// [default: 3].
+    #[arg(long, alias = "samples", value_name = "K")]
+    pub repeats: Option<u32>,
+    /// Background load while measuring, repeatable (one pass per profile): idle, cpu:N,
+    /// cpu:N@CPULIST or device (a cuBLAS SGEMM loop on each device; cuda only), as for
+    /// `chd probe h2d` [default: idle].
+    #[arg(long = "load", value_name = "PROFILE")]
+    pub loads: Vec<String>,
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 #[derive(Debug, Args)]
@@ -570,7 +615,7 @@ impl Cli {
     /// `chd probe`'s flags as the library's request.
     pub fn probe_request(&self, probe: &ProbeCommand) -> crate::commands::request::ProbeRequest {
         use crate::commands::request::{
-            AffinityRequest, H2dRequest, PairRequest, ProbeRequest, RunOptions,
+            AffinityRequest, BasicsRequest, H2dRequest, PairRequest, ProbeRequest, RunOptions,
         };
         match probe {
             ProbeCommand::H2d(a) => ProbeRequest::H2d(H2dRequest {
@@ -601,6 +646,19 @@ impl Cli {
                 },
                 pairs: a.pairs.clone(),
                 timeout: a.timeout.clone(),
+            }),
+            ProbeCommand::Basics(a) => ProbeRequest::Basics(BasicsRequest {
+                run: RunOptions {
+                    warmup: a.warmup,
+                    iterations: a.iterations,
+                    repeats: a.repeats,
+                    ..a.run.options(self)
+                },
+                devices: a.devices.clone(),
+                ops: a.ops.clone(),
+                size: a.size.clone(),
+                matrix_side: a.matrix_side,
+                loads: a.loads.clone(),
             }),
             ProbeCommand::Affinity(a) => ProbeRequest::Affinity(AffinityRequest {
                 layer: self.global_layer(),

@@ -18,7 +18,9 @@
 //! - [`findings`]: the thresholds (those of the alert rules) and what is below them.
 //! - [`verdict`]: the node's verdict (`ok`, `degraded`, `failed`) and its causes.
 //! - [`heatmap`]: one heatmap model for every renderer (PNG, SVG, workbook).
+//! - [`basics`]: the basic validation table (slowest and fastest device per measurement).
 
+pub mod basics;
 pub mod best_cpus;
 pub mod cell;
 pub mod failures;

@@ -4,7 +4,10 @@
 
 use std::time::Duration;
 
-use super::request::{H2dRequest, PairRequest, RunOptions};
+use std::collections::BTreeMap;
+
+use super::request::{BasicsRequest, H2dRequest, PairRequest, RunOptions};
+use chd::analysis::basics::Op;
 use chd::config::CpuSelection;
 use chd::format::run_dir::{MatrixKind, RunPlan};
 use chd::load::{LoadError, LoadProfile};
@@ -143,19 +146,16 @@ fn counts_from(run: &RunOptions, base: Option<&RunPlan>) -> Result<(u32, u32, u3
     Ok((warmup, iterations, repeats))
 }
 
-/// Build the plan from the request, taking anything not given from `base` (the resumed run)
-/// or the defaults.
-pub fn plan_from(
-    req: &H2dRequest,
+/// `--devices` as given (`all`, or labels), else the resumed run's, else every device.
+fn devices_from(
+    given: Option<&str>,
     base: Option<&RunPlan>,
-    topology: &Topology,
     backend: &dyn runtime::Backend,
-) -> Result<RunPlan, PlanError> {
-    let cpus = cpus_from(req.run.cpus.as_deref(), base, topology)?;
+) -> Result<Vec<String>, PlanError> {
     let known: Vec<String> = backend.devices().iter().map(|d| d.id.clone()).collect();
-    let devices = match (&req.devices, base) {
+    let devices = match (given, base) {
         (Some(text), _) if text.trim() == "all" => known.clone(),
-        (Some(text), _) => list(std::slice::from_ref(text)),
+        (Some(text), _) => list(&[text.to_string()]),
         (None, Some(b)) => b.devices.clone(),
         (None, None) => known.clone(),
     };
@@ -166,6 +166,45 @@ pub fn plan_from(
             known.join(", ")
         )));
     }
+    Ok(devices)
+}
+
+/// `--load` as given, else the resumed run's, else `idle`: each profile normalised, checked
+/// against the backend, and given once.
+fn loads_from(
+    given: &[String],
+    base: Option<&RunPlan>,
+    backend: &dyn runtime::Backend,
+) -> Result<Vec<String>, PlanError> {
+    let loads = match (given.is_empty(), base) {
+        // Not split on commas: `cpu:4@0-3,8` keeps its list.
+        (false, _) => given.iter().map(|l| l.trim().to_string()).collect(),
+        (true, Some(b)) => b.loads.clone(),
+        (true, None) => vec!["idle".into()],
+    };
+    let mut normalised = Vec::new();
+    for l in &loads {
+        let p: LoadProfile = l.parse()?;
+        p.check_supported(backend.name())?;
+        let name = p.to_string();
+        if normalised.contains(&name) {
+            return Err(PlanError::LoadTwice(name));
+        }
+        normalised.push(name);
+    }
+    Ok(normalised)
+}
+
+/// Build the plan from the request, taking anything not given from `base` (the resumed run)
+/// or the defaults.
+pub fn plan_from(
+    req: &H2dRequest,
+    base: Option<&RunPlan>,
+    topology: &Topology,
+    backend: &dyn runtime::Backend,
+) -> Result<RunPlan, PlanError> {
+    let cpus = cpus_from(req.run.cpus.as_deref(), base, topology)?;
+    let devices = devices_from(req.devices.as_deref(), base, backend)?;
     let sizes_bytes = sizes_from(req.run.sizes.as_deref(), base)?;
     let directions = match (&req.directions, base) {
         (Some(d), _) => {
@@ -204,22 +243,7 @@ pub fn plan_from(
                 why,
             })?;
     }
-    let loads = match (req.loads.is_empty(), base) {
-        // Not split on commas: `cpu:4@0-3,8` keeps its list.
-        (false, _) => req.loads.iter().map(|l| l.trim().to_string()).collect(),
-        (true, Some(b)) => b.loads.clone(),
-        (true, None) => vec!["idle".into()],
-    };
-    let mut normalised = Vec::new();
-    for l in &loads {
-        let p: LoadProfile = l.parse()?;
-        p.check_supported(backend.name())?;
-        let name = p.to_string();
-        if normalised.contains(&name) {
-            return Err(PlanError::LoadTwice(name));
-        }
-        normalised.push(name);
-    }
+    let normalised = loads_from(&req.loads, base, backend)?;
     let (warmup, iterations, repeats) = counts_from(&req.run, base)?;
     let plan = RunPlan {
         probe: MatrixKind::H2d,
@@ -233,7 +257,7 @@ pub fn plan_from(
         iterations,
         repeats,
         loads: normalised,
-        timeout_ms: None,
+        ..RunPlan::empty(MatrixKind::H2d)
     };
     if plan.cpus.is_empty() || plan.devices.is_empty() {
         return Err(PlanError::Nothing(format!(
@@ -288,6 +312,7 @@ pub fn pair_plan_from(
         repeats,
         loads: vec!["idle".into()],
         timeout_ms: Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
+        ..RunPlan::empty(MatrixKind::Pair)
     };
     if plan.cpus.is_empty() {
         return Err(PlanError::Nothing(
@@ -300,6 +325,141 @@ pub fn pair_plan_from(
     Ok(plan)
 }
 
+/// Defaults of `chd probe basics`: each copy and each rank's allgather buffer, and the
+/// matmul's matrix side (three 4096 x 4096 f32 matrices, 192 MiB, per device).
+pub const DEFAULT_BASICS_SIZE: &str = "256MiB";
+pub const DEFAULT_MATRIX_SIDE: u64 = 4096;
+
+/// The CPU that probes `device` in a basics run: the first CPU of its NUMA node this process
+/// may use, else the first it may use at all.
+fn device_cpu(topology: &Topology, node: Option<u32>) -> Option<u32> {
+    let mut allowed = topology.allowed_cpus();
+    let first = topology.allowed_cpus().next().map(|c| c.id);
+    allowed
+        .find(|c| node.is_some() && c.numa_node == node)
+        .map(|c| c.id)
+        .or(first)
+}
+
+/// The allgather pairs of a basics run: consecutive devices (`0,1`, `2,3`, ...), the last
+/// device of an odd count with the one before it, so every device is in a pair.
+pub fn basics_pairs(devices: &[String]) -> Vec<String> {
+    let mut pairs: Vec<String> = devices
+        .chunks_exact(2)
+        .map(|p| chd::probe::pairs::pair_label(&p[0], &p[1]))
+        .collect();
+    if devices.len() % 2 == 1 && devices.len() > 1 {
+        let n = devices.len();
+        pairs.push(chd::probe::pairs::pair_label(
+            &devices[n - 2],
+            &devices[n - 1],
+        ));
+    }
+    pairs
+}
+
+/// The plan of a `chd probe basics` run: every selected device's measurements from a CPU of
+/// its NUMA node, and each pair's allgather. `unavailable`: measurements this backend cannot
+/// make at all, and why; they are left out of the plan and said in the report.
+pub fn basics_plan_from(
+    req: &BasicsRequest,
+    base: Option<&RunPlan>,
+    topology: &Topology,
+    backend: &dyn runtime::Backend,
+    unavailable: &BTreeMap<Op, String>,
+) -> Result<RunPlan, PlanError> {
+    let devices = devices_from(req.devices.as_deref(), base, backend)?;
+    let ops: Vec<Op> = match (&req.ops, base) {
+        (Some(given), _) => list(given)
+            .iter()
+            .map(|o| o.parse::<Op>())
+            .collect::<Result<_, _>>()
+            .map_err(flag("--ops"))?,
+        (None, Some(b)) => b
+            .directions
+            .iter()
+            .chain(b.unavailable.keys())
+            .filter_map(|o| o.parse().ok())
+            .collect(),
+        (None, None) => Op::ALL.to_vec(),
+    };
+    let mut ops: Vec<Op> = Op::ALL.into_iter().filter(|o| ops.contains(o)).collect();
+    let mut gone: BTreeMap<String, String> = BTreeMap::new();
+    for op in ops.clone() {
+        let why = unavailable.get(&op).cloned().or_else(|| {
+            (op == Op::Allgather && devices.len() < 2)
+                .then(|| "a 2-rank allgather needs two devices".to_string())
+        });
+        if let Some(why) = why {
+            ops.retain(|o| *o != op);
+            gone.insert(op.as_str().to_string(), why);
+        }
+    }
+    let sizes_bytes = match (&req.size, base) {
+        (Some(s), _) => vec![parse_size(s).map_err(flag("--size"))?],
+        (None, Some(b)) => b.sizes_bytes.clone(),
+        (None, None) => vec![parse_size(DEFAULT_BASICS_SIZE).map_err(flag("--size"))?],
+    };
+    let matrix_side = req
+        .matrix_side
+        .or(base.and_then(|b| b.matrix_side))
+        .unwrap_or(DEFAULT_MATRIX_SIDE);
+    if matrix_side == 0 {
+        return Err(flag("--matrix-side")("must be at least 1"));
+    }
+    let device_cpus: BTreeMap<String, u32> = match base {
+        Some(b) if req.devices.is_none() => b.device_cpus.clone(),
+        _ => devices
+            .iter()
+            .filter_map(|d| {
+                let node = backend.devices().iter().find(|x| x.id == *d)?.numa_node;
+                Some((d.clone(), device_cpu(topology, node)?))
+            })
+            .collect(),
+    };
+    let mut cpus: Vec<u32> = device_cpus.values().copied().collect();
+    cpus.sort_unstable();
+    cpus.dedup();
+    let host_memories = vec![if backend.name() == "host" {
+        HostMemory::Pageable.as_str().to_string()
+    } else {
+        HostMemory::Pinned.as_str().to_string()
+    }];
+    let (warmup, iterations, repeats) = counts_from(&req.run, base)?;
+    let plan = RunPlan {
+        cpus,
+        pairs: if ops.contains(&Op::Allgather) {
+            basics_pairs(&devices)
+        } else {
+            Vec::new()
+        },
+        devices,
+        sizes_bytes,
+        directions: ops.iter().map(|o| o.as_str().to_string()).collect(),
+        host_memories,
+        warmup,
+        iterations,
+        repeats,
+        loads: loads_from(&req.loads, base, backend)?,
+        device_cpus,
+        matrix_side: Some(matrix_side),
+        unavailable: gone,
+        ..RunPlan::empty(MatrixKind::Basics)
+    };
+    if plan.cells_per_pass() == 0 {
+        return Err(PlanError::Nothing(format!(
+            "{} devices and no measurement this backend can make ({})",
+            plan.devices.len(),
+            plan.unavailable
+                .iter()
+                .map(|(op, why)| format!("{op}: {why}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        )));
+    }
+    Ok(plan)
+}
+
 /// The plan fields where `a` and `b` differ, as flag names.
 pub fn differences(a: &RunPlan, b: &RunPlan) -> Vec<&'static str> {
     let mut d = Vec::new();
@@ -308,20 +468,24 @@ pub fn differences(a: &RunPlan, b: &RunPlan) -> Vec<&'static str> {
             d.push(name);
         }
     };
-    let pair = a.probe == MatrixKind::Pair;
     check(a.cpus == b.cpus, "--cpus");
     check(a.devices == b.devices, "--devices");
     check(a.pairs == b.pairs, "--pair");
     check(a.sizes_bytes == b.sizes_bytes, "--sizes");
     check(
         a.directions == b.directions,
-        if pair { "--collective" } else { "--directions" },
+        match a.probe {
+            MatrixKind::Pair => "--collective",
+            MatrixKind::Basics => "--ops",
+            _ => "--directions",
+        },
     );
     check(a.host_memories == b.host_memories, "--host-memory");
     check(a.warmup == b.warmup, "--warmup");
     check(a.iterations == b.iterations, "--iterations");
     check(a.repeats == b.repeats, "--repeats");
     check(a.loads == b.loads, "--load");
+    check(a.matrix_side == b.matrix_side, "--matrix-side");
     check(a.probe == b.probe, "probe kind");
     d
 }
@@ -357,6 +521,7 @@ mod tests {
             repeats: 1,
             loads: vec!["idle".into()],
             timeout_ms: Some(30_000),
+            ..RunPlan::empty(MatrixKind::Pair)
         }
     }
 

@@ -12,18 +12,21 @@ use std::sync::{Arc, Mutex};
 use anyhow::{anyhow, bail, Context as _};
 
 use super::interrupt::InterruptGuard;
-use super::plan::{differences, pair_plan_from, plan_from};
+use super::plan::{basics_plan_from, differences, pair_plan_from, plan_from};
 use super::progress::Progress;
-use super::request::{H2dRequest, PairRequest, ProbeRequest, RunOptions};
+use super::request::{BasicsRequest, H2dRequest, PairRequest, ProbeRequest, RunOptions};
+use chd::analysis::basics::Op;
 use chd::config::{Config, Layer, PairSelection, RuntimeLayer};
 use chd::format::run_dir::{
     self as record, CellLog, DeviceMeta, LinkRecord, Machine, MatrixKind, RunFile, RunPlan,
     RuntimeOptions as StoredRuntime, SampleRecord, SlotId,
 };
 use chd::load::device::{self, DeviceProfile};
+use chd::probe::basics::BasicsProbe;
 use chd::probe::execute::{execute, Context};
 use chd::probe::pairs::{measure_pair, pair_methods, pair_operation};
 use chd::report::{self, dataset::Dataset};
+use chd::runtime::gemm::DeviceLoadError;
 use chd::runtime::gemm::DeviceLoader;
 use chd::runtime::pair::{PairParams, PairProbe};
 use chd::runtime::select::Opened;
@@ -38,6 +41,7 @@ pub fn run(request: ProbeRequest) -> anyhow::Result<()> {
     match request {
         ProbeRequest::H2d(r) => run_h2d(&r),
         ProbeRequest::Pair(r) => run_pair(&r),
+        ProbeRequest::Basics(r) => run_basics(&r),
         ProbeRequest::Affinity(r) => super::affinity::run(&r),
     }
 }
@@ -215,6 +219,84 @@ fn run_pair(req: &PairRequest) -> anyhow::Result<()> {
     )
 }
 
+/// `chd probe basics`.
+fn run_basics(req: &BasicsRequest) -> anyhow::Result<()> {
+    run_matrix(
+        MatrixKind::Basics,
+        &req.run,
+        |config, topology, opened, base| {
+            let backend = opened.backend.clone();
+            let mut unavailable = BTreeMap::new();
+            let matmul = match DeviceLoader::open(opened, None) {
+                Ok(loader) => {
+                    eprintln!("matmul: cuBLAS from {}", loader.source());
+                    Some(loader)
+                }
+                Err(e) => {
+                    let why = match e {
+                        DeviceLoadError::AclBackend => "the acl backend has no matmul in chd yet \
+                             (cuBLAS is CUDA's; an aclnn/ACL BLAS matmul is not implemented)"
+                            .to_string(),
+                        DeviceLoadError::NoAccelerator(b) => {
+                            format!("the {b} backend has no device to multiply on")
+                        }
+                        DeviceLoadError::Cublas(e) => e.to_string(),
+                    };
+                    unavailable.insert(Op::Matmul, why);
+                    None
+                }
+            };
+            let pairs = if backend.devices().len() < 2 {
+                None
+            } else {
+                match runtime::select::open_pair_probe(&config.runtime, opened) {
+                    Ok((probe, notes)) => {
+                        for note in &notes {
+                            eprintln!("note: {note}");
+                        }
+                        eprintln!("allgather: {}", probe.method());
+                        if probe.method() != "nccl" && probe.method() != "hccl" {
+                            unavailable.insert(
+                                Op::Allgather,
+                                format!(
+                                    "no collective library opened (the pair probe would measure {} instead)",
+                                    pair_operation(probe.method())
+                                ),
+                            );
+                            None
+                        } else {
+                            Some(probe)
+                        }
+                    }
+                    Err(e) => {
+                        unavailable.insert(Op::Allgather, e.detail);
+                        None
+                    }
+                }
+            };
+            let plan = basics_plan_from(req, base, topology, &*backend, &unavailable)?;
+            for (op, why) in &plan.unavailable {
+                eprintln!("note: {op} not measured: {why}");
+            }
+            let probe = BasicsProbe {
+                backend,
+                matmul,
+                pairs: pairs.clone(),
+                warmup: plan.warmup,
+                iterations: plan.iterations,
+                pair_timeout: super::plan::pair_timeout(None, None)?,
+            };
+            let measure: Measure = Box::new(move |slot: &SlotId| probe.measure(slot));
+            Ok(Prepared {
+                plan,
+                measure,
+                collective: pairs.as_ref().map(|p| p.method()),
+                pair_probe: pairs,
+            })
+        },
+    )
+}
+
 /// The resumed run's runtime choices under the flags given now (a flag given wins); the
 /// host memory kinds are part of the plan, not taken from there.
 fn resume_runtime(now: &mut RuntimeLayer, stored: &StoredRuntime) {
@@ -369,6 +451,11 @@ fn run_matrix(
             plan.pairs.join(" "),
             n = plan.cpus.len(),
         ),
+        MatrixKind::Basics => format!(
+            "of {} on {} devices",
+            plan.directions.join(", "),
+            plan.devices.len()
+        ),
     };
     eprintln!(
         "measuring {} cells x {} repeats x {} load profile{} = {total} samples {shape}{}",
@@ -515,10 +602,10 @@ fn run_matrix(
             "{} of {} cells could not be measured{}; first: {at}: {}",
             failed.len(),
             ds.cells.len(),
-            if out.is_some() {
-                " (see \"Failed cells\" in summary.md)"
-            } else {
-                ""
+            match (out.is_some(), plan.probe) {
+                (false, _) => "",
+                (true, MatrixKind::Basics) => " (see \"Basic validation\" in summary.md)",
+                (true, _) => " (see \"Failed cells\" in summary.md)",
             },
             first
                 .errors
@@ -560,7 +647,59 @@ fn print_cells(ds: &Dataset, kind: MatrixKind, format: &str) -> anyhow::Result<(
         ))
     });
     match (format, kind) {
+        ("csv", MatrixKind::Basics) => {
+            print!("{}", report::basics::csv(ds).unwrap_or_default())
+        }
         ("csv", _) => print!("{}", report::csv::render(ds)),
+        ("json", MatrixKind::Basics) => {
+            let rows: Vec<serde_json::Value> = cells
+                .iter()
+                .map(|c| {
+                    let op: Option<Op> = c.matrix.direction.parse().ok();
+                    serde_json::json!({
+                        "measurement": c.matrix.direction,
+                        "unit": op.map(|o| if o == Op::Matmul { "flop/s" } else { "bytes/s" }),
+                        "device": c.device,
+                        "cpu": c.cpu,
+                        "numa_node": numa.get(&c.cpu),
+                        "size_bytes": c.matrix.size_bytes,
+                        "load": c.matrix.load,
+                        "value": c.value(),
+                        "samples": c.samples.len(),
+                        "error": c.errors.last(),
+                    })
+                })
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&rows)?);
+        }
+        (_, MatrixKind::Basics) => {
+            let table = report::basics::table(ds).unwrap_or_default();
+            println!(
+                "{:<24} {:>6} {:>10} {:>20} {:>20} {:>6}",
+                "measurement", "unit", "load", "slowest", "fastest", "ratio"
+            );
+            for row in &table.rows {
+                let at = |d: &Option<chd::analysis::basics::DeviceValue>| {
+                    d.as_ref()
+                        .map(|d| format!("{:.1} (dev {})", row.op.scaled(d.value), d.device))
+                        .unwrap_or_else(|| "-".into())
+                };
+                println!(
+                    "{:<24} {:>6} {:>10} {:>20} {:>20} {:>6}",
+                    row.op.title(),
+                    row.op.unit(),
+                    row.load,
+                    at(&row.min),
+                    at(&row.max),
+                    row.spread()
+                        .map(|r| format!("{r:.2}"))
+                        .unwrap_or_else(|| "-".into())
+                );
+            }
+            for (op, why) in &table.unavailable {
+                println!("not measured: {}: {why}", op.title());
+            }
+        }
         ("json", MatrixKind::H2d) => {
             let rows: Vec<serde_json::Value> = cells
                 .iter()

@@ -10,6 +10,7 @@ use chd::config::Layer;
 pub enum ProbeRequest {
     H2d(H2dRequest),
     Pair(PairRequest),
+    Basics(BasicsRequest),
     Affinity(AffinityRequest),
 }
 
@@ -64,6 +65,22 @@ pub struct PairRequest {
     pub pairs: Vec<String>,
     /// Longest one cell may take, e.g. `30s`.
     pub timeout: Option<String>,
+}
+
+/// `chd probe basics` as asked: `None` (or empty) = not given.
+#[derive(Debug, Clone, Default)]
+pub struct BasicsRequest {
+    pub run: RunOptions,
+    /// Comma-separated device labels, or `all`.
+    pub devices: Option<String>,
+    /// Measurements (`matmul`, `h2d`, `d2d`, `allgather`) [default: all].
+    pub ops: Option<Vec<String>>,
+    /// Bytes of each copy and of each rank's allgather buffer.
+    pub size: Option<String>,
+    /// The matmul's matrix side N.
+    pub matrix_side: Option<u64>,
+    /// Load profiles, one run per profile.
+    pub loads: Vec<String>,
 }
 
 /// `chd probe affinity`.

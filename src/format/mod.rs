@@ -32,13 +32,24 @@ pub enum MatrixKind {
     /// Core-pair matrix of one device pair: `cpu` (rank 0) x `peer_cpu` (rank 1); `device`
     /// holds the pair, e.g. `0,5`.
     Pair,
+    /// The basic validation table: per device, a matmul, an H2D and a same-device copy from a
+    /// CPU of its NUMA node, and the 2-rank allgather of its pair (`direction` names the
+    /// measurement; `device` holds the pair for an allgather).
+    Basics,
 }
 
 impl MatrixKind {
+    /// Whether cells of this kind form a CPU-indexed matrix (a heatmap of CPUs x devices or
+    /// rank 0 x rank 1 CPUs), rather than a table of their own.
+    pub fn is_cpu_matrix(self) -> bool {
+        matches!(self, MatrixKind::H2d | MatrixKind::Pair)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             MatrixKind::H2d => "h2d",
             MatrixKind::Pair => "pair",
+            MatrixKind::Basics => "basics",
         }
     }
 }

@@ -35,8 +35,11 @@ pub struct SlotId {
     pub peer_cpu: Option<u32>,
     /// Device label (h2d) or device pair (pair).
     pub device: String,
+    /// Bytes of one copy (per rank for a collective); the matrix side N for a basics
+    /// `matmul` slot.
     pub size_bytes: u64,
-    /// `h2d`, `d2h` (h2d matrix); the collective for a pair matrix.
+    /// `h2d`, `d2h` (h2d matrix); the collective for a pair matrix; the measurement for a
+    /// basics slot (`matmul`, `h2d`, `d2d`, `allgather`).
     pub direction: String,
     /// `pinned` or `pageable`.
     pub host_memory: String,
@@ -47,7 +50,8 @@ pub struct SlotId {
 pub struct SampleRecord {
     #[serde(flatten)]
     pub slot: SlotId,
-    /// Bytes per second; absent when the sample failed.
+    /// Bytes per second (floating-point operations per second for a basics `matmul` slot);
+    /// absent when the sample failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes_per_second: Option<f64>,
     /// Why the sample failed.
@@ -84,11 +88,102 @@ pub struct RunPlan {
     /// of what is measured: a resumed run may change it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// Basics: each device's probing CPU (one of its NUMA node's).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub device_cpus: BTreeMap<String, u32>,
+    /// Basics: the side N of the matmul's N x N matrices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matrix_side: Option<u64>,
+    /// Basics: measurements this run cannot make at all (`matmul` on a backend without
+    /// cuBLAS, `allgather` with one device), and why; not in `directions`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub unavailable: BTreeMap<String, String>,
 }
 
+/// A basics slot's measurement that runs per device pair rather than per device.
+pub const BASICS_PAIR_OP: &str = "allgather";
+/// A basics slot's measurement whose `size_bytes` is the matrix side.
+pub const BASICS_MATMUL_OP: &str = "matmul";
+
 impl RunPlan {
+    /// A plan of `probe` with nothing in it yet (fill in what the probe measures).
+    pub fn empty(probe: MatrixKind) -> RunPlan {
+        RunPlan {
+            probe,
+            cpus: Vec::new(),
+            devices: Vec::new(),
+            pairs: Vec::new(),
+            sizes_bytes: Vec::new(),
+            directions: Vec::new(),
+            host_memories: Vec::new(),
+            warmup: 0,
+            iterations: 0,
+            repeats: 0,
+            loads: Vec::new(),
+            timeout_ms: None,
+            device_cpus: BTreeMap::new(),
+            matrix_side: None,
+            unavailable: BTreeMap::new(),
+        }
+    }
+
+    /// The basics slots of one pass: per device its measurements on its CPU, then the
+    /// allgather of each pair (rank 0 on the first device's CPU, rank 1 on the second's).
+    fn basics_slots(&self, load: &str, pass: u32) -> Vec<SlotId> {
+        let slot = |cpu, peer_cpu, device: &str, size_bytes, op: &str, memory: &str| SlotId {
+            matrix: self.probe,
+            load: load.to_string(),
+            pass,
+            cpu,
+            peer_cpu,
+            device: device.to_string(),
+            size_bytes,
+            direction: op.to_string(),
+            host_memory: memory.to_string(),
+        };
+        let cpu_of = |d: &str| self.device_cpus.get(d).copied();
+        let mut slots = Vec::new();
+        for device in &self.devices {
+            let Some(cpu) = cpu_of(device) else { continue };
+            for op in &self.directions {
+                match op.as_str() {
+                    BASICS_PAIR_OP => {}
+                    BASICS_MATMUL_OP => {
+                        if let Some(n) = self.matrix_side {
+                            slots.push(slot(cpu, None, device, n, op, "device"));
+                        }
+                    }
+                    _ => {
+                        for &size in &self.sizes_bytes {
+                            for memory in &self.host_memories {
+                                slots.push(slot(cpu, None, device, size, op, memory));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if self.directions.iter().any(|d| d == BASICS_PAIR_OP) {
+            for pair in &self.pairs {
+                let Some((a, b)) = pair.split_once(',') else {
+                    continue;
+                };
+                let (Some(ca), Some(cb)) = (cpu_of(a), cpu_of(b)) else {
+                    continue;
+                };
+                for &size in &self.sizes_bytes {
+                    slots.push(slot(ca, Some(cb), pair, size, BASICS_PAIR_OP, "device"));
+                }
+            }
+        }
+        slots
+    }
+
     /// Every slot of one pass under one load profile, in a canonical order.
     pub fn pass_slots(&self, load: &str, pass: u32) -> Vec<SlotId> {
+        if self.probe == MatrixKind::Basics {
+            return self.basics_slots(load, pass);
+        }
         let mut slots = Vec::new();
         let slot =
             |cpu, peer_cpu, device: &str, size_bytes, direction: &str, memory: &str| SlotId {
@@ -112,6 +207,7 @@ impl RunPlan {
                                     slots.push(slot(cpu, None, device, size, direction, memory));
                                 }
                             }
+                            MatrixKind::Basics => {}
                             MatrixKind::Pair => {
                                 for &peer in &self.cpus {
                                     for pair in &self.pairs {
@@ -139,6 +235,8 @@ impl RunPlan {
         let columns = match self.probe {
             MatrixKind::H2d => self.devices.len(),
             MatrixKind::Pair => self.pairs.len().saturating_mul(self.cpus.len()),
+            // Small by construction (devices x 4 measurements): counted.
+            MatrixKind::Basics => return self.basics_slots("", 0).len(),
         };
         [
             columns,
@@ -446,7 +544,7 @@ mod tests {
             iterations: 2,
             repeats: 3,
             loads: vec!["idle".into(), "cpu:2".into()],
-            timeout_ms: None,
+            ..RunPlan::empty(MatrixKind::H2d)
         }
     }
 
@@ -509,6 +607,37 @@ mod tests {
         assert!(slots
             .iter()
             .all(|s| s.peer_cpu.is_some() && s.device == "0,5"));
+    }
+
+    #[test]
+    fn basics_slots_are_each_devices_measurements_on_its_cpu_and_each_pairs_allgather() {
+        let mut p = plan();
+        p.probe = MatrixKind::Basics;
+        p.devices = vec!["0".into(), "1".into(), "2".into()];
+        p.device_cpus = BTreeMap::from([("0".into(), 0), ("1".into(), 0), ("2".into(), 1)]);
+        p.pairs = vec!["0,1".into(), "1,2".into()];
+        p.sizes_bytes = vec![256 << 20];
+        p.host_memories = vec!["pinned".into()];
+        p.matrix_side = Some(4096);
+        p.directions = ["matmul", "h2d", "d2d", "allgather"]
+            .map(String::from)
+            .to_vec();
+        let slots = p.pass_slots("idle", 0);
+        assert_eq!(slots.len(), 3 * 3 + 2);
+        assert_eq!(p.cells_per_pass(), slots.len());
+        let of = |device: &str, op: &str| {
+            slots
+                .iter()
+                .find(|s| s.device == device && s.direction == op)
+                .map(|s| (s.cpu, s.peer_cpu, s.size_bytes))
+        };
+        assert_eq!(of("2", "matmul"), Some((1, None, 4096)));
+        assert_eq!(of("2", "d2d"), Some((1, None, 256 << 20)));
+        assert_eq!(of("1,2", "allgather"), Some((0, Some(1), 256 << 20)));
+        // Without the allgather, no pair slots; a device without a CPU has none.
+        p.directions.pop();
+        p.device_cpus.remove("2");
+        assert_eq!(p.pass_slots("idle", 0).len(), 2 * 3);
     }
 
     #[test]

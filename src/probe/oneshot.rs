@@ -116,7 +116,7 @@ mod tests {
             iterations: 1,
             repeats: 2,
             loads: vec!["idle".into()],
-            timeout_ms: None,
+            ..RunPlan::empty(MatrixKind::H2d)
         }
     }
 

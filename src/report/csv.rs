@@ -4,6 +4,7 @@
 use std::fmt::Write;
 
 use super::dataset::{size_label, Dataset};
+use crate::format::run_dir::MatrixKind;
 
 /// The header line's columns.
 pub const COLUMNS: &str = "matrix,load,cpu,numa_node,peer_cpu,device,size,size_bytes,direction,host_memory,gbps,bytes_per_second,samples,failed,last_error";
@@ -22,7 +23,12 @@ pub fn render(ds: &Dataset) -> String {
     let numa = ds.numa_map();
     let mut out = String::from(COLUMNS);
     out.push('\n');
-    for c in &ds.cells {
+    // A basics cell's value is not always a bandwidth: `basics.csv` has them in their units.
+    for c in ds
+        .cells
+        .iter()
+        .filter(|c| c.matrix.kind != MatrixKind::Basics)
+    {
         let m = &c.matrix;
         let value = c.value();
         let _ = writeln!(

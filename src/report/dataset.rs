@@ -54,6 +54,8 @@ enum Fate {
     Pair(u32),
     OtherLoad,
     OtherDirection,
+    /// A cell of a kind a store does not hold (basics).
+    OtherKind(MatrixKind),
     OtherPairSize,
 }
 
@@ -78,6 +80,8 @@ pub struct Dataset {
     pub partial: Option<String>,
     /// What the reader did or found that the reader of a report should know.
     pub notes: Vec<String>,
+    /// A basics run's measurements it could not make at all, and why.
+    pub basics_unavailable: Vec<(String, String)>,
 }
 
 /// One sample on its way into a cell, borrowed from a run's record or a recording's sample.
@@ -104,7 +108,7 @@ impl MatrixId {
             && self.load == s.load
             && match (&self.pair, s.kind) {
                 (Some(pair), MatrixKind::Pair) => pair == s.device,
-                (None, MatrixKind::H2d) => true,
+                (None, kind) => kind != MatrixKind::Pair,
                 _ => false,
             }
     }
@@ -218,6 +222,15 @@ impl Dataset {
         match plan.probe {
             MatrixKind::H2d => meta.push(("devices".into(), plan.devices.join(", "))),
             MatrixKind::Pair => meta.push(("pairs".into(), plan.pairs.join("; "))),
+            MatrixKind::Basics => {
+                meta.push(("devices".into(), plan.devices.join(", ")));
+                if !plan.pairs.is_empty() {
+                    meta.push(("allgather pairs".into(), plan.pairs.join("; ")));
+                }
+                if let Some(n) = plan.matrix_side {
+                    meta.push(("matmul".into(), format!("{n} x {n} f32 (SGEMM)")));
+                }
+            }
         }
         if !run.pair_methods.is_empty() {
             let methods: Vec<String> = run
@@ -241,6 +254,7 @@ impl Dataset {
                     match plan.probe {
                         MatrixKind::H2d => "copies",
                         MatrixKind::Pair => "operations per rank",
+                        MatrixKind::Basics => "operations",
                     }
                 ),
             ),
@@ -262,6 +276,11 @@ impl Dataset {
             meta,
             numa_nodes: m.numa_nodes.clone(),
             devices: m.devices.clone(),
+            basics_unavailable: plan
+                .unavailable
+                .iter()
+                .map(|(op, why)| (op.clone(), why.clone()))
+                .collect(),
             ..Dataset::default()
         };
         ds.add_records(records);
@@ -310,6 +329,7 @@ impl Dataset {
             partial: rec.partial,
             notes: rec.notes,
             cells: Vec::new(),
+            basics_unavailable: Vec::new(),
         };
         let mut index = CellIndex::of(&ds.cells);
         for s in rec.samples {
@@ -395,10 +415,11 @@ impl Dataset {
             .collect()
     }
 
-    /// Cells grouped by matrix.
+    /// The cells of CPU-indexed matrices (core x device, core-pair) grouped by matrix; the
+    /// other kinds' cells (basics) have tables of their own.
     pub fn matrices(&self) -> BTreeMap<&MatrixId, Vec<&CellResult>> {
         let mut out: BTreeMap<&MatrixId, Vec<&CellResult>> = BTreeMap::new();
-        for c in &self.cells {
+        for c in self.cells.iter().filter(|c| c.matrix.kind.is_cpu_matrix()) {
             out.entry(&c.matrix).or_default().push(c);
         }
         out
@@ -465,6 +486,7 @@ impl Dataset {
                 size_label(id.size_bytes),
                 id.load
             ),
+            MatrixKind::Basics => format!("Basics {}, load {}", id.direction, id.load),
         }
     }
 
@@ -514,6 +536,7 @@ impl Dataset {
                         }
                         (MatrixKind::Pair, Some(_)) => Fate::OtherPairSize,
                         (MatrixKind::Pair, None) => Fate::OtherDirection,
+                        (kind, _) => Fate::OtherKind(kind),
                     }
                 };
                 (c, fate)
@@ -538,8 +561,10 @@ impl Dataset {
         let mut other_loads: BTreeMap<&str, usize> = BTreeMap::new();
         let mut directions: BTreeMap<&str, usize> = BTreeMap::new();
         let mut other_pair_sizes: BTreeMap<(&str, u64), usize> = BTreeMap::new();
+        let mut other_kinds: BTreeMap<MatrixKind, usize> = BTreeMap::new();
         for (c, fate) in self.fates() {
             match fate {
+                Fate::OtherKind(kind) => *other_kinds.entry(kind).or_default() += 1,
                 Fate::OtherLoad => *other_loads.entry(c.matrix.load.as_str()).or_default() += 1,
                 Fate::OtherDirection => {
                     *directions.entry(c.matrix.direction.as_str()).or_default() += 1
@@ -553,6 +578,13 @@ impl Dataset {
             }
         }
         let mut out = Vec::new();
+        for (kind, n) in other_kinds {
+            out.push(format!(
+                "{n} {} cells are not served (a store holds core x device and core-pair \
+                 matrices)",
+                kind.as_str()
+            ));
+        }
         for (load, n) in other_loads {
             out.push(format!(
                 "{n} cells under load profile {load:?} are not served (a store holds one \
@@ -617,7 +649,10 @@ impl Dataset {
                         store.record_pair_sample(key.clone(), sample(v), keep);
                     }
                 }
-                Fate::OtherLoad | Fate::OtherDirection | Fate::OtherPairSize => {}
+                Fate::OtherLoad
+                | Fate::OtherDirection
+                | Fate::OtherPairSize
+                | Fate::OtherKind(_) => {}
             }
         }
         if store.measured_cells().next().is_some() {

@@ -1,12 +1,14 @@
 //! Reports of measured matrices (`chd report`, and the end of `chd probe --out`): from a run
 //! directory or a ClusterHealthDetect recording to `summary.md`, `cells.csv`, one heatmap
-//! picture per matrix (`h2d_<size>.png`, `pair_<a>-<b>_<size>.png`) and `report.xlsx`; plus
+//! picture per matrix (`h2d_<size>.png`, `pair_<a>-<b>_<size>.png`), `basics.csv` for a
+//! basics run, and `report.xlsx`; plus
 //! the SVG heatmaps `chd serve` shows at `/matrix`.
 //!
 //! Everything is made from the neutral [`dataset::Dataset`]; [`crate::analysis`] computes
 //! (on [`analysis::cells`]), the other modules only render.
 
 pub mod analysis;
+pub mod basics;
 pub mod csv;
 pub mod dataset;
 pub mod heatmap;
@@ -121,14 +123,16 @@ pub fn heatmaps(ds: &Dataset) -> Vec<(String, Heatmap, dataset::MatrixId)> {
     let numa = ds.numa_map();
     ds.matrices()
         .into_iter()
-        .map(|(id, cells)| {
+        .filter_map(|(id, cells)| {
             let title = Dataset::matrix_title(id);
             let (cells, axes) = (analysis::cells(&cells), Default::default());
             let map = match id.kind {
                 MatrixKind::H2d => Heatmap::h2d(title, &cells, &numa, &axes),
                 MatrixKind::Pair => Heatmap::pair(title, &cells, &numa, &axes),
+                // Not a CPU matrix: `matrices` leaves it out.
+                MatrixKind::Basics => return None,
             };
-            (ds.matrix_name(id), map, id.clone())
+            Some((ds.matrix_name(id), map, id.clone()))
         })
         .collect()
 }
@@ -164,6 +168,9 @@ pub fn write(ds: &Dataset, out: &Path) -> Result<Written, ReportError> {
         files.push(path);
     }
     files.push(save(out.join(CSV_FILE), &csv::render(ds))?);
+    if let Some(text) = basics::csv(ds) {
+        files.push(save(out.join(basics::CSV_FILE), &text)?);
+    }
     files.push(save(
         out.join(SUMMARY_FILE),
         &summary::render(ds, &pictures),

@@ -177,6 +177,8 @@ pub fn findings(ds: &Dataset) -> Vec<String> {
                     rest.push(failure_line(a.failures.len(), a.cells, &title));
                 }
             }
+            // Not a CPU matrix (`matrices` leaves it out); its findings are the table's.
+            MatrixKind::Basics => {}
         }
     }
     let mut out: Vec<String> = in_natural_order(&devices)
@@ -204,6 +206,9 @@ pub fn findings(ds: &Dataset) -> Vec<String> {
             }),
     );
     out.extend(rest);
+    if let Some(table) = super::basics::table(ds) {
+        out.extend(table.findings());
+    }
     let unbindable: Vec<u32> = ds.affinity.iter().filter(|a| !a.1).map(|a| a.0).collect();
     if !unbindable.is_empty() {
         out.push(format!(
@@ -544,8 +549,11 @@ pub fn render(ds: &Dataset, pictures: &BTreeMap<MatrixId, String>) -> String {
                 let a = PairMatrix::of(&super::analysis::cells(&cells), &numa);
                 pair_section(&mut s, id, &a, picture)
             }
+            // Not a CPU matrix: `basics::section` below.
+            MatrixKind::Basics => {}
         }
     }
+    super::basics::section(&mut s, ds);
     load_section(&mut s, ds);
     if !ds.affinity.is_empty() {
         let ok = ds.affinity.iter().filter(|a| a.1).count();

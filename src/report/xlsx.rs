@@ -175,7 +175,12 @@ pub fn write(
         for (c, h) in heads.iter().enumerate() {
             ws.write_string_with_format(0, c as u16, *h, &bold)?;
         }
-        for (i, cell) in ds.cells.iter().enumerate() {
+        // Basics cells are not all bandwidths: their own sheet, in their units.
+        let matrix_cells = ds
+            .cells
+            .iter()
+            .filter(|c| c.matrix.kind != crate::format::run_dir::MatrixKind::Basics);
+        for (i, cell) in matrix_cells.enumerate() {
             let row = 1 + i as u32;
             let m = &cell.matrix;
             ws.write_string(row, 0, m.kind.as_str())?;
@@ -201,6 +206,54 @@ pub fn write(
                 ws.write_string(row, 13, e)?;
             }
         }
+    }
+    if let Some(table) = super::basics::table(ds) {
+        let ws = wb.add_worksheet();
+        ws.set_name(sheet_name("basics", &mut taken))?;
+        let heads = [
+            "measurement",
+            "unit",
+            "load",
+            "slowest",
+            "slowest device",
+            "fastest",
+            "fastest device",
+            "slowest / fastest",
+            "devices",
+            "failed",
+        ];
+        for (c, h) in heads.iter().enumerate() {
+            ws.write_string_with_format(0, c as u16, *h, &bold)?;
+        }
+        let mut row = 1u32;
+        for r in &table.rows {
+            ws.write_string(row, 0, r.op.title())?;
+            ws.write_string(row, 1, r.op.unit())?;
+            ws.write_string(row, 2, &r.load)?;
+            for (col, d) in [(3u16, &r.min), (5, &r.max)] {
+                if let Some(d) = d {
+                    ws.write_number(row, col, r.op.scaled(d.value))?;
+                    ws.write_string(row, col + 1, &d.device)?;
+                }
+            }
+            if let Some(spread) = r.spread() {
+                ws.write_number(row, 7, spread)?;
+            }
+            ws.write_number(row, 8, r.measured as f64)?;
+            let failed: Vec<String> = r
+                .failed
+                .iter()
+                .map(|(d, why)| format!("device {d}: {why}"))
+                .collect();
+            ws.write_string(row, 9, failed.join("; "))?;
+            row += 1;
+        }
+        for (op, why) in &table.unavailable {
+            row += 1;
+            ws.write_string(row, 0, format!("not measured: {}", op.title()))?;
+            ws.write_string(row, 3, why)?;
+        }
+        ws.set_column_width(0, 24)?;
     }
     wb.save(path)
 }

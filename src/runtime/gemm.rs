@@ -359,9 +359,7 @@ impl DeviceLoader {
         }
         api.event_record(end.handle, stream.handle).map_err(on)?;
         api.event_synchronize(end.handle).map_err(on)?;
-        let ms = api
-            .event_elapsed_ms(start.handle, end.handle)
-            .map_err(on)?;
+        let ms = api.event_elapsed_ms(start.handle, end.handle).map_err(on)?;
         if !(ms.is_finite() && ms > 0.0) {
             return Err(GemmError::Timing(format!(
                 "device events measured {ms} ms for {} products",
@@ -490,7 +488,11 @@ impl Cublas {
     /// # Safety
     /// `m`'s matrices are live allocations of at least `n * n` f32 each on the handle's
     /// device, not freed before the stream is synchronized.
-    pub(crate) unsafe fn sgemm(&self, handle: &HandleGuard<'_>, m: &Square) -> Result<(), GemmError> {
+    pub(crate) unsafe fn sgemm(
+        &self,
+        handle: &HandleGuard<'_>,
+        m: &Square,
+    ) -> Result<(), GemmError> {
         // The matrices' contents do not matter (uninitialised floats are still floats).
         let (alpha, beta) = (1.0f32, 0.0f32);
         let n = m.n;

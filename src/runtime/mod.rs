@@ -143,6 +143,8 @@ pub enum ProbeError {
     Timeout(String),
     #[error("not supported: {0}")]
     Unsupported(String),
+    #[error("compute failed: {0}")]
+    Compute(String),
 }
 
 impl ProbeError {
@@ -159,6 +161,7 @@ impl ProbeError {
             ProbeError::Collective(_) => "collective",
             ProbeError::Timeout(_) => "timeout",
             ProbeError::Unsupported(_) => "unsupported",
+            ProbeError::Compute(_) => "compute",
         }
     }
 }

@@ -10,6 +10,7 @@ mod fake;
 #[path = "../support/xlsx.rs"]
 mod xlsx;
 
+mod basics;
 mod common;
 mod fake_cuda;
 mod host;

@@ -4,10 +4,12 @@
 //! A handle belongs to the calling thread's current device at `cublasCreate_v2`. A gemm does
 //! no arithmetic: it validates its arguments (the three matrices must lie in live `cudaMalloc`
 //! allocations of the handle's device), advances the clock of the handle's stream by
-//! `2*m*n*k / (CHD_FAKE_GEMM_TFLOPS * 1e12)` seconds, sleeps 1 ms of wall time (so a gemm loop
-//! does not spin a core), and marks the handle as having a gemm *in flight* for the next
-//! [`IN_FLIGHT`] of wall time. While any live handle of device `d` has a gemm in flight, copies
-//! timed on device `d` run at their rate x `CHD_FAKE_LOAD_COPY_FACTOR` (see [`loaded`]).
+//! `2*m*n*k / (TFLOP/s * 1e12)` seconds (the device's `CHD_FAKE_GEMM_TFLOPS`, x
+//! `CHD_FAKE_LOAD_COPY_FACTOR` while another handle of the device has a gemm in flight), sleeps
+//! 1 ms of wall time (so a gemm loop does not spin a core), and marks the handle as having a
+//! gemm *in flight* for the next [`IN_FLIGHT`] of wall time. While any live handle of device
+//! `d` has a gemm in flight, copies timed on device `d` run at their rate x
+//! `CHD_FAKE_LOAD_COPY_FACTOR` (see [`loaded`]).
 //!
 //! Safety contract shared by every function here: pointer arguments must be null or valid for
 //! the access the real cuBLAS documents. Handles are table entries, so stale or bogus ones
@@ -99,6 +101,18 @@ pub fn loaded(device: usize) -> bool {
         h.live
             .values()
             .any(|x| x.device == device && x.last_gemm.is_some_and(|t| t.elapsed() < IN_FLIGHT))
+    })
+}
+
+/// Whether a live handle of `device` other than `handle` ran a gemm within the last
+/// [`IN_FLIGHT`]: a gemm then shares the device's compute with it.
+fn loaded_by_another(device: usize, handle: usize) -> bool {
+    with(|h| {
+        h.live.iter().any(|(&k, x)| {
+            k != handle
+                && x.device == device
+                && x.last_gemm.is_some_and(|t| t.elapsed() < IN_FLIGHT)
+        })
     })
 }
 
@@ -256,7 +270,11 @@ pub unsafe extern "C" fn cublasSgemm_v2(
         }
         let flops = 2.0 * m as f64 * n as f64 * k as f64;
         // flop / (TFLOP/s * 1e12) s = flop / (TFLOP/s * 1e3) ns.
-        let ns = flops / (cfg.gemm_tflops_of(dev) * 1e3);
+        let mut tflops = cfg.gemm_tflops_of(dev);
+        if loaded_by_another(dev, handle as usize) {
+            tflops *= cfg.load_copy_factor;
+        }
+        let ns = flops / (tflops * 1e3);
         let stream = StreamRef::from_raw(stream as *mut c_void, dev);
         if timing::advance(stream, Api::Cuda, ns).is_err() {
             // The stream was destroyed after cublasSetStream_v2.
