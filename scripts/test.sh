@@ -67,6 +67,8 @@ echo "scripts/test.sh: real NVIDIA libraries ready in $(($(date +%s) - start)) s
 cargo fmt --all --check
 cargo fmt --manifest-path fuzz/Cargo.toml --check
 cargo clippy --locked --workspace --all-targets -- -D warnings
+# The API docs build without a broken or private intra-doc link.
+RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --no-deps --quiet
 cargo build --locked --workspace
 cargo test --locked --workspace
 

@@ -1,9 +1,9 @@
-//! Configuration, in the raw -> validated split: [`schema`] is the TOML file layer and the
-//! command-line layer (same shape, every key optional), [`defaults`] the bottom layer,
-//! [`validate`] turns the merged layers into the typed [`Config`] the rest of chd sees, with
+//! Configuration, in the raw -> validated split: `schema` is the TOML file layer and the
+//! command-line layer (same shape, every key optional), `defaults` the bottom layer,
+//! `validate` turns the merged layers into the typed [`Config`] the rest of chd sees, with
 //! [`ConfigError`]s that name the key and the problem, and [`print`] is the inverse for
 //! `--print-config`. Layers merge as defaults < file < flags; unknown keys are errors. The
-//! `[collectors]` section ([`collectors`]) is derived from the collector table.
+//! `[collectors]` section (`collectors`) is derived from the collector table.
 
 mod collectors;
 mod defaults;

@@ -3,7 +3,7 @@
 //! probe records a cell, while a scrape comes every few seconds. A [`Snapshot`] holds the
 //! text and, once a scrape has asked for gzip, its compressed form; the coverage
 //! (`chd_probe_cells`), which depends on the clock, is counted at every scrape from the
-//! snapshot's sorted measurement times ([`CoverageView`]).
+//! snapshot's sorted measurement times (`CoverageView`).
 
 use std::sync::{Arc, Mutex, OnceLock};
 

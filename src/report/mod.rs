@@ -137,7 +137,7 @@ pub fn heatmaps(ds: &Dataset) -> Vec<(String, Heatmap, dataset::MatrixId)> {
         .collect()
 }
 
-/// What [`write`] produced.
+/// What [`write()`] produced.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Written {
     pub files: Vec<PathBuf>,

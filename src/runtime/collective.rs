@@ -11,7 +11,7 @@
 //!   communicators in one thread, so it brackets the destroys or aborts with
 //!   `ncclGroupStart`/`ncclGroupEnd`.
 //! - HCCL: no abort; `HcclCommDestroy` returns `HCCL_E_AGAIN` (20 in `hccl_types.h`) while the
-//!   communicator is in use, e.g. by an allgather still in flight ("[HcclCommDestroy] comm is
+//!   communicator is in use, e.g. by an allgather still in flight ("\[HcclCommDestroy\] comm is
 //!   in use, please try again later", CANN 8.0 HCCL API reference): such communicators come
 //!   back as busy, for the caller to keep and retry.
 

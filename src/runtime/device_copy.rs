@@ -1,7 +1,7 @@
 //! Timing host <-> device copies through any stream-and-event runtime (CUDA, ACL): the one
 //! measurement routine both accelerator backends share. The calling thread is already bound
 //! to the cell's CPU; the host buffer is allocated and first-touched here, once per
-//! [`Staging`] (a run of cells of one CPU and size on every device in turn), the copies are
+//! `Staging` (a run of cells of one CPU and size on every device in turn), the copies are
 //! timed with device events around `iterations` async copies after `warmup` untimed ones, and
 //! every allocation, stream and event is released on every path (RAII guards). The stream is
 //! synchronized before it is destroyed and before anything its copies use is freed, on error

@@ -4,12 +4,12 @@
 //! `aclrtDeviceEnablePeerAccess` before `aclrtMemcpy` between devices. As nvbandwidth does
 //! (`DeviceBuffer::enablePeerAcess`: `cuDeviceCanAccessPeer`, then `cuCtxEnablePeerAccess`
 //! from each context towards the other, tolerating `CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED`),
-//! [`PeerLink::open`] queries and enables access both ways.
+//! `PeerLink::open` queries and enables access both ways.
 //!
 //! Lifetime: access lasts until `cudaDeviceDisablePeerAccess`, a device reset, or the end of
 //! the context (the process); nvbandwidth leaves it to the context's end. chd is a long-lived
 //! exporter and a mapped peer makes every later allocation of either device map into the
-//! other, so [`PeerLink::close`] disables what chd itself enabled when the probe releases the
+//! other, so `PeerLink::close` disables what chd itself enabled when the probe releases the
 //! pair (a direction that was already enabled, e.g. by NCCL in this process, is left alone).
 
 use super::device_copy::{ApiError, DeviceApi};

@@ -16,7 +16,7 @@
 //! partial checkpoints, and saying when only a partial one exists) or one file, and returns a
 //! [`Recording`]: every sample chd can use, in chd's vocabulary, and every row it cannot use,
 //! counted by reason. A recording without a single usable sample is an error, never an
-//! empty result. The row vocabulary is mapped in [`rows`].
+//! empty result. The row vocabulary is mapped in `rows`.
 
 mod affinity;
 mod document;

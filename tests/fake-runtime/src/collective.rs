@@ -20,7 +20,7 @@
 //!   `ncclCommAbort` marks the clique broken too ([`CollError::Aborted`]) and wakes every
 //!   waiting rank.
 //! - NCCL teardown ([`teardown`]) is an intra-node collective, as the NCCL API reference says
-//!   of `ncclCommDestroy` ("all ranks on the same node should call [it] to avoid a hang") and
+//!   of `ncclCommDestroy` ("all ranks on the same node should call \[it\] to avoid a hang") and
 //!   `ncclCommAbort` ("all active ranks are required to call this function"): a destroy or
 //!   abort returns once every rank of its clique entered one; the communicators go away
 //!   together. A call waiting longer than `CHD_FAKE_PAIR_TIMEOUT_MS` fails with
