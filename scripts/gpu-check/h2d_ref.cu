@@ -6,9 +6,17 @@
 // Reads cells from stdin, one per line:
 //   h2d|d2h CPU DEVICE SIZE_MIB pinned|pageable ITERATIONS WARMUP
 //   p2p CPU0 CPU1 DEVICE0 DEVICE1 SIZE_MIB ITERATIONS WARMUP
+//   d2d CPU DEVICE SIZE_MIB ITERATIONS WARMUP
+//   peer CPU SRC DST SIZE_MIB ITERATIONS WARMUP
 // and prints one line per cell:
 //   h2d|d2h CPU DEVICE BYTES MEMORY BYTES_PER_SECOND
 //   p2p CPU0,CPU1 DEVICE0,DEVICE1 BYTES device BYTES_PER_SECOND peer|staged
+//   d2d CPU DEVICE BYTES device BYTES_PER_SECOND
+//   peer CPU SRC>DST BYTES device BYTES_PER_SECOND peer|staged
+// d2d is a same-device copy (cudaMemcpyDeviceToDevice between two buffers of DEVICE): bytes
+// of one copy over its time, as nvbandwidth's device-local copy counts them. peer is one
+// ordered copy, SRC's buffer into DST's, issued on a stream of SRC after enabling peer access
+// both ways where cudaDeviceCanAccessPeer allows it (what `chd probe p2p` measures).
 // p2p is what chd's peer-copy pair probe measures: two threads, rank r bound to CPUr and
 // using DEVICEr, each copying SIZE_MIB from its device into the other device's buffer at the
 // same time (cudaMemcpyPeerAsync), after enabling peer access where
@@ -90,6 +98,72 @@ static void host_copy(const char *direction, int cpu, int device, unsigned long 
   CHECK(cudaStreamDestroy(stream));
   CHECK(cudaFree(dev));
   if (pinned) CHECK(cudaFreeHost(host)); else free(host);
+}
+
+static void device_copy(int cpu, int device, unsigned long size_mib, int iterations, int warmup) {
+  bind_to(cpu);
+  size_t bytes = size_mib << 20;
+  CHECK(cudaSetDevice(device));
+  void *src = NULL, *dst = NULL;
+  CHECK(cudaMalloc(&src, bytes));
+  CHECK(cudaMalloc(&dst, bytes));
+  cudaStream_t stream;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  float ms = time_copies(dst, src, bytes, cudaMemcpyDeviceToDevice, stream, iterations, warmup);
+  printf("d2d %d %d %zu device %.0f\n", cpu, device, bytes, (double)bytes * iterations / (ms / 1e3));
+  fflush(stdout);
+  CHECK(cudaStreamDestroy(stream));
+  CHECK(cudaFree(src));
+  CHECK(cudaFree(dst));
+}
+
+// Enable `device`'s access to `peer` where the runtime allows it; whether it does.
+static int enable_peer(int device, int peer) {
+  int can = 0;
+  CHECK(cudaDeviceCanAccessPeer(&can, device, peer));
+  if (can) {
+    CHECK(cudaSetDevice(device));
+    cudaError_t e = cudaDeviceEnablePeerAccess(peer, 0);
+    if (e == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();
+    else CHECK(e);
+  }
+  return can;
+}
+
+static void ordered_peer_copy(int cpu, int src_device, int dst_device, unsigned long size_mib,
+                              int iterations, int warmup) {
+  bind_to(cpu);
+  size_t bytes = size_mib << 20;
+  int peer = enable_peer(src_device, dst_device) & enable_peer(dst_device, src_device);
+  void *src = NULL, *dst = NULL;
+  CHECK(cudaSetDevice(dst_device));
+  CHECK(cudaMalloc(&dst, bytes));
+  CHECK(cudaSetDevice(src_device));
+  CHECK(cudaMalloc(&src, bytes));
+  cudaStream_t stream;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaEvent_t start, stop;
+  CHECK(cudaEventCreate(&start));
+  CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < warmup; i++)
+    CHECK(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, bytes, stream));
+  CHECK(cudaStreamSynchronize(stream));
+  CHECK(cudaEventRecord(start, stream));
+  for (int i = 0; i < iterations; i++)
+    CHECK(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, bytes, stream));
+  CHECK(cudaEventRecord(stop, stream));
+  CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  CHECK(cudaEventElapsedTime(&ms, start, stop));
+  printf("peer %d %d>%d %zu device %.0f %s\n", cpu, src_device, dst_device, bytes,
+         (double)bytes * iterations / (ms / 1e3), peer ? "peer" : "staged");
+  fflush(stdout);
+  CHECK(cudaEventDestroy(start));
+  CHECK(cudaEventDestroy(stop));
+  CHECK(cudaStreamDestroy(stream));
+  CHECK(cudaFree(src));
+  CHECK(cudaSetDevice(dst_device));
+  CHECK(cudaFree(dst));
 }
 
 // One rank of a p2p cell.
@@ -185,6 +259,14 @@ int main(void) {
                sscanf(line, "%*s %d %d %d %d %lu %d %d", &cpu[0], &cpu[1], &device[0], &device[1],
                       &size_mib, &iterations, &warmup) == 7) {
       peer_copy(cpu, device, size_mib, iterations, warmup);
+    } else if (!strcmp(path, "d2d") &&
+               sscanf(line, "%*s %d %d %lu %d %d", &cpu[0], &device[0], &size_mib, &iterations,
+                      &warmup) == 5) {
+      device_copy(cpu[0], device[0], size_mib, iterations, warmup);
+    } else if (!strcmp(path, "peer") &&
+               sscanf(line, "%*s %d %d %d %lu %d %d", &cpu[0], &device[0], &device[1], &size_mib,
+                      &iterations, &warmup) == 6) {
+      ordered_peer_copy(cpu[0], device[0], device[1], size_mib, iterations, warmup);
     } else {
       fprintf(stderr, "h2d_ref: cannot read the cell %s", line);
       return 2;
