@@ -32,6 +32,10 @@ pub enum MatrixKind {
     /// Core-pair matrix of one device pair: `cpu` (rank 0) x `peer_cpu` (rank 1); `device`
     /// holds the pair, e.g. `0,5`.
     Pair,
+    /// Size curve of one CPU to each device (`chd probe sweep`): `direction` holds the
+    /// operation (`h2d`, `d2h`, `d2d`, `allgather`), `device` the device swept; an allgather
+    /// point's `peer_cpu` is rank 1's CPU (its device is in the plan's `peers`).
+    Sweep,
 }
 
 impl MatrixKind {
@@ -39,6 +43,7 @@ impl MatrixKind {
         match self {
             MatrixKind::H2d => "h2d",
             MatrixKind::Pair => "pair",
+            MatrixKind::Sweep => "sweep",
         }
     }
 }

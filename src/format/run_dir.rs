@@ -36,7 +36,8 @@ pub struct SlotId {
     /// Device label (h2d) or device pair (pair).
     pub device: String,
     pub size_bytes: u64,
-    /// `h2d`, `d2h` (h2d matrix); the collective for a pair matrix.
+    /// `h2d`, `d2h` (h2d matrix); the collective for a pair matrix; the operation of a
+    /// sweep point (`h2d`, `d2h`, `d2d`, `allgather`).
     pub direction: String,
     /// `pinned` or `pageable`.
     pub host_memory: String,
@@ -84,7 +85,23 @@ pub struct RunPlan {
     /// of what is measured: a resumed run may change it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// Sweep runs with the `allgather` operation: each swept device's peer (rank 1's device)
+    /// and rank 1's CPU. A device without an entry has no allgather points.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub peers: BTreeMap<String, SweepPeer>,
 }
+
+/// The peer of a swept device in its allgather points.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SweepPeer {
+    /// Rank 1's device.
+    pub device: String,
+    /// Rank 1's CPU (on the peer's NUMA node where it has one).
+    pub cpu: u32,
+}
+
+/// The operation of a sweep point whose slots have two ranks.
+pub const SWEEP_ALLGATHER: &str = "allgather";
 
 impl RunPlan {
     /// Every slot of one pass under one load profile, in a canonical order.
@@ -112,6 +129,20 @@ impl RunPlan {
                                     slots.push(slot(cpu, None, device, size, direction, memory));
                                 }
                             }
+                            MatrixKind::Sweep => {
+                                for device in &self.devices {
+                                    let peer_cpu = if direction == SWEEP_ALLGATHER {
+                                        match self.peers.get(device) {
+                                            Some(p) => Some(p.cpu),
+                                            None => continue,
+                                        }
+                                    } else {
+                                        None
+                                    };
+                                    slots
+                                        .push(slot(cpu, peer_cpu, device, size, direction, memory));
+                                }
+                            }
                             MatrixKind::Pair => {
                                 for &peer in &self.cpus {
                                     for pair in &self.pairs {
@@ -136,18 +167,35 @@ impl RunPlan {
 
     /// Slots per pass (`usize::MAX` for a plan of more: a run.json no run could finish).
     pub fn cells_per_pass(&self) -> usize {
+        // Slots per (CPU, size, host memory): every direction's columns.
         let columns = match self.probe {
-            MatrixKind::H2d => self.devices.len(),
-            MatrixKind::Pair => self.pairs.len().saturating_mul(self.cpus.len()),
+            MatrixKind::H2d => self.devices.len().saturating_mul(self.directions.len()),
+            MatrixKind::Pair => self
+                .pairs
+                .len()
+                .saturating_mul(self.cpus.len())
+                .saturating_mul(self.directions.len()),
+            MatrixKind::Sweep => {
+                let with_peer = self
+                    .devices
+                    .iter()
+                    .filter(|d| self.peers.contains_key(*d))
+                    .count();
+                self.directions
+                    .iter()
+                    .map(|d| {
+                        if d == SWEEP_ALLGATHER {
+                            with_peer
+                        } else {
+                            self.devices.len()
+                        }
+                    })
+                    .fold(0usize, |n, m| n.saturating_add(m))
+            }
         };
-        [
-            columns,
-            self.sizes_bytes.len(),
-            self.directions.len(),
-            self.host_memories.len(),
-        ]
-        .iter()
-        .fold(self.cpus.len(), |n, &m| n.saturating_mul(m))
+        [columns, self.sizes_bytes.len(), self.host_memories.len()]
+            .iter()
+            .fold(self.cpus.len(), |n, &m| n.saturating_mul(m))
     }
 
     /// Every slot of the run (saturating, like [`RunPlan::cells_per_pass`]).
@@ -447,6 +495,7 @@ mod tests {
             repeats: 3,
             loads: vec!["idle".into(), "cpu:2".into()],
             timeout_ms: None,
+            peers: BTreeMap::new(),
         }
     }
 
@@ -509,6 +558,56 @@ mod tests {
         assert!(slots
             .iter()
             .all(|s| s.peer_cpu.is_some() && s.device == "0,5"));
+    }
+
+    #[test]
+    fn sweep_slots_give_allgather_points_only_to_devices_with_a_peer() {
+        let mut p = plan();
+        p.probe = MatrixKind::Sweep;
+        p.cpus = vec![3];
+        p.directions = vec!["h2d".into(), "d2d".into(), SWEEP_ALLGATHER.into()];
+        p.peers = BTreeMap::from([
+            (
+                "0".to_string(),
+                SweepPeer {
+                    device: "2".into(),
+                    cpu: 9,
+                },
+            ),
+            (
+                "2".to_string(),
+                SweepPeer {
+                    device: "0".into(),
+                    cpu: 3,
+                },
+            ),
+        ]);
+        let slots = p.pass_slots("idle", 0);
+        // 2 sizes x (3 devices x 2 copy operations + 2 allgather devices).
+        assert_eq!(slots.len(), 2 * (3 * 2 + 2));
+        assert_eq!(p.cells_per_pass(), slots.len());
+        let gathers: Vec<(&str, Option<u32>)> = slots
+            .iter()
+            .filter(|s| s.direction == SWEEP_ALLGATHER)
+            .map(|s| (s.device.as_str(), s.peer_cpu))
+            .collect();
+        assert_eq!(
+            gathers,
+            [
+                ("0", Some(9)),
+                ("2", Some(3)),
+                ("0", Some(9)),
+                ("2", Some(3))
+            ]
+        );
+        assert!(slots
+            .iter()
+            .all(|s| (s.direction == SWEEP_ALLGATHER) == s.peer_cpu.is_some()));
+        // A run.json of an older chd (no peers) still loads.
+        let mut old = serde_json::to_value(run_file()).unwrap();
+        old["plan"].as_object_mut().unwrap().remove("peers");
+        let back: RunFile = serde_json::from_value(old).unwrap();
+        assert!(back.plan.peers.is_empty());
     }
 
     #[test]

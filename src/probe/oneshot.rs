@@ -117,6 +117,7 @@ mod tests {
             repeats: 2,
             loads: vec!["idle".into()],
             timeout_ms: None,
+            peers: Default::default(),
         }
     }
 

@@ -234,6 +234,7 @@ mod tests {
                         .collect();
                     assert_eq!(slow, [(0, 3)]);
                 }
+                MatrixKind::Sweep => unreachable!("no sweep cells in this dataset"),
             }
         }
         // What differs is what a store keeps of failures: attempts since the last success.

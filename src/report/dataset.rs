@@ -55,6 +55,8 @@ enum Fate {
     OtherLoad,
     OtherDirection,
     OtherPairSize,
+    /// A point of a size curve: `chd serve` keeps no curves.
+    Sweep,
 }
 
 /// Everything a report shows.
@@ -104,7 +106,7 @@ impl MatrixId {
             && self.load == s.load
             && match (&self.pair, s.kind) {
                 (Some(pair), MatrixKind::Pair) => pair == s.device,
-                (None, MatrixKind::H2d) => true,
+                (None, MatrixKind::H2d | MatrixKind::Sweep) => true,
                 _ => false,
             }
     }
@@ -218,6 +220,17 @@ impl Dataset {
         match plan.probe {
             MatrixKind::H2d => meta.push(("devices".into(), plan.devices.join(", "))),
             MatrixKind::Pair => meta.push(("pairs".into(), plan.pairs.join("; "))),
+            MatrixKind::Sweep => {
+                meta.push(("devices".into(), plan.devices.join(", ")));
+                if !plan.peers.is_empty() {
+                    let peers: Vec<String> = plan
+                        .peers
+                        .iter()
+                        .map(|(d, p)| format!("{d} with {} (rank 1 on CPU {})", p.device, p.cpu))
+                        .collect();
+                    meta.push(("allgather peers".into(), peers.join("; ")));
+                }
+            }
         }
         if !run.pair_methods.is_empty() {
             let methods: Vec<String> = run
@@ -230,7 +243,14 @@ impl Dataset {
         let sizes: Vec<String> = plan.sizes_bytes.iter().map(|s| size_label(*s)).collect();
         meta.extend([
             ("sizes".to_string(), sizes.join(", ")),
-            ("directions".to_string(), plan.directions.join(", ")),
+            (
+                match plan.probe {
+                    MatrixKind::Sweep => "operations",
+                    _ => "directions",
+                }
+                .to_string(),
+                plan.directions.join(", "),
+            ),
             ("host memory".to_string(), plan.host_memories.join(", ")),
             (
                 "per sample".to_string(),
@@ -241,6 +261,7 @@ impl Dataset {
                     match plan.probe {
                         MatrixKind::H2d => "copies",
                         MatrixKind::Pair => "operations per rank",
+                        MatrixKind::Sweep => "copies (operations per rank for allgather)",
                     }
                 ),
             ),
@@ -465,6 +486,12 @@ impl Dataset {
                 size_label(id.size_bytes),
                 id.load
             ),
+            MatrixKind::Sweep => format!(
+                "Sweep {} {}, load {}",
+                id.direction,
+                size_label(id.size_bytes),
+                id.load
+            ),
         }
     }
 
@@ -503,6 +530,7 @@ impl Dataset {
                     Fate::OtherLoad
                 } else {
                     match (c.matrix.kind, c.peer_cpu) {
+                        (MatrixKind::Sweep, _) => Fate::Sweep,
                         (MatrixKind::H2d, _) => match c.matrix.direction.parse::<Direction>() {
                             Ok(d) => Fate::H2d(d),
                             Err(_) => Fate::OtherDirection,
@@ -538,6 +566,7 @@ impl Dataset {
         let mut other_loads: BTreeMap<&str, usize> = BTreeMap::new();
         let mut directions: BTreeMap<&str, usize> = BTreeMap::new();
         let mut other_pair_sizes: BTreeMap<(&str, u64), usize> = BTreeMap::new();
+        let mut sweep_points = 0;
         for (c, fate) in self.fates() {
             match fate {
                 Fate::OtherLoad => *other_loads.entry(c.matrix.load.as_str()).or_default() += 1,
@@ -549,10 +578,17 @@ impl Dataset {
                         .entry((c.device.as_str(), c.matrix.size_bytes))
                         .or_default() += 1
                 }
+                Fate::Sweep => sweep_points += 1,
                 Fate::H2d(_) | Fate::Pair(_) => {}
             }
         }
         let mut out = Vec::new();
+        if sweep_points > 0 {
+            out.push(format!(
+                "{sweep_points} size-curve points (chd probe sweep) are not served (a store \
+                 holds no size curves)"
+            ));
+        }
         for (load, n) in other_loads {
             out.push(format!(
                 "{n} cells under load profile {load:?} are not served (a store holds one \
@@ -617,7 +653,7 @@ impl Dataset {
                         store.record_pair_sample(key.clone(), sample(v), keep);
                     }
                 }
-                Fate::OtherLoad | Fate::OtherDirection | Fate::OtherPairSize => {}
+                Fate::OtherLoad | Fate::OtherDirection | Fate::OtherPairSize | Fate::Sweep => {}
             }
         }
         if store.measured_cells().next().is_some() {

@@ -1,7 +1,8 @@
 //! Reports of measured matrices (`chd report`, and the end of `chd probe --out`): from a run
 //! directory or a ClusterHealthDetect recording to `summary.md`, `cells.csv`, one heatmap
 //! picture per matrix (`h2d_<size>.png`, `pair_<a>-<b>_<size>.png`) and `report.xlsx`; plus
-//! the SVG heatmaps `chd serve` shows at `/matrix`.
+//! the SVG heatmaps `chd serve` shows at `/matrix`. A sweep run's size curves get
+//! `sweep.csv`, `sweep.png` and a section of `summary.md` instead of heatmaps.
 //!
 //! Everything is made from the neutral [`dataset::Dataset`]; [`crate::analysis`] computes
 //! (on [`analysis::cells`]), the other modules only render.
@@ -13,6 +14,8 @@ pub mod heatmap;
 pub mod png;
 pub mod summary;
 pub mod svg;
+pub mod sweep;
+pub mod sweep_png;
 pub mod xlsx;
 
 use std::collections::BTreeMap;
@@ -121,12 +124,13 @@ pub fn heatmaps(ds: &Dataset) -> Vec<(String, Heatmap, dataset::MatrixId)> {
     let numa = ds.numa_map();
     ds.matrices()
         .into_iter()
+        .filter(|(id, _)| id.kind != MatrixKind::Sweep)
         .map(|(id, cells)| {
             let title = Dataset::matrix_title(id);
             let (cells, axes) = (analysis::cells(&cells), Default::default());
             let map = match id.kind {
                 MatrixKind::H2d => Heatmap::h2d(title, &cells, &numa, &axes),
-                MatrixKind::Pair => Heatmap::pair(title, &cells, &numa, &axes),
+                MatrixKind::Pair | MatrixKind::Sweep => Heatmap::pair(title, &cells, &numa, &axes),
             };
             (ds.matrix_name(id), map, id.clone())
         })
@@ -164,6 +168,25 @@ pub fn write(ds: &Dataset, out: &Path) -> Result<Written, ReportError> {
         files.push(path);
     }
     files.push(save(out.join(CSV_FILE), &csv::render(ds))?);
+    let curves = sweep::curves(ds);
+    if !curves.is_empty() {
+        files.push(save(
+            out.join(sweep::SWEEP_CSV),
+            &sweep::render_csv(&curves),
+        )?);
+        let path = out.join(sweep::SWEEP_PNG);
+        let host = ds
+            .meta
+            .iter()
+            .find(|(k, _)| k == "host")
+            .map(|(_, v)| v.as_str());
+        let title = match host {
+            Some(h) => format!("Size curves, {h}"),
+            None => "Size curves".to_string(),
+        };
+        sweep_png::write(&curves, &title, &path)?;
+        files.push(path);
+    }
     files.push(save(
         out.join(SUMMARY_FILE),
         &summary::render(ds, &pictures),

@@ -154,6 +154,7 @@ pub fn findings(ds: &Dataset) -> Vec<String> {
                     rest.push(failure_line(a.failures.len(), a.cells, &title));
                 }
             }
+            MatrixKind::Sweep => {}
             MatrixKind::Pair => {
                 let a = PairMatrix::of(&super::analysis::cells(&cells), &numa);
                 for rank in [0u8, 1] {
@@ -204,6 +205,7 @@ pub fn findings(ds: &Dataset) -> Vec<String> {
             }),
     );
     out.extend(rest);
+    out.extend(super::sweep::findings(&super::sweep::curves(ds)));
     let unbindable: Vec<u32> = ds.affinity.iter().filter(|a| !a.1).map(|a| a.0).collect();
     if !unbindable.is_empty() {
         out.push(format!(
@@ -544,7 +546,12 @@ pub fn render(ds: &Dataset, pictures: &BTreeMap<MatrixId, String>) -> String {
                 let a = PairMatrix::of(&super::analysis::cells(&cells), &numa);
                 pair_section(&mut s, id, &a, picture)
             }
+            MatrixKind::Sweep => {}
         }
+    }
+    let curves = super::sweep::curves(ds);
+    if !curves.is_empty() {
+        s.push_str(&super::sweep::section(ds, &curves, super::sweep::SWEEP_PNG));
     }
     load_section(&mut s, ds);
     if !ds.affinity.is_empty() {
