@@ -167,32 +167,43 @@ impl RunPlan {
 
     /// Slots per pass (`usize::MAX` for a plan of more: a run.json no run could finish).
     pub fn cells_per_pass(&self) -> usize {
-        // Slots per (CPU, size, host memory): every direction's columns.
+        if self.probe == MatrixKind::Sweep {
+            return self.sweep_slots_per_pass();
+        }
         let columns = match self.probe {
-            MatrixKind::H2d => self.devices.len().saturating_mul(self.directions.len()),
-            MatrixKind::Pair => self
-                .pairs
-                .len()
-                .saturating_mul(self.cpus.len())
-                .saturating_mul(self.directions.len()),
-            MatrixKind::Sweep => {
-                let with_peer = self
-                    .devices
-                    .iter()
-                    .filter(|d| self.peers.contains_key(*d))
-                    .count();
-                self.directions
-                    .iter()
-                    .map(|d| {
-                        if d == SWEEP_ALLGATHER {
-                            with_peer
-                        } else {
-                            self.devices.len()
-                        }
-                    })
-                    .fold(0usize, |n, m| n.saturating_add(m))
-            }
+            MatrixKind::H2d => self.devices.len(),
+            MatrixKind::Pair => self.pairs.len().saturating_mul(self.cpus.len()),
+            MatrixKind::Sweep => 0, // counted above
         };
+        [
+            columns,
+            self.sizes_bytes.len(),
+            self.directions.len(),
+            self.host_memories.len(),
+        ]
+        .iter()
+        .fold(self.cpus.len(), |n, &m| n.saturating_mul(m))
+    }
+
+    /// A sweep's slots per pass: every copy operation on every device, allgather on the
+    /// devices with a peer, per CPU, size and host memory (saturating).
+    fn sweep_slots_per_pass(&self) -> usize {
+        let with_peer = self
+            .devices
+            .iter()
+            .filter(|d| self.peers.contains_key(*d))
+            .count();
+        let columns = self
+            .directions
+            .iter()
+            .map(|d| {
+                if d == SWEEP_ALLGATHER {
+                    with_peer
+                } else {
+                    self.devices.len()
+                }
+            })
+            .fold(0usize, |n, m| n.saturating_add(m));
         [columns, self.sizes_bytes.len(), self.host_memories.len()]
             .iter()
             .fold(self.cpus.len(), |n, &m| n.saturating_mul(m))
