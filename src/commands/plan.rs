@@ -371,10 +371,13 @@ pub fn sweep_plan_from(
         return Err(PlanError::Nothing("no device".into()));
     }
     let allowed: Vec<u32> = topology.allowed_cpus().map(|c| c.id).collect();
-    let first_of_node = |node: Option<u32>| {
+    // The first CPU of `node` this process may use, other than `not`.
+    let first_of_node = |node: Option<u32>, not: Option<u32>| {
         let node = node?;
         let cpus = &topology.numa_nodes.iter().find(|n| n.id == node)?.cpus;
-        cpus.iter().copied().find(|c| allowed.contains(c))
+        cpus.iter()
+            .copied()
+            .find(|c| allowed.contains(c) && Some(*c) != not)
     };
     let cpu = match (req.cpu, base) {
         (Some(cpu), _) => {
@@ -395,7 +398,7 @@ pub fn sweep_plan_from(
                 .iter()
                 .find(|d| d.id == devices[0])
                 .and_then(|d| d.numa_node);
-            first_of_node(home)
+            first_of_node(home, None)
                 .or_else(|| allowed.first().copied())
                 .ok_or_else(|| PlanError::Nothing("no CPU this process may use".into()))?
         }
@@ -456,7 +459,8 @@ pub fn sweep_plan_from(
                         .iter()
                         .find(|x| x.id == peer)
                         .and_then(|x| x.numa_node);
-                    let peer_cpu = first_of_node(node)
+                    // Never rank 0's CPU while there is another: the ranks would share it.
+                    let peer_cpu = first_of_node(node, Some(cpu))
                         .or_else(|| allowed.iter().copied().find(|c| *c != cpu))
                         .unwrap_or(cpu);
                     peers.insert(
@@ -606,6 +610,142 @@ mod tests {
         assert_eq!(doubling_sizes(1 << 20, 1 << 20).unwrap(), [1 << 20]);
         let e = doubling_sizes(1 << 30, 128 << 10).unwrap_err().to_string();
         assert_eq!(e, "--from: 1GiB is larger than --to 128KiB");
+    }
+
+    mod sweep {
+        use super::super::*;
+        use chd::runtime::{CopyParams, DeviceInfo, ProbeError};
+        use chd::topology::{Cpu, NumaNode};
+
+        /// Devices 0 and 1 on NUMA node 0, device 2 on node 1.
+        struct ThreeDevices(Vec<DeviceInfo>);
+
+        impl runtime::Backend for ThreeDevices {
+            fn name(&self) -> &'static str {
+                "three"
+            }
+            fn devices(&self) -> &[DeviceInfo] {
+                &self.0
+            }
+            fn measure_copy(&self, _: &str, _: &CopyParams) -> Result<f64, ProbeError> {
+                Ok(1.0)
+            }
+        }
+
+        fn backend() -> ThreeDevices {
+            ThreeDevices(
+                [(0, 0), (1, 0), (2, 1)]
+                    .iter()
+                    .map(|&(id, node)| DeviceInfo {
+                        id: id.to_string(),
+                        kind: "three".into(),
+                        name: "d".into(),
+                        pci_bus_id: String::new(),
+                        numa_node: Some(node),
+                    })
+                    .collect(),
+            )
+        }
+
+        /// CPUs 0, 1 on node 0 and 2, 3 on node 1.
+        fn topology() -> Topology {
+            let cpu = |id: u32| Cpu {
+                id,
+                numa_node: Some(id / 2),
+                package: Some(id / 2),
+                core: Some(id),
+                siblings: vec![id],
+                allowed: true,
+            };
+            let node = |id: u32| NumaNode {
+                id,
+                cpus: vec![2 * id, 2 * id + 1],
+                has_memory: true,
+                memory_total_bytes: None,
+            };
+            Topology {
+                cpus: (0..4).map(cpu).collect(),
+                offline_cpus: vec![],
+                numa_nodes: vec![node(0), node(1)],
+            }
+        }
+
+        fn plan(
+            req: &SweepRequest,
+            allgather: Result<(), String>,
+        ) -> Result<(RunPlan, Vec<String>), PlanError> {
+            let ctx = SweepContext {
+                sysfs: Path::new("/nonexistent"),
+                allgather,
+            };
+            sweep_plan_from(req, None, &topology(), &backend(), &ctx)
+        }
+
+        fn peers(plan: &RunPlan) -> Vec<(&str, &str, u32)> {
+            plan.peers
+                .iter()
+                .map(|(d, p)| (d.as_str(), p.device.as_str(), p.cpu))
+                .collect()
+        }
+
+        #[test]
+        fn defaults_one_cpu_of_the_first_device_and_peers_on_their_nodes() {
+            let (p, notes) = plan(&SweepRequest::default(), Ok(())).unwrap();
+            assert!(notes.is_empty(), "{notes:?}");
+            assert_eq!(p.cpus, [0], "the first CPU of device 0's node");
+            assert_eq!(p.sizes_bytes.len(), 14, "128 KiB .. 1 GiB");
+            assert_eq!(p.directions, SWEEP_OPS);
+            // Rank 1 on the first CPU of the peer's node, never on rank 0's CPU.
+            assert_eq!(peers(&p), [("0", "2", 2), ("1", "2", 2), ("2", "1", 1)]);
+            assert_eq!(p.pairs, ["0,2", "1,2", "2,1"]);
+            let req = SweepRequest {
+                peer: Some("1".into()),
+                cpu: Some(3),
+                ..SweepRequest::default()
+            };
+            let (p, _) = plan(&req, Ok(())).unwrap();
+            assert_eq!(p.cpus, [3]);
+            assert_eq!(peers(&p), [("0", "1", 0), ("1", "2", 2), ("2", "1", 0)]);
+        }
+
+        #[test]
+        fn allgather_is_skipped_with_its_reason_and_bad_flags_are_named() {
+            let req = SweepRequest {
+                ops: Some(vec!["h2d,allgather".into(), "h2d".into()]),
+                from: Some("1MiB".into()),
+                to: Some("4MiB".into()),
+                ..SweepRequest::default()
+            };
+            let (p, notes) = plan(&req, Err("no collective library".into())).unwrap();
+            assert_eq!(notes, ["allgather skipped: no collective library"]);
+            assert_eq!(p.directions, ["h2d"]);
+            assert!(p.peers.is_empty() && p.timeout_ms.is_none());
+            assert_eq!(p.sizes_bytes, [1 << 20, 2 << 20, 4 << 20]);
+            let only = SweepRequest {
+                ops: Some(vec!["allgather".into()]),
+                ..SweepRequest::default()
+            };
+            let e = plan(&only, Err("one device".into()))
+                .unwrap_err()
+                .to_string();
+            assert_eq!(e, "nothing to measure: no operation left to measure");
+            let bad = |req: SweepRequest| plan(&req, Ok(())).unwrap_err().to_string();
+            let e = bad(SweepRequest {
+                cpu: Some(9),
+                ..SweepRequest::default()
+            });
+            assert!(e.starts_with("--cpu: CPU 9 is not an online CPU"), "{e}");
+            let e = bad(SweepRequest {
+                ops: Some(vec!["d2x".into()]),
+                ..SweepRequest::default()
+            });
+            assert!(e.starts_with("--ops: unknown operation \"d2x\""), "{e}");
+            let e = bad(SweepRequest {
+                peer: Some("7".into()),
+                ..SweepRequest::default()
+            });
+            assert!(e.starts_with("--peer: \"7\" is not a device"), "{e}");
+        }
     }
 
     #[test]
