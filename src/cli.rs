@@ -218,6 +218,24 @@ pub enum ProbeCommand {
     /// stream to DIR/cells.jsonl, --resume continues, and the report (summary.md "Basic
     /// validation", basics.csv, report.xlsx) is written there.
     Basics(Box<BasicsArgs>),
+    /// Size curves: from one CPU to each device, every operation (--ops: h2d, d2h, d2d
+    /// same-device copy, allgather of the device with its peer) at sizes doubling from --from
+    /// to --to, each point measured --repeats times with the event timing of probe h2d.
+    ///
+    /// The CPU (--cpu) defaults to the first CPU of the first device's NUMA node; allgather
+    /// runs rank 0 there and rank 1 on the first CPU of the peer's NUMA node, the peer being
+    /// --peer or each device's farthest device by PCI topology (skipped, with a note, when
+    /// there is one device or no collective library). A point's value is the median of its
+    /// samples and its spread (max - min) / median; the report flags points whose spread is
+    /// wide (re-measure), dips (a point well below the curve on both sides) and each curve's
+    /// plateau (the smallest size from which it stays within 5 % of its maximum). An operation
+    /// the backend cannot do is recorded as failed with reason unsupported and named as such.
+    ///
+    /// With --out DIR every sample is appended to DIR/cells.jsonl as it is measured; --resume
+    /// continues an interrupted run; at the end sweep.csv (one row per operation, device and
+    /// size), sweep.png (GB/s over a log2 size axis) and summary.md are written to DIR, and
+    /// chd report DIR writes them again.
+    Sweep(Box<SweepArgs>),
     /// Which CPUs a thread can really be bound to (bind, read back, restore), e.g. inside a
     /// container whose cpuset lists cores it cannot use.
     Affinity(AffinityArgs),
@@ -301,6 +319,47 @@ pub struct H2dArgs {
     /// device on its own stream; cuda backend only) [default: idle].
     #[arg(long = "load", value_name = "PROFILE")]
     pub loads: Vec<String>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    /// Devices: all, or runtime device labels, comma-separated (0,3 or numa0) [default: all].
+    #[arg(long, value_name = "LIST")]
+    pub devices: Option<String>,
+    /// The CPU every point is measured from (allgather: rank 0's) [default: the first CPU of
+    /// the first device's NUMA node, else the first CPU this process may use].
+    #[arg(long, value_name = "N")]
+    pub cpu: Option<u32>,
+    /// Smallest size (KiB, MiB, GiB; a bare number is MiB) [default: 128KiB].
+    #[arg(long, value_name = "SIZE")]
+    pub from: Option<String>,
+    /// Largest size; the sizes double from --from up to it [default: 1GiB].
+    #[arg(long, value_name = "SIZE")]
+    pub to: Option<String>,
+    /// Operations, comma-separated: h2d, d2h, d2d (same-device copy), allgather (2 ranks:
+    /// the device and its peer) [default: all four].
+    #[arg(long, value_name = "OP,...", value_delimiter = ',')]
+    pub ops: Option<Vec<String>>,
+    /// Rank 1's device in every allgather point [default: each device's farthest peer by
+    /// PCI topology].
+    #[arg(long, value_name = "DEVICE")]
+    pub peer: Option<String>,
+    /// Host memory of the h2d and d2h points: pinned or pageable (the host backend always
+    /// uses pageable) [default: pinned].
+    #[arg(long, value_name = "KIND")]
+    pub memory: Option<String>,
+    /// Untimed operations before each sample [default: 2].
+    #[arg(long, value_name = "N")]
+    pub warmup: Option<u32>,
+    /// Timed operations per sample [default: 10].
+    #[arg(long, alias = "iters", value_name = "N")]
+    pub iterations: Option<u32>,
+    /// Samples per point; the point's value is their median and its spread their
+    /// (max - min) / median [default: 3].
+    #[arg(long, alias = "samples", value_name = "K")]
+    pub repeats: Option<u32>,
     #[command(flatten)]
     pub run: RunArgs,
 }
@@ -616,6 +675,7 @@ impl Cli {
     pub fn probe_request(&self, probe: &ProbeCommand) -> crate::commands::request::ProbeRequest {
         use crate::commands::request::{
             AffinityRequest, BasicsRequest, H2dRequest, PairRequest, ProbeRequest, RunOptions,
+            SweepRequest,
         };
         match probe {
             ProbeCommand::H2d(a) => ProbeRequest::H2d(H2dRequest {
@@ -659,6 +719,24 @@ impl Cli {
                 size: a.size.clone(),
                 matrix_side: a.matrix_side,
                 loads: a.loads.clone(),
+            }),
+            ProbeCommand::Sweep(a) => ProbeRequest::Sweep(SweepRequest {
+                run: RunOptions {
+                    warmup: a.warmup,
+                    iterations: a.iterations,
+                    repeats: a.repeats,
+                    ..a.run.options(self)
+                },
+                devices: a.devices.clone(),
+                cpu: a.cpu,
+                from: a.from.clone(),
+                to: a.to.clone(),
+                ops: a.ops.clone(),
+                peer: a.peer.clone(),
+                host_memory: a
+                    .memory
+                    .clone()
+                    .or_else(|| a.run.runtime.host_memory.clone()),
             }),
             ProbeCommand::Affinity(a) => ProbeRequest::Affinity(AffinityRequest {
                 layer: self.global_layer(),

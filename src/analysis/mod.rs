@@ -16,6 +16,7 @@
 //! - [`pair`]: a core-pair matrix's per-CPU medians and NUMA x NUMA blocks.
 //! - [`failures`]: the cells that failed.
 //! - [`findings`]: the thresholds (those of the alert rules) and what is below them.
+//! - [`sweep`]: size curves: each point's median and spread, re-measure flags, dips, plateau.
 //! - [`verdict`]: the node's verdict (`ok`, `degraded`, `failed`) and its causes.
 //! - [`heatmap`]: one heatmap model for every renderer (PNG, SVG, workbook).
 //! - [`basics`]: the basic validation table (slowest and fastest device per measurement).
@@ -33,6 +34,7 @@ pub mod load_delta;
 pub mod measured_node;
 pub mod pair;
 pub mod ranks;
+pub mod sweep;
 pub mod verdict;
 
 pub use cell::{Cell, NumaMap};

@@ -1,16 +1,18 @@
-//! The plan of a `chd probe h2d` or `chd probe pair` run from its flags: sizes in binary
+//! The plan of a `chd probe h2d`, `chd probe pair` or `chd probe sweep` run from its flags: sizes in binary
 //! units, CPU and device (or device pair) selections, load profiles; anything not given comes
 //! from the run being resumed or the defaults, and a resumed run's plan must not change.
 
 use std::time::Duration;
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
-use super::request::{BasicsRequest, H2dRequest, PairRequest, RunOptions};
+use super::request::{BasicsRequest, H2dRequest, PairRequest, RunOptions, SweepRequest};
 use chd::analysis::basics::Op;
 use chd::config::CpuSelection;
-use chd::format::run_dir::{MatrixKind, RunPlan};
+use chd::format::run_dir::{MatrixKind, RunPlan, SweepPeer, SWEEP_ALLGATHER};
 use chd::load::{LoadError, LoadProfile};
+use chd::probe::sweep::SWEEP_OPS;
 use chd::runtime::{self, Direction, HostMemory};
 use chd::topology::Topology;
 
@@ -21,6 +23,9 @@ pub const DEFAULT_ITERATIONS: u32 = 10;
 pub const DEFAULT_REPEATS: u32 = 3;
 /// Default of `chd probe pair --timeout`: the longest one pair cell may take.
 pub const DEFAULT_PAIR_TIMEOUT: &str = "30s";
+/// Defaults of `chd probe sweep`: the sizes 128 KiB, 256 KiB, ... 1 GiB, every operation.
+pub const DEFAULT_SWEEP_FROM: &str = "128KiB";
+pub const DEFAULT_SWEEP_TO: &str = "1GiB";
 /// `host_memory` of pair slots: both ranks' buffers are device memory.
 pub const PAIR_MEMORY: &str = "device";
 
@@ -460,6 +465,218 @@ pub fn basics_plan_from(
     Ok(plan)
 }
 
+/// The sizes of a sweep: `from`, `2 x from`, ... up to `to` (inclusive when `to` is `from`
+/// times a power of two).
+pub fn doubling_sizes(from: u64, to: u64) -> Result<Vec<u64>, PlanError> {
+    if from > to {
+        return Err(PlanError::Flag {
+            flag: "--from",
+            problem: format!(
+                "{} is larger than --to {}",
+                chd::report::dataset::size_label(from),
+                chd::report::dataset::size_label(to)
+            ),
+        });
+    }
+    let mut sizes = vec![from];
+    while let Some(next) = sizes
+        .last()
+        .and_then(|s| s.checked_mul(2))
+        .filter(|n| *n <= to)
+    {
+        sizes.push(next);
+    }
+    Ok(sizes)
+}
+
+/// What the caller found out before planning a sweep: whether allgather points can be
+/// measured here, and why not.
+pub struct SweepContext<'a> {
+    pub sysfs: &'a Path,
+    /// `Err(why)` when there is no pair probe (no collective library, one device).
+    pub allgather: Result<(), String>,
+}
+
+/// The plan of a `chd probe sweep` run: one CPU to each device, the doubling sizes, the
+/// operations, and for allgather each device's peer. Notes (an operation skipped, and why)
+/// come back with it.
+pub fn sweep_plan_from(
+    req: &SweepRequest,
+    base: Option<&RunPlan>,
+    topology: &Topology,
+    backend: &dyn runtime::Backend,
+    ctx: &SweepContext,
+) -> Result<(RunPlan, Vec<String>), PlanError> {
+    let mut notes = Vec::new();
+    let known = backend.devices();
+    let ids: Vec<String> = known.iter().map(|d| d.id.clone()).collect();
+    let devices = match (&req.devices, base) {
+        (Some(text), _) if text.trim() == "all" => ids.clone(),
+        (Some(text), _) => list(std::slice::from_ref(text)),
+        (None, Some(b)) => b.devices.clone(),
+        (None, None) => ids.clone(),
+    };
+    if let Some(bad) = devices.iter().find(|d| !ids.contains(d)) {
+        return Err(flag("--devices")(format!(
+            "{bad:?} is not a device of the {} backend ({})",
+            backend.name(),
+            ids.join(", ")
+        )));
+    }
+    if devices.is_empty() {
+        return Err(PlanError::Nothing("no device".into()));
+    }
+    let allowed: Vec<u32> = topology.allowed_cpus().map(|c| c.id).collect();
+    // The first CPU of `node` this process may use, other than `not`.
+    let first_of_node = |node: Option<u32>, not: Option<u32>| {
+        let node = node?;
+        let cpus = &topology.numa_nodes.iter().find(|n| n.id == node)?.cpus;
+        cpus.iter()
+            .copied()
+            .find(|c| allowed.contains(c) && Some(*c) != not)
+    };
+    let cpu = match (req.cpu, base) {
+        (Some(cpu), _) => {
+            if !allowed.contains(&cpu) {
+                return Err(flag("--cpu")(format!(
+                    "CPU {cpu} is not an online CPU this process may use ({})",
+                    chd::topology::cpulist::format(&allowed)
+                )));
+            }
+            cpu
+        }
+        (None, Some(b)) => *b
+            .cpus
+            .first()
+            .ok_or_else(|| PlanError::Nothing("the run being resumed names no CPU".into()))?,
+        (None, None) => {
+            let home = known
+                .iter()
+                .find(|d| d.id == devices[0])
+                .and_then(|d| d.numa_node);
+            first_of_node(home, None)
+                .or_else(|| allowed.first().copied())
+                .ok_or_else(|| PlanError::Nothing("no CPU this process may use".into()))?
+        }
+    };
+    let sizes_bytes = match (&req.from, &req.to, base) {
+        (None, None, Some(b)) => b.sizes_bytes.clone(),
+        (from, to, _) => {
+            let from = parse_size(from.as_deref().unwrap_or(DEFAULT_SWEEP_FROM))
+                .map_err(flag("--from"))?;
+            let to = parse_size(to.as_deref().unwrap_or(DEFAULT_SWEEP_TO)).map_err(flag("--to"))?;
+            doubling_sizes(from, to)?
+        }
+    };
+    let mut ops = match (&req.ops, base) {
+        (Some(o), _) => {
+            let mut ops: Vec<String> = Vec::new();
+            for op in list(o) {
+                if !SWEEP_OPS.contains(&op.as_str()) {
+                    return Err(flag("--ops")(format!(
+                        "unknown operation {op:?}: expected {}",
+                        SWEEP_OPS.join(", ")
+                    )));
+                }
+                if !ops.contains(&op) {
+                    ops.push(op);
+                }
+            }
+            ops
+        }
+        (None, Some(b)) => b.directions.clone(),
+        (None, None) => SWEEP_OPS.iter().map(|o| o.to_string()).collect(),
+    };
+    let mut peers = BTreeMap::new();
+    if ops.iter().any(|o| o == SWEEP_ALLGATHER) {
+        match (&ctx.allgather, base) {
+            (_, Some(b)) if req.peer.is_none() && !b.peers.is_empty() => peers = b.peers.clone(),
+            (Err(why), _) => {
+                notes.push(format!("allgather skipped: {why}"));
+                ops.retain(|o| o != SWEEP_ALLGATHER);
+            }
+            (Ok(()), _) => {
+                if let Some(p) = &req.peer {
+                    if !ids.contains(p) {
+                        return Err(flag("--peer")(format!(
+                            "{p:?} is not a device of the {} backend ({})",
+                            backend.name(),
+                            ids.join(", ")
+                        )));
+                    }
+                }
+                for d in &devices {
+                    let peer = match &req.peer {
+                        Some(p) if p != d => Some(p.clone()),
+                        _ => chd::probe::pairs::farthest_peer(known, d, ctx.sysfs),
+                    };
+                    let Some(peer) = peer else { continue };
+                    let node = known
+                        .iter()
+                        .find(|x| x.id == peer)
+                        .and_then(|x| x.numa_node);
+                    // Never rank 0's CPU while there is another: the ranks would share it.
+                    let peer_cpu = first_of_node(node, Some(cpu))
+                        .or_else(|| allowed.iter().copied().find(|c| *c != cpu))
+                        .unwrap_or(cpu);
+                    peers.insert(
+                        d.clone(),
+                        SweepPeer {
+                            device: peer,
+                            cpu: peer_cpu,
+                        },
+                    );
+                }
+            }
+        }
+    }
+    if ops.is_empty() {
+        return Err(PlanError::Nothing("no operation left to measure".into()));
+    }
+    let host_memory = if backend.name() == "host" {
+        HostMemory::Pageable.as_str().to_string()
+    } else {
+        match (&req.host_memory, base) {
+            (Some(m), _) => m.trim().to_string(),
+            (None, Some(b)) => b.host_memories.first().cloned().unwrap_or_default(),
+            (None, None) => HostMemory::Pinned.as_str().to_string(),
+        }
+    };
+    let memory = host_memory
+        .parse::<HostMemory>()
+        .map_err(flag("--memory"))?;
+    backend
+        .check_host_memory(memory)
+        .map_err(|why| PlanError::HostMemoryRefused {
+            memory: host_memory.clone(),
+            backend: backend.name(),
+            why,
+        })?;
+    let (warmup, iterations, repeats) = counts_from(&req.run, base)?;
+    let gathers = ops.iter().any(|o| o == SWEEP_ALLGATHER);
+    let timeout = pair_timeout(None, base)?;
+    let plan = RunPlan {
+        probe: MatrixKind::Sweep,
+        cpus: vec![cpu],
+        pairs: peers
+            .iter()
+            .map(|(d, p)| format!("{d},{}", p.device))
+            .collect(),
+        devices,
+        sizes_bytes,
+        directions: ops,
+        host_memories: vec![host_memory],
+        warmup,
+        iterations,
+        repeats,
+        loads: vec!["idle".into()],
+        timeout_ms: gathers.then(|| u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
+        peers,
+        ..RunPlan::empty(MatrixKind::Sweep)
+    };
+    Ok((plan, notes))
+}
+
 /// The plan fields where `a` and `b` differ, as flag names.
 pub fn differences(a: &RunPlan, b: &RunPlan) -> Vec<&'static str> {
     let mut d = Vec::new();
@@ -468,19 +685,30 @@ pub fn differences(a: &RunPlan, b: &RunPlan) -> Vec<&'static str> {
             d.push(name);
         }
     };
-    check(a.cpus == b.cpus, "--cpus");
+    let sweep = a.probe == MatrixKind::Sweep;
+    let name = |sweep_flag, other| if sweep { sweep_flag } else { other };
+    check(a.cpus == b.cpus, name("--cpu", "--cpus"));
     check(a.devices == b.devices, "--devices");
-    check(a.pairs == b.pairs, "--pair");
-    check(a.sizes_bytes == b.sizes_bytes, "--sizes");
+    check(
+        a.pairs == b.pairs && a.peers == b.peers,
+        name("--peer", "--pair"),
+    );
+    check(
+        a.sizes_bytes == b.sizes_bytes,
+        name("--from/--to", "--sizes"),
+    );
     check(
         a.directions == b.directions,
         match a.probe {
             MatrixKind::Pair => "--collective",
-            MatrixKind::Basics => "--ops",
+            MatrixKind::Basics | MatrixKind::Sweep => "--ops",
             _ => "--directions",
         },
     );
-    check(a.host_memories == b.host_memories, "--host-memory");
+    check(
+        a.host_memories == b.host_memories,
+        name("--memory", "--host-memory"),
+    );
     check(a.warmup == b.warmup, "--warmup");
     check(a.iterations == b.iterations, "--iterations");
     check(a.repeats == b.repeats, "--repeats");
@@ -522,6 +750,158 @@ mod tests {
             loads: vec!["idle".into()],
             timeout_ms: Some(30_000),
             ..RunPlan::empty(MatrixKind::Pair)
+        }
+    }
+
+    #[test]
+    fn sweep_sizes_double_from_to() {
+        assert_eq!(
+            doubling_sizes(128 << 10, 1 << 20).unwrap(),
+            [128 << 10, 256 << 10, 512 << 10, 1 << 20]
+        );
+        // --to not a doubling of --from: up to the last doubling below it.
+        assert_eq!(
+            doubling_sizes(1 << 20, 3 << 20).unwrap(),
+            [1 << 20, 2 << 20]
+        );
+        assert_eq!(doubling_sizes(1 << 20, 1 << 20).unwrap(), [1 << 20]);
+        let e = doubling_sizes(1 << 30, 128 << 10).unwrap_err().to_string();
+        assert_eq!(e, "--from: 1GiB is larger than --to 128KiB");
+    }
+
+    mod sweep {
+        use super::super::*;
+        use chd::runtime::{CopyParams, DeviceInfo, ProbeError};
+        use chd::topology::{Cpu, NumaNode};
+
+        /// Devices 0 and 1 on NUMA node 0, device 2 on node 1.
+        struct ThreeDevices(Vec<DeviceInfo>);
+
+        impl runtime::Backend for ThreeDevices {
+            fn name(&self) -> &'static str {
+                "three"
+            }
+            fn devices(&self) -> &[DeviceInfo] {
+                &self.0
+            }
+            fn measure_copy(&self, _: &str, _: &CopyParams) -> Result<f64, ProbeError> {
+                Ok(1.0)
+            }
+        }
+
+        fn backend() -> ThreeDevices {
+            ThreeDevices(
+                [(0, 0), (1, 0), (2, 1)]
+                    .iter()
+                    .map(|&(id, node)| DeviceInfo {
+                        id: id.to_string(),
+                        kind: "three".into(),
+                        name: "d".into(),
+                        pci_bus_id: String::new(),
+                        numa_node: Some(node),
+                    })
+                    .collect(),
+            )
+        }
+
+        /// CPUs 0, 1 on node 0 and 2, 3 on node 1.
+        fn topology() -> Topology {
+            let cpu = |id: u32| Cpu {
+                id,
+                numa_node: Some(id / 2),
+                package: Some(id / 2),
+                core: Some(id),
+                siblings: vec![id],
+                allowed: true,
+            };
+            let node = |id: u32| NumaNode {
+                id,
+                cpus: vec![2 * id, 2 * id + 1],
+                has_memory: true,
+                memory_total_bytes: None,
+            };
+            Topology {
+                cpus: (0..4).map(cpu).collect(),
+                offline_cpus: vec![],
+                numa_nodes: vec![node(0), node(1)],
+            }
+        }
+
+        fn plan(
+            req: &SweepRequest,
+            allgather: Result<(), String>,
+        ) -> Result<(RunPlan, Vec<String>), PlanError> {
+            let ctx = SweepContext {
+                sysfs: Path::new("/nonexistent"),
+                allgather,
+            };
+            sweep_plan_from(req, None, &topology(), &backend(), &ctx)
+        }
+
+        fn peers(plan: &RunPlan) -> Vec<(&str, &str, u32)> {
+            plan.peers
+                .iter()
+                .map(|(d, p)| (d.as_str(), p.device.as_str(), p.cpu))
+                .collect()
+        }
+
+        #[test]
+        fn defaults_one_cpu_of_the_first_device_and_peers_on_their_nodes() {
+            let (p, notes) = plan(&SweepRequest::default(), Ok(())).unwrap();
+            assert!(notes.is_empty(), "{notes:?}");
+            assert_eq!(p.cpus, [0], "the first CPU of device 0's node");
+            assert_eq!(p.sizes_bytes.len(), 14, "128 KiB .. 1 GiB");
+            assert_eq!(p.directions, SWEEP_OPS);
+            // Rank 1 on the first CPU of the peer's node, never on rank 0's CPU.
+            assert_eq!(peers(&p), [("0", "2", 2), ("1", "2", 2), ("2", "1", 1)]);
+            assert_eq!(p.pairs, ["0,2", "1,2", "2,1"]);
+            let req = SweepRequest {
+                peer: Some("1".into()),
+                cpu: Some(3),
+                ..SweepRequest::default()
+            };
+            let (p, _) = plan(&req, Ok(())).unwrap();
+            assert_eq!(p.cpus, [3]);
+            assert_eq!(peers(&p), [("0", "1", 0), ("1", "2", 2), ("2", "1", 0)]);
+        }
+
+        #[test]
+        fn allgather_is_skipped_with_its_reason_and_bad_flags_are_named() {
+            let req = SweepRequest {
+                ops: Some(vec!["h2d,allgather".into(), "h2d".into()]),
+                from: Some("1MiB".into()),
+                to: Some("4MiB".into()),
+                ..SweepRequest::default()
+            };
+            let (p, notes) = plan(&req, Err("no collective library".into())).unwrap();
+            assert_eq!(notes, ["allgather skipped: no collective library"]);
+            assert_eq!(p.directions, ["h2d"]);
+            assert!(p.peers.is_empty() && p.timeout_ms.is_none());
+            assert_eq!(p.sizes_bytes, [1 << 20, 2 << 20, 4 << 20]);
+            let only = SweepRequest {
+                ops: Some(vec!["allgather".into()]),
+                ..SweepRequest::default()
+            };
+            let e = plan(&only, Err("one device".into()))
+                .unwrap_err()
+                .to_string();
+            assert_eq!(e, "nothing to measure: no operation left to measure");
+            let bad = |req: SweepRequest| plan(&req, Ok(())).unwrap_err().to_string();
+            let e = bad(SweepRequest {
+                cpu: Some(9),
+                ..SweepRequest::default()
+            });
+            assert!(e.starts_with("--cpu: CPU 9 is not an online CPU"), "{e}");
+            let e = bad(SweepRequest {
+                ops: Some(vec!["d2x".into()]),
+                ..SweepRequest::default()
+            });
+            assert!(e.starts_with("--ops: unknown operation \"d2x\""), "{e}");
+            let e = bad(SweepRequest {
+                peer: Some("7".into()),
+                ..SweepRequest::default()
+            });
+            assert!(e.starts_with("--peer: \"7\" is not a device"), "{e}");
         }
     }
 

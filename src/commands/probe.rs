@@ -1,4 +1,4 @@
-//! `chd probe`: the one driver behind `chd probe h2d` and `chd probe pair` (their requests are
+//! `chd probe`: the one driver behind `chd probe h2d`, `chd probe pair` and `chd probe sweep` (their requests are
 //! in `super::request`): take the plan (`super::plan`, or the plan of the run
 //! being resumed), open the backend (and for pairs the collective), measure with progress and
 //! Ctrl-C handling, stream samples to `--out DIR`, and finish with the report. The two
@@ -12,19 +12,24 @@ use std::sync::{Arc, Mutex};
 use anyhow::{anyhow, bail, Context as _};
 
 use super::interrupt::InterruptGuard;
-use super::plan::{basics_plan_from, differences, pair_plan_from, plan_from};
+use super::plan::{
+    basics_plan_from, differences, pair_plan_from, plan_from, sweep_plan_from, SweepContext,
+};
 use super::progress::Progress;
-use super::request::{BasicsRequest, H2dRequest, PairRequest, ProbeRequest, RunOptions};
+use super::request::{
+    BasicsRequest, H2dRequest, PairRequest, ProbeRequest, RunOptions, SweepRequest,
+};
 use chd::analysis::basics::Op;
 use chd::config::{Config, Layer, PairSelection, RuntimeLayer};
 use chd::format::run_dir::{
     self as record, CellLog, DeviceMeta, LinkRecord, Machine, MatrixKind, RunFile, RunPlan,
-    RuntimeOptions as StoredRuntime, SampleRecord, SlotId,
+    RuntimeOptions as StoredRuntime, SampleRecord, SlotId, SWEEP_ALLGATHER,
 };
 use chd::load::device::{self, DeviceProfile};
 use chd::probe::basics::BasicsProbe;
 use chd::probe::execute::{execute, Context};
 use chd::probe::pairs::{measure_pair, pair_methods, pair_operation};
+use chd::probe::sweep::SweepProbe;
 use chd::report::{self, dataset::Dataset};
 use chd::runtime::gemm::DeviceLoadError;
 use chd::runtime::gemm::DeviceLoader;
@@ -42,6 +47,7 @@ pub fn run(request: ProbeRequest) -> anyhow::Result<()> {
         ProbeRequest::H2d(r) => run_h2d(&r),
         ProbeRequest::Pair(r) => run_pair(&r),
         ProbeRequest::Basics(r) => run_basics(&r),
+        ProbeRequest::Sweep(r) => run_sweep(&r),
         ProbeRequest::Affinity(r) => super::affinity::run(&r),
     }
 }
@@ -297,6 +303,81 @@ fn run_basics(req: &BasicsRequest) -> anyhow::Result<()> {
     )
 }
 
+/// `chd probe sweep`.
+fn run_sweep(req: &SweepRequest) -> anyhow::Result<()> {
+    run_matrix(
+        MatrixKind::Sweep,
+        &req.run,
+        |config, topology, opened, base| {
+            let backend = opened.backend.clone();
+            let wants_gather = match (&req.ops, base) {
+                (Some(ops), _) => ops.iter().any(|o| o.trim() == SWEEP_ALLGATHER),
+                (None, Some(b)) => b.directions.iter().any(|o| o == SWEEP_ALLGATHER),
+                (None, None) => true,
+            };
+            let mut probe: Option<Arc<dyn PairProbe>> = None;
+            let allgather = if !wants_gather {
+                Ok(())
+            } else if backend.devices().len() < 2 {
+                Err(format!(
+                    "it needs two devices and the {} backend has {}",
+                    backend.name(),
+                    backend.devices().len()
+                ))
+            } else {
+                match runtime::select::open_pair_probe(&config.runtime, opened) {
+                    Ok((p, notes)) => {
+                        for note in &notes {
+                            eprintln!("note: {note}");
+                        }
+                        let method = p.method();
+                        if pair_operation(method) != SWEEP_ALLGATHER {
+                            eprintln!(
+                                "note: no collective library: the allgather points are peer \
+                                 copies (method {method})"
+                            );
+                        }
+                        probe = Some(p);
+                        Ok(())
+                    }
+                    Err(e) => Err(format!("no pair probe: {}", e.detail)),
+                }
+            };
+            let (plan, notes) = sweep_plan_from(
+                req,
+                base,
+                topology,
+                &*backend,
+                &SweepContext {
+                    sysfs: &config.roots.sysfs,
+                    allgather,
+                },
+            )?;
+            for note in &notes {
+                eprintln!("note: {note}");
+            }
+            let timeout = super::plan::pair_timeout(None, Some(&plan))?;
+            let owned = plan.clone();
+            let pairs = probe.clone();
+            let measure: Measure = Box::new(move |slot: &SlotId| {
+                SweepProbe {
+                    backend: &*backend,
+                    pairs: pairs.as_deref(),
+                    plan: &owned,
+                    pair_timeout: timeout,
+                }
+                .measure(slot)
+            });
+            Ok(Prepared {
+                plan,
+                measure,
+                collective: probe.as_ref().map(|p| p.method()),
+                pair_probe: probe,
+            })
+        },
+    )
+}
+
 /// The resumed run's runtime choices under the flags given now (a flag given wins); the
 /// host memory kinds are part of the plan, not taken from there.
 fn resume_runtime(now: &mut RuntimeLayer, stored: &StoredRuntime) {
@@ -456,6 +537,22 @@ fn run_matrix(
             plan.directions.join(", "),
             plan.devices.len()
         ),
+        MatrixKind::Sweep => format!(
+            "from CPU {} to {} device{} ({}), {} sizes {}..{}",
+            plan.cpus.first().copied().unwrap_or_default(),
+            plan.devices.len(),
+            if plan.devices.len() == 1 { "" } else { "s" },
+            plan.directions.join(", "),
+            plan.sizes_bytes.len(),
+            plan.sizes_bytes
+                .first()
+                .map(|s| report::dataset::size_label(*s))
+                .unwrap_or_default(),
+            plan.sizes_bytes
+                .last()
+                .map(|s| report::dataset::size_label(*s))
+                .unwrap_or_default(),
+        ),
     };
     eprintln!(
         "measuring {} cells x {} repeats x {} load profile{} = {total} samples {shape}{}",
@@ -500,7 +597,13 @@ fn run_matrix(
             load.follow(&slot.load)?;
         }
         let value = (prepared.measure)(slot)?;
-        if slot.matrix == MatrixKind::H2d {
+        let copies_over_link = match slot.matrix {
+            MatrixKind::H2d => true,
+            MatrixKind::Sweep => slot.direction.parse::<Direction>().is_ok(),
+            MatrixKind::Basics => slot.direction == "h2d",
+            MatrixKind::Pair => false,
+        };
+        if copies_over_link {
             let mut seen = seen_links.lock().unwrap_or_else(|p| p.into_inner());
             if !seen.contains_key(&slot.device) {
                 seen.insert(slot.device.clone(), links.read(&slot.device));
@@ -581,7 +684,30 @@ fn run_matrix(
             .unwrap_or_default();
         bail!("interrupted after {measured} of {total} samples{resume}");
     }
-    let mut failed: Vec<_> = ds.cells.iter().filter(|c| c.value().is_none()).collect();
+    // An operation the backend cannot do is told, not counted as a failure of the run.
+    let unsupported = |c: &&report::dataset::CellResult| {
+        c.value().is_none()
+            && !c.errors.is_empty()
+            && c.errors
+                .iter()
+                .all(|e| chd::analysis::sweep::is_unsupported(e))
+    };
+    let mut skipped: BTreeMap<&str, usize> = BTreeMap::new();
+    for c in ds.cells.iter().filter(unsupported) {
+        *skipped.entry(c.matrix.direction.as_str()).or_default() += 1;
+    }
+    for (op, n) in &skipped {
+        eprintln!(
+            "note: {op}: {n} point{} not measured: the {} backend does not support it",
+            if *n == 1 { "" } else { "s" },
+            run.machine.backend
+        );
+    }
+    let mut failed: Vec<_> = ds
+        .cells
+        .iter()
+        .filter(|c| c.value().is_none() && !unsupported(c))
+        .collect();
     failed.sort_by(|a, b| {
         (&a.matrix, a.cpu, a.peer_cpu, natural_key(&a.device)).cmp(&(
             &b.matrix,
@@ -647,6 +773,9 @@ fn print_cells(ds: &Dataset, kind: MatrixKind, format: &str) -> anyhow::Result<(
         ))
     });
     match (format, kind) {
+        ("csv", MatrixKind::Sweep) => {
+            print!("{}", report::sweep::render_csv(&report::sweep::curves(ds)))
+        }
         ("csv", MatrixKind::Basics) => {
             print!("{}", report::basics::csv(ds).unwrap_or_default())
         }
@@ -667,6 +796,28 @@ fn print_cells(ds: &Dataset, kind: MatrixKind, format: &str) -> anyhow::Result<(
                         "value": c.value(),
                         "samples": c.samples.len(),
                         "error": c.errors.last(),
+                    })
+                })
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&rows)?);
+        }
+        ("json", MatrixKind::Sweep) => {
+            let rows: Vec<serde_json::Value> = report::sweep::curves(ds)
+                .iter()
+                .flat_map(|c| {
+                    c.points.iter().map(move |p| {
+                        serde_json::json!({
+                            "op": c.op,
+                            "device": c.device,
+                            "size_bytes": p.size_bytes,
+                            "bytes_per_second": p.median,
+                            "spread": p.spread,
+                            "samples": p.samples,
+                            "failed": p.failed,
+                            "flags": report::sweep::flags(p),
+                            "plateau": c.plateau == Some(p.size_bytes),
+                            "error": p.last_error,
+                        })
                     })
                 })
                 .collect();
@@ -698,6 +849,36 @@ fn print_cells(ds: &Dataset, kind: MatrixKind, format: &str) -> anyhow::Result<(
             }
             for (op, why) in &table.unavailable {
                 println!("not measured: {}: {why}", op.title());
+            }
+        }
+        (_, MatrixKind::Sweep) => {
+            println!(
+                "{:>9} {:>7} {:>8} {:>9} {:>7} {:>7}  note",
+                "op", "device", "size", "GB/s", "spread", "samples"
+            );
+            for c in report::sweep::curves(ds) {
+                for p in &c.points {
+                    let mut note = report::sweep::flags(p);
+                    if c.plateau == Some(p.size_bytes) {
+                        note.push_str(" plateau");
+                    }
+                    if let Some(e) = p.last_error.as_deref().filter(|_| p.median.is_none()) {
+                        note.push(' ');
+                        note.push_str(e);
+                    }
+                    println!(
+                        "{:>9} {:>7} {:>8} {:>9} {:>7} {:>7}  {}",
+                        c.op,
+                        c.device,
+                        report::dataset::size_label(p.size_bytes),
+                        gbps(p.median),
+                        p.spread
+                            .map(|s| format!("{:.1}%", s * 100.0))
+                            .unwrap_or_else(|| "-".into()),
+                        p.samples,
+                        note.trim()
+                    );
+                }
             }
         }
         ("json", MatrixKind::H2d) => {

@@ -11,6 +11,7 @@ pub enum ProbeRequest {
     H2d(H2dRequest),
     Pair(PairRequest),
     Basics(BasicsRequest),
+    Sweep(SweepRequest),
     Affinity(AffinityRequest),
 }
 
@@ -81,6 +82,28 @@ pub struct BasicsRequest {
     pub matrix_side: Option<u64>,
     /// Load profiles, one run per profile.
     pub loads: Vec<String>,
+}
+
+/// `chd probe sweep` as asked: `None` = not given (the default, or the resumed run's
+/// value). `run.cpus` and `run.sizes` are unused: one CPU (`cpu`) and the doubling sizes
+/// from `from` to `to`.
+#[derive(Debug, Clone, Default)]
+pub struct SweepRequest {
+    pub run: RunOptions,
+    /// Comma-separated device labels, or `all`.
+    pub devices: Option<String>,
+    /// The one CPU every point is measured from (allgather: rank 0's).
+    pub cpu: Option<u32>,
+    /// Smallest size.
+    pub from: Option<String>,
+    /// Largest size.
+    pub to: Option<String>,
+    /// Operations: `h2d`, `d2h`, `d2d`, `allgather`.
+    pub ops: Option<Vec<String>>,
+    /// Rank 1's device of every allgather point [default: each device's farthest peer].
+    pub peer: Option<String>,
+    /// Host memory of the h2d and d2h points: `pinned` or `pageable`.
+    pub host_memory: Option<String>,
 }
 
 /// `chd probe affinity`.

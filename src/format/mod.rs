@@ -36,6 +36,10 @@ pub enum MatrixKind {
     /// CPU of its NUMA node, and the 2-rank allgather of its pair (`direction` names the
     /// measurement; `device` holds the pair for an allgather).
     Basics,
+    /// Size curve of one CPU to each device (`chd probe sweep`): `direction` holds the
+    /// operation (`h2d`, `d2h`, `d2d`, `allgather`), `device` the device swept; an allgather
+    /// point's `peer_cpu` is rank 1's CPU (its device is in the plan's `peers`).
+    Sweep,
 }
 
 impl MatrixKind {
@@ -50,6 +54,7 @@ impl MatrixKind {
             MatrixKind::H2d => "h2d",
             MatrixKind::Pair => "pair",
             MatrixKind::Basics => "basics",
+            MatrixKind::Sweep => "sweep",
         }
     }
 }

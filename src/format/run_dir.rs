@@ -39,7 +39,8 @@ pub struct SlotId {
     /// `matmul` slot.
     pub size_bytes: u64,
     /// `h2d`, `d2h` (h2d matrix); the collective for a pair matrix; the measurement for a
-    /// basics slot (`matmul`, `h2d`, `d2d`, `allgather`).
+    /// basics slot (`matmul`, `h2d`, `d2d`, `allgather`); the operation of a sweep point
+    /// (`h2d`, `d2h`, `d2d`, `allgather`).
     pub direction: String,
     /// `pinned` or `pageable`.
     pub host_memory: String,
@@ -98,12 +99,28 @@ pub struct RunPlan {
     /// cuBLAS, `allgather` with one device), and why; not in `directions`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub unavailable: BTreeMap<String, String>,
+    /// Sweep runs with the `allgather` operation: each swept device's peer (rank 1's device)
+    /// and rank 1's CPU. A device without an entry has no allgather points.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub peers: BTreeMap<String, SweepPeer>,
 }
 
 /// A basics slot's measurement that runs per device pair rather than per device.
 pub const BASICS_PAIR_OP: &str = "allgather";
 /// A basics slot's measurement whose `size_bytes` is the matrix side.
 pub const BASICS_MATMUL_OP: &str = "matmul";
+
+/// The peer of a swept device in its allgather points.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SweepPeer {
+    /// Rank 1's device.
+    pub device: String,
+    /// Rank 1's CPU (on the peer's NUMA node where it has one).
+    pub cpu: u32,
+}
+
+/// The operation of a sweep point whose slots have two ranks.
+pub const SWEEP_ALLGATHER: &str = "allgather";
 
 impl RunPlan {
     /// A plan of `probe` with nothing in it yet (fill in what the probe measures).
@@ -124,6 +141,7 @@ impl RunPlan {
             device_cpus: BTreeMap::new(),
             matrix_side: None,
             unavailable: BTreeMap::new(),
+            peers: BTreeMap::new(),
         }
     }
 
@@ -208,6 +226,20 @@ impl RunPlan {
                                 }
                             }
                             MatrixKind::Basics => {}
+                            MatrixKind::Sweep => {
+                                for device in &self.devices {
+                                    let peer_cpu = if direction == SWEEP_ALLGATHER {
+                                        match self.peers.get(device) {
+                                            Some(p) => Some(p.cpu),
+                                            None => continue,
+                                        }
+                                    } else {
+                                        None
+                                    };
+                                    slots
+                                        .push(slot(cpu, peer_cpu, device, size, direction, memory));
+                                }
+                            }
                             MatrixKind::Pair => {
                                 for &peer in &self.cpus {
                                     for pair in &self.pairs {
@@ -232,11 +264,15 @@ impl RunPlan {
 
     /// Slots per pass (`usize::MAX` for a plan of more: a run.json no run could finish).
     pub fn cells_per_pass(&self) -> usize {
+        if self.probe == MatrixKind::Sweep {
+            return self.sweep_slots_per_pass();
+        }
         let columns = match self.probe {
             MatrixKind::H2d => self.devices.len(),
             MatrixKind::Pair => self.pairs.len().saturating_mul(self.cpus.len()),
             // Small by construction (devices x 4 measurements): counted.
             MatrixKind::Basics => return self.basics_slots("", 0).len(),
+            MatrixKind::Sweep => 0, // counted above
         };
         [
             columns,
@@ -246,6 +282,30 @@ impl RunPlan {
         ]
         .iter()
         .fold(self.cpus.len(), |n, &m| n.saturating_mul(m))
+    }
+
+    /// A sweep's slots per pass: every copy operation on every device, allgather on the
+    /// devices with a peer, per CPU, size and host memory (saturating).
+    fn sweep_slots_per_pass(&self) -> usize {
+        let with_peer = self
+            .devices
+            .iter()
+            .filter(|d| self.peers.contains_key(*d))
+            .count();
+        let columns = self
+            .directions
+            .iter()
+            .map(|d| {
+                if d == SWEEP_ALLGATHER {
+                    with_peer
+                } else {
+                    self.devices.len()
+                }
+            })
+            .fold(0usize, |n, m| n.saturating_add(m));
+        [columns, self.sizes_bytes.len(), self.host_memories.len()]
+            .iter()
+            .fold(self.cpus.len(), |n, &m| n.saturating_mul(m))
     }
 
     /// Every slot of the run (saturating, like [`RunPlan::cells_per_pass`]).
@@ -638,6 +698,56 @@ mod tests {
         p.directions.pop();
         p.device_cpus.remove("2");
         assert_eq!(p.pass_slots("idle", 0).len(), 2 * 3);
+    }
+
+    #[test]
+    fn sweep_slots_give_allgather_points_only_to_devices_with_a_peer() {
+        let mut p = plan();
+        p.probe = MatrixKind::Sweep;
+        p.cpus = vec![3];
+        p.directions = vec!["h2d".into(), "d2d".into(), SWEEP_ALLGATHER.into()];
+        p.peers = BTreeMap::from([
+            (
+                "0".to_string(),
+                SweepPeer {
+                    device: "2".into(),
+                    cpu: 9,
+                },
+            ),
+            (
+                "2".to_string(),
+                SweepPeer {
+                    device: "0".into(),
+                    cpu: 3,
+                },
+            ),
+        ]);
+        let slots = p.pass_slots("idle", 0);
+        // 2 sizes x (3 devices x 2 copy operations + 2 allgather devices).
+        assert_eq!(slots.len(), 2 * (3 * 2 + 2));
+        assert_eq!(p.cells_per_pass(), slots.len());
+        let gathers: Vec<(&str, Option<u32>)> = slots
+            .iter()
+            .filter(|s| s.direction == SWEEP_ALLGATHER)
+            .map(|s| (s.device.as_str(), s.peer_cpu))
+            .collect();
+        assert_eq!(
+            gathers,
+            [
+                ("0", Some(9)),
+                ("2", Some(3)),
+                ("0", Some(9)),
+                ("2", Some(3))
+            ]
+        );
+        assert!(slots
+            .iter()
+            .all(|s| (s.direction == SWEEP_ALLGATHER) == s.peer_cpu.is_some()));
+        // A run.json of an older chd (no peers) still loads.
+        let mut old = serde_json::to_value(run_file()).unwrap();
+        old["plan"].as_object_mut().unwrap().remove("peers");
+        let back: RunFile = serde_json::from_value(old).unwrap();
+        assert!(back.plan.peers.is_empty());
     }
 
     #[test]

@@ -1,11 +1,12 @@
-//! Probes: measuring one cell of a matrix on a thread bound to the cell's CPU, and
-//! one-shot runs over a list of cells.
+//! Probes: measuring one cell of a matrix (or one point of a size curve) on a thread bound
+//! to the cell's CPU, and one-shot runs over a list of cells.
 
 pub mod basics;
 pub mod execute;
 pub mod h2d;
 pub mod oneshot;
 pub mod pairs;
+pub mod sweep;
 
 use crate::runtime::Direction;
 use crate::store::CellKey;

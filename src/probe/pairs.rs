@@ -38,15 +38,22 @@ fn pci_path(sysfs: &Path, bdf: &str) -> Vec<String> {
 
 /// Device 0's farthest peer.
 pub fn farthest_from_first(devices: &[DeviceInfo], sysfs: &Path) -> Option<String> {
-    let first = devices.first()?;
-    let home = pci_path(sysfs, &first.pci_bus_id);
-    devices[1..]
+    farthest_peer(devices, &devices.first()?.id, sysfs)
+}
+
+/// The farthest peer of `device` among `devices`: the fewest shared bridges in the sysfs
+/// device path, then another NUMA node, then the highest index.
+pub fn farthest_peer(devices: &[DeviceInfo], device: &str, sysfs: &Path) -> Option<String> {
+    let me = devices.iter().find(|d| d.id == device)?;
+    let home = pci_path(sysfs, &me.pci_bus_id);
+    devices
         .iter()
         .enumerate()
+        .filter(|(_, d)| d.id != device)
         .max_by_key(|(i, d)| {
             let path = pci_path(sysfs, &d.pci_bus_id);
             let shared = home.iter().zip(&path).take_while(|(a, b)| a == b).count();
-            let other_node = d.numa_node.is_some() && d.numa_node != first.numa_node;
+            let other_node = d.numa_node.is_some() && d.numa_node != me.numa_node;
             (std::cmp::Reverse(shared), other_node, *i)
         })
         .map(|(_, d)| d.id.clone())
@@ -170,6 +177,11 @@ mod tests {
             dev("3", "0000:1c:00.0", 0),
         ];
         assert_eq!(farthest_from_first(&list, tmp.path()).as_deref(), Some("2"));
+        // Device 2's farthest: every other device is behind the other host bridge and on
+        // the other node; the highest index wins.
+        assert_eq!(farthest_peer(&list, "2", tmp.path()).as_deref(), Some("3"));
+        assert_eq!(farthest_peer(&list, "1", tmp.path()).as_deref(), Some("2"));
+        assert_eq!(farthest_peer(&list, "9", tmp.path()), None);
         assert_eq!(
             resolve(
                 &[

@@ -175,6 +175,7 @@ fn from_dataset(ds: crate::report::dataset::Dataset, keep: usize) -> Replay {
                 MatrixKind::H2d => "h2d",
                 MatrixKind::Pair => "pair",
                 MatrixKind::Basics => "basics",
+                MatrixKind::Sweep => "sweep",
             };
             c.errors.iter().map(move |_| RecordedError {
                 probe,

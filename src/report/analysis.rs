@@ -235,6 +235,7 @@ mod tests {
                     assert_eq!(slow, [(0, 3)]);
                 }
                 MatrixKind::Basics => panic!("a recording has no basics cells"),
+                MatrixKind::Sweep => unreachable!("no sweep cells in this dataset"),
             }
         }
         // What differs is what a store keeps of failures: attempts since the last success.

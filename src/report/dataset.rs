@@ -54,7 +54,7 @@ enum Fate {
     Pair(u32),
     OtherLoad,
     OtherDirection,
-    /// A cell of a kind a store does not hold (basics).
+    /// A cell of a kind a store does not hold: a basics cell, a point of a size curve.
     OtherKind(MatrixKind),
     OtherPairSize,
 }
@@ -231,6 +231,17 @@ impl Dataset {
                     meta.push(("matmul".into(), format!("{n} x {n} f32 (SGEMM)")));
                 }
             }
+            MatrixKind::Sweep => {
+                meta.push(("devices".into(), plan.devices.join(", ")));
+                if !plan.peers.is_empty() {
+                    let peers: Vec<String> = plan
+                        .peers
+                        .iter()
+                        .map(|(d, p)| format!("{d} with {} (rank 1 on CPU {})", p.device, p.cpu))
+                        .collect();
+                    meta.push(("allgather peers".into(), peers.join("; ")));
+                }
+            }
         }
         if !run.pair_methods.is_empty() {
             let methods: Vec<String> = run
@@ -243,7 +254,14 @@ impl Dataset {
         let sizes: Vec<String> = plan.sizes_bytes.iter().map(|s| size_label(*s)).collect();
         meta.extend([
             ("sizes".to_string(), sizes.join(", ")),
-            ("directions".to_string(), plan.directions.join(", ")),
+            (
+                match plan.probe {
+                    MatrixKind::Sweep => "operations",
+                    _ => "directions",
+                }
+                .to_string(),
+                plan.directions.join(", "),
+            ),
             ("host memory".to_string(), plan.host_memories.join(", ")),
             (
                 "per sample".to_string(),
@@ -255,6 +273,7 @@ impl Dataset {
                         MatrixKind::H2d => "copies",
                         MatrixKind::Pair => "operations per rank",
                         MatrixKind::Basics => "operations",
+                        MatrixKind::Sweep => "copies (operations per rank for allgather)",
                     }
                 ),
             ),
@@ -487,6 +506,12 @@ impl Dataset {
                 id.load
             ),
             MatrixKind::Basics => format!("Basics {}, load {}", id.direction, id.load),
+            MatrixKind::Sweep => format!(
+                "Sweep {} {}, load {}",
+                id.direction,
+                size_label(id.size_bytes),
+                id.load
+            ),
         }
     }
 
@@ -579,11 +604,17 @@ impl Dataset {
         }
         let mut out = Vec::new();
         for (kind, n) in other_kinds {
-            out.push(format!(
-                "{n} {} cells are not served (a store holds core x device and core-pair \
-                 matrices)",
-                kind.as_str()
-            ));
+            out.push(match kind {
+                MatrixKind::Sweep => format!(
+                    "{n} size-curve points (chd probe sweep) are not served (a store holds no \
+                     size curves)"
+                ),
+                kind => format!(
+                    "{n} {} cells are not served (a store holds core x device and core-pair \
+                     matrices)",
+                    kind.as_str()
+                ),
+            });
         }
         for (load, n) in other_loads {
             out.push(format!(

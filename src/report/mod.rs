@@ -1,8 +1,9 @@
 //! Reports of measured matrices (`chd report`, and the end of `chd probe --out`): from a run
 //! directory or a ClusterHealthDetect recording to `summary.md`, `cells.csv`, one heatmap
 //! picture per matrix (`h2d_<size>.png`, `pair_<a>-<b>_<size>.png`), `basics.csv` for a
-//! basics run, and `report.xlsx`; plus
-//! the SVG heatmaps `chd serve` shows at `/matrix`.
+//! basics run, and `report.xlsx`; plus the SVG heatmaps `chd serve` shows at `/matrix`. A
+//! sweep run's size curves get `sweep.csv`, `sweep.png` and a section of `summary.md` instead
+//! of heatmaps.
 //!
 //! Everything is made from the neutral [`dataset::Dataset`]; [`crate::analysis`] computes
 //! (on [`analysis::cells`]), the other modules only render.
@@ -15,6 +16,8 @@ pub mod heatmap;
 pub mod png;
 pub mod summary;
 pub mod svg;
+pub mod sweep;
+pub mod sweep_png;
 pub mod xlsx;
 
 use std::collections::BTreeMap;
@@ -130,7 +133,7 @@ pub fn heatmaps(ds: &Dataset) -> Vec<(String, Heatmap, dataset::MatrixId)> {
                 MatrixKind::H2d => Heatmap::h2d(title, &cells, &numa, &axes),
                 MatrixKind::Pair => Heatmap::pair(title, &cells, &numa, &axes),
                 // Not a CPU matrix: `matrices` leaves it out.
-                MatrixKind::Basics => return None,
+                MatrixKind::Basics | MatrixKind::Sweep => return None,
             };
             Some((ds.matrix_name(id), map, id.clone()))
         })
@@ -170,6 +173,25 @@ pub fn write(ds: &Dataset, out: &Path) -> Result<Written, ReportError> {
     files.push(save(out.join(CSV_FILE), &csv::render(ds))?);
     if let Some(text) = basics::csv(ds) {
         files.push(save(out.join(basics::CSV_FILE), &text)?);
+    }
+    let curves = sweep::curves(ds);
+    if !curves.is_empty() {
+        files.push(save(
+            out.join(sweep::SWEEP_CSV),
+            &sweep::render_csv(&curves),
+        )?);
+        let path = out.join(sweep::SWEEP_PNG);
+        let host = ds
+            .meta
+            .iter()
+            .find(|(k, _)| k == "host")
+            .map(|(_, v)| v.as_str());
+        let title = match host {
+            Some(h) => format!("Size curves, {h}"),
+            None => "Size curves".to_string(),
+        };
+        sweep_png::write(&curves, &title, &path)?;
+        files.push(path);
     }
     files.push(save(
         out.join(SUMMARY_FILE),

@@ -16,7 +16,7 @@ use super::heatmap::{cell_colour, colour, EMPTY, FAILED};
 use crate::analysis::heatmap::{ticks, Heatmap};
 
 const FONT: &[u8] = include_bytes!("font/DejaVuSans.ttf");
-const FAMILY: &str = "sans-serif";
+pub(super) const FAMILY: &str = "sans-serif";
 
 /// Why a picture could not be drawn.
 #[derive(Debug, thiserror::Error)]
@@ -26,7 +26,7 @@ pub struct DrawError {
     pub detail: String,
 }
 
-fn register_font() -> Result<(), String> {
+pub(super) fn register_font() -> Result<(), String> {
     static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
     REGISTERED
         .get_or_init(|| {

@@ -154,6 +154,7 @@ pub fn findings(ds: &Dataset) -> Vec<String> {
                     rest.push(failure_line(a.failures.len(), a.cells, &title));
                 }
             }
+            MatrixKind::Sweep => {}
             MatrixKind::Pair => {
                 let a = PairMatrix::of(&super::analysis::cells(&cells), &numa);
                 for rank in [0u8, 1] {
@@ -209,6 +210,7 @@ pub fn findings(ds: &Dataset) -> Vec<String> {
     if let Some(table) = super::basics::table(ds) {
         out.extend(table.findings());
     }
+    out.extend(super::sweep::findings(&super::sweep::curves(ds)));
     let unbindable: Vec<u32> = ds.affinity.iter().filter(|a| !a.1).map(|a| a.0).collect();
     if !unbindable.is_empty() {
         out.push(format!(
@@ -549,11 +551,15 @@ pub fn render(ds: &Dataset, pictures: &BTreeMap<MatrixId, String>) -> String {
                 let a = PairMatrix::of(&super::analysis::cells(&cells), &numa);
                 pair_section(&mut s, id, &a, picture)
             }
-            // Not a CPU matrix: `basics::section` below.
-            MatrixKind::Basics => {}
+            // Not CPU matrices: their sections below.
+            MatrixKind::Basics | MatrixKind::Sweep => {}
         }
     }
     super::basics::section(&mut s, ds);
+    let curves = super::sweep::curves(ds);
+    if !curves.is_empty() {
+        s.push_str(&super::sweep::section(ds, &curves, super::sweep::SWEEP_PNG));
+    }
     load_section(&mut s, ds);
     if !ds.affinity.is_empty() {
         let ok = ds.affinity.iter().filter(|a| a.1).count();

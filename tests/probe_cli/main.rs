@@ -1,7 +1,7 @@
 //! `chd probe` end to end through the real binary: a run directory with its report on this
 //! machine (host backend), resume after SIGKILL and after Ctrl-C with no sample measured
 //! twice or lost, load profiles, a planted slow device through the fake CUDA runtime, the
-//! affinity probe, and the errors a user can make.
+//! affinity probe, size curves (`chd probe sweep`), and the errors a user can make.
 
 #[path = "../support/chd_process.rs"]
 mod chd_process;
@@ -17,3 +17,4 @@ mod host;
 mod pair;
 mod pair_resume;
 mod resume;
+mod sweep;

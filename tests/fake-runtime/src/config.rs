@@ -193,6 +193,12 @@ pub struct Config {
     /// `CHD_FAKE_PIN_SLEEP`: whether a pinned allocation also sleeps its simulated cost in
     /// wall time (else it is only accounted in `chd_fake_simulated_ns`).
     pub pin_sleep: bool,
+    /// `CHD_FAKE_COPY_LATENCY_US`: fixed virtual time added to every timed copy,
+    /// microseconds (0: none).
+    pub copy_latency_us: f64,
+    /// `CHD_FAKE_SIZE_DIP`: (copy size in bytes, bandwidth factor) rules, applied to timed
+    /// copies of exactly that size.
+    pub size_dips: Vec<(u64, f64)>,
 }
 
 impl Config {
@@ -239,8 +245,48 @@ impl Default for Config {
             abort_hang_ms: 0,
             pin_ms_per_mib: 0.0,
             pin_sleep: false,
+            copy_latency_us: 0.0,
+            size_dips: Vec::new(),
         }
     }
+}
+
+/// A copy size: a bare number of bytes, or `KiB`, `MiB`, `GiB` (binary).
+fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("bad size {text:?}: expected e.g. 32MiB or 4096"))?;
+    let shift = match unit.trim() {
+        "" => 0,
+        "KiB" => 10,
+        "MiB" => 20,
+        "GiB" => 30,
+        other => {
+            return Err(format!(
+                "bad size unit {other:?} in {text:?}: KiB, MiB or GiB"
+            ))
+        }
+    };
+    n.checked_mul(1 << shift)
+        .filter(|b| *b > 0)
+        .ok_or_else(|| format!("bad size {text:?}: zero or too large"))
+}
+
+/// `CHD_FAKE_SIZE_DIP`: `;`-separated `SIZE=FACTOR` rules, e.g. `32MiB=0.1;4096=0.5`.
+pub fn parse_size_dips(text: &str) -> Result<Vec<(u64, f64)>, String> {
+    text.split(';')
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+        .map(|rule| {
+            let (size, factor) = rule
+                .split_once('=')
+                .ok_or_else(|| format!("rule {rule:?} is not SIZE=FACTOR"))?;
+            Ok((parse_size(size)?, parse_positive(factor, "dip factor")?))
+        })
+        .collect()
 }
 
 fn parse_gbps(text: &str) -> Result<f64, String> {
@@ -607,7 +653,26 @@ impl Config {
             cfg.pin_sleep = parse_switch(v)?;
             Ok(())
         });
+        field("CHD_FAKE_COPY_LATENCY_US", "0", &mut |v| {
+            cfg.copy_latency_us = parse_non_negative(v, "microseconds")?;
+            Ok(())
+        });
+        field("CHD_FAKE_SIZE_DIP", "none", &mut |v| {
+            cfg.size_dips = parse_size_dips(v)?;
+            Ok(())
+        });
         cfg
+    }
+
+    /// Virtual nanoseconds of one timed copy of `bytes` at `gbps`: `bytes / (gbps x the
+    /// first CHD_FAKE_SIZE_DIP factor for exactly this size)` plus `CHD_FAKE_COPY_LATENCY_US`.
+    pub fn copy_ns(&self, bytes: u64, gbps: f64) -> f64 {
+        let dip = self
+            .size_dips
+            .iter()
+            .find(|(size, _)| *size == bytes)
+            .map_or(1.0, |(_, f)| *f);
+        bytes as f64 / (gbps * dip) + self.copy_latency_us * 1e3
     }
 
     /// Bandwidth in GB/s for a copy on `device` issued from `cpu`.
@@ -904,6 +969,35 @@ mod tests {
         assert_eq!(warnings.len(), 3, "{warnings:?}");
         assert_eq!(cfg, Config::default());
         assert!(parse_device_pairs("4,4").is_err());
+    }
+
+    #[test]
+    fn copy_latency_and_size_dips() {
+        let (cfg, warnings) = from(&[]);
+        assert!(warnings.is_empty());
+        assert_eq!(
+            cfg.copy_ns(1000, 10.0),
+            100.0,
+            "no latency, no dip by default"
+        );
+        let (cfg, warnings) = from(&[
+            ("CHD_FAKE_COPY_LATENCY_US", "20"),
+            ("CHD_FAKE_SIZE_DIP", "8MiB=0.1; 4096=0.5"),
+        ]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(cfg.size_dips, [(8 << 20, 0.1), (4096, 0.5)]);
+        assert_eq!(cfg.copy_ns(1000, 10.0), 100.0 + 20_000.0);
+        assert_eq!(cfg.copy_ns(4096, 1.0), 8192.0 + 20_000.0);
+        let eight = (8u64 << 20) as f64;
+        assert!((cfg.copy_ns(8 << 20, 10.0) - (eight / 1.0 + 20_000.0)).abs() < 1e-6);
+        let (cfg, warnings) = from(&[
+            ("CHD_FAKE_COPY_LATENCY_US", "-1"),
+            ("CHD_FAKE_SIZE_DIP", "32MB=0.1"),
+        ]);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert_eq!(cfg, Config::default());
+        assert!(parse_size_dips("1MiB=0").is_err());
+        assert!(parse_size_dips("1MiB").is_err());
     }
 
     #[test]

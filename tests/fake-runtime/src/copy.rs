@@ -10,7 +10,9 @@
 //! `CHD_FAKE_STAGED_GBPS`, and ACL refuses it. Peer copies obey `CHD_FAKE_PAIR_FAIL` and
 //! `CHD_FAKE_PAIR_HANG_MS`. Everything else runs
 //! at the `CHD_FAKE_SLOW_CPUS` / `CHD_FAKE_H2D_GBPS` rate of the device it is timed on, times
-//! `CHD_FAKE_LOAD_COPY_FACTOR` while a cuBLAS gemm is in flight on that device.
+//! `CHD_FAKE_LOAD_COPY_FACTOR` while a cuBLAS gemm is in flight on that device. Every timed
+//! copy also takes `CHD_FAKE_COPY_LATENCY_US` and runs at its size's `CHD_FAKE_SIZE_DIP`
+//! factor (see `Config::copy_ns`).
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -222,8 +224,8 @@ pub unsafe fn copy(
             None if crate::cublas::loaded(dev) => cfg.gbps(dev, cpu) * cfg.load_copy_factor,
             None => cfg.gbps(dev, cpu),
         };
-        // bytes / (GB/s) = nanoseconds.
-        let ns = count as f64 / gbps;
+        // bytes / (GB/s) = nanoseconds, plus the fixed cost of a copy, with the size's dip.
+        let ns = cfg.copy_ns(count as u64, gbps);
         crate::cost::charge_copy(ns);
         if peer.is_none() {
             let host = if d == Location::Host {

@@ -1,0 +1,356 @@
+//! Size curves (`chd probe sweep`): for each operation and device, every size's median and
+//! spread, the points to re-measure, the dips and the plateau. The definitions are here once;
+//! `sweep.csv`, `sweep.png`, `summary.md` and the findings all read them from a [`Curve`].
+//!
+//! - **Spread** of a point: `(max - min) / median` of its samples ([`spread`]); a point whose
+//!   spread is above [`REMEASURE_SPREAD`] is flagged "re-measure" (its samples disagree too
+//!   much for its median to be trusted).
+//! - **Dip**: a measured point below [`DIP_RATIO`] x the lower of the best point at smaller
+//!   sizes and the best point at larger sizes: the curve is well above it on both sides. Two
+//!   adjacent low points (32 and 64 MiB both reading 3 GB/s on a 27 GB/s curve) are both
+//!   dips; the first and the last size never are.
+//! - **Plateau**: the smallest size from which every measured point that is not a dip stays
+//!   within [`PLATEAU_BAND`] of the curve's maximum (the maximum over those points); none
+//!   when the largest size is already below that band (the curve falls at its end).
+
+use std::collections::BTreeMap;
+
+use crate::stats;
+use crate::topology::natural::natural_key;
+
+/// A point whose spread is above this is flagged to be re-measured.
+pub const REMEASURE_SPREAD: f64 = 0.10;
+/// The plateau: within this fraction of the curve's maximum.
+pub const PLATEAU_BAND: f64 = 0.05;
+/// A dip: below this fraction of the curve on both sides.
+pub const DIP_RATIO: f64 = 0.8;
+/// The start of the message of a failure whose reason is `unsupported`
+/// (`runtime::ProbeError::Unsupported`'s text).
+const UNSUPPORTED_PREFIX: &str = "not supported:";
+
+/// `(max - min) / median` of `samples`; none with fewer than two samples or a median that is
+/// not positive.
+pub fn spread(samples: &[f64]) -> Option<f64> {
+    if samples.len() < 2 {
+        return None;
+    }
+    let median = stats::median(samples).filter(|m| *m > 0.0)?;
+    let max = samples.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let min = samples.iter().copied().fold(f64::INFINITY, f64::min);
+    Some((max - min) / median)
+}
+
+/// Whether a failure's message says the backend cannot do the operation at all.
+pub fn is_unsupported(error: &str) -> bool {
+    error.starts_with(UNSUPPORTED_PREFIX)
+}
+
+/// One measured size of one curve, as a report's dataset or a test holds it.
+#[derive(Debug, Clone, Copy)]
+pub struct PointInput<'a> {
+    /// `h2d`, `d2h`, `d2d`, `allgather`.
+    pub op: &'a str,
+    pub device: &'a str,
+    pub size_bytes: u64,
+    /// Bytes per second of each successful sample.
+    pub samples: &'a [f64],
+    /// Each failed sample's message.
+    pub errors: &'a [String],
+}
+
+/// One size of a curve.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Point {
+    pub size_bytes: u64,
+    /// Median bytes per second; none when no sample succeeded.
+    pub median: Option<f64>,
+    /// See [`spread`].
+    pub spread: Option<f64>,
+    pub samples: usize,
+    pub failed: usize,
+    pub last_error: Option<String>,
+    /// Every sample failed because the backend cannot do the operation.
+    pub unsupported: bool,
+    /// The spread is above [`REMEASURE_SPREAD`].
+    pub remeasure: bool,
+    /// See the module's definition.
+    pub dip: bool,
+}
+
+/// One operation's curve on one device, sizes ascending.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Curve {
+    pub op: String,
+    pub device: String,
+    pub points: Vec<Point>,
+    /// Highest median among the points that are not dips.
+    pub max: Option<f64>,
+    /// See the module's definition.
+    pub plateau: Option<u64>,
+}
+
+impl Curve {
+    /// Every point failed, and each as unsupported: the backend cannot do this operation.
+    pub fn unsupported(&self) -> bool {
+        !self.points.is_empty() && self.points.iter().all(|p| p.unsupported)
+    }
+
+    pub fn dips(&self) -> impl Iterator<Item = &Point> {
+        self.points.iter().filter(|p| p.dip)
+    }
+
+    pub fn to_remeasure(&self) -> impl Iterator<Item = &Point> {
+        self.points.iter().filter(|p| p.remeasure)
+    }
+
+    /// Points without a value that failed for another reason than `unsupported`.
+    pub fn failed(&self) -> impl Iterator<Item = &Point> {
+        self.points
+            .iter()
+            .filter(|p| p.median.is_none() && !p.unsupported)
+    }
+
+    /// The measured neighbours of the point at `size_bytes`: the best medians at smaller and
+    /// at larger sizes (what a dip is compared with).
+    pub fn around(&self, size_bytes: u64) -> (Option<f64>, Option<f64>) {
+        let best = |it: &mut dyn Iterator<Item = &Point>| {
+            it.filter_map(|p| p.median)
+                .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
+        };
+        (
+            best(&mut self.points.iter().filter(|p| p.size_bytes < size_bytes)),
+            best(&mut self.points.iter().filter(|p| p.size_bytes > size_bytes)),
+        )
+    }
+}
+
+/// Rank of an operation in the report's order.
+fn op_rank(op: &str) -> usize {
+    ["h2d", "d2h", "d2d", "allgather"]
+        .iter()
+        .position(|o| *o == op)
+        .unwrap_or(usize::MAX)
+}
+
+/// The curves of `points`, by operation (h2d, d2h, d2d, allgather, then others by name) and
+/// device (natural order). Points of one (operation, device, size) are merged.
+pub fn curves(points: &[PointInput]) -> Vec<Curve> {
+    /// (operation rank, operation, device).
+    type Key<'a> = (usize, &'a str, &'a str);
+    /// Size -> (samples, failure messages).
+    type Sizes<'a> = BTreeMap<u64, (Vec<f64>, Vec<&'a String>)>;
+    let mut grouped: BTreeMap<Key, Sizes> = BTreeMap::new();
+    for p in points {
+        let e = grouped
+            .entry((op_rank(p.op), p.op, p.device))
+            .or_default()
+            .entry(p.size_bytes)
+            .or_default();
+        e.0.extend_from_slice(p.samples);
+        e.1.extend(p.errors.iter());
+    }
+    let mut out: Vec<Curve> = grouped
+        .into_iter()
+        .map(|((_, op, device), sizes)| {
+            let points = sizes
+                .into_iter()
+                .map(|(size_bytes, (samples, errors))| {
+                    let spread = spread(&samples);
+                    Point {
+                        size_bytes,
+                        median: stats::median(&samples),
+                        spread,
+                        samples: samples.len(),
+                        failed: errors.len(),
+                        last_error: errors.last().map(|e| e.to_string()),
+                        unsupported: samples.is_empty()
+                            && !errors.is_empty()
+                            && errors.iter().all(|e| is_unsupported(e)),
+                        remeasure: spread.is_some_and(|s| s > REMEASURE_SPREAD),
+                        dip: false,
+                    }
+                })
+                .collect();
+            shape(op, device, points)
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        (op_rank(&a.op), &a.op, natural_key(&a.device)).cmp(&(
+            op_rank(&b.op),
+            &b.op,
+            natural_key(&b.device),
+        ))
+    });
+    out
+}
+
+/// Mark the dips and find the maximum and the plateau of points sorted by size.
+fn shape(op: &str, device: &str, mut points: Vec<Point>) -> Curve {
+    let medians: Vec<Option<f64>> = points.iter().map(|p| p.median).collect();
+    let best = |range: &[Option<f64>]| {
+        range
+            .iter()
+            .flatten()
+            .copied()
+            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
+    };
+    for (i, p) in points.iter_mut().enumerate() {
+        let Some(v) = p.median else { continue };
+        if let (Some(before), Some(after)) = (best(&medians[..i]), best(&medians[i + 1..])) {
+            p.dip = v < DIP_RATIO * before.min(after);
+        }
+    }
+    let steady: Vec<(u64, f64)> = points
+        .iter()
+        .filter(|p| !p.dip)
+        .filter_map(|p| p.median.map(|m| (p.size_bytes, m)))
+        .collect();
+    let max = steady
+        .iter()
+        .map(|s| s.1)
+        .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+    let plateau = max.and_then(|max| {
+        let floor = (1.0 - PLATEAU_BAND) * max;
+        steady
+            .iter()
+            .rev()
+            .take_while(|(_, v)| *v >= floor)
+            .last()
+            .map(|(size, _)| *size)
+    });
+    Curve {
+        op: op.to_string(),
+        device: device.to_string(),
+        points,
+        max,
+        plateau,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn input<'a>(
+        op: &'a str,
+        device: &'a str,
+        size_bytes: u64,
+        samples: &'a [f64],
+        errors: &'a [String],
+    ) -> PointInput<'a> {
+        PointInput {
+            op,
+            device,
+            size_bytes,
+            samples,
+            errors,
+        }
+    }
+
+    #[test]
+    fn spread_is_the_range_over_the_median() {
+        assert_eq!(spread(&[9.0, 10.0, 11.0]), Some(0.2));
+        assert_eq!(spread(&[10.0, 10.0]), Some(0.0));
+        assert_eq!(spread(&[10.0]), None);
+        assert_eq!(spread(&[]), None);
+        assert_eq!(spread(&[0.0, 0.0]), None);
+    }
+
+    #[test]
+    fn a_knee_a_plateau_and_two_adjacent_dips() {
+        // 1..256 MiB: rising to a plateau from 64 MiB (26, 27, 27 GB/s), with 16 and 32 MiB
+        // reading 2.8 and 3.2 (the A3 node, smaller).
+        let values = [4.0, 8.0, 14.0, 20.0, 2.8, 3.2, 26.0, 27.0, 27.0];
+        let samples: Vec<Vec<f64>> = values.iter().map(|v| vec![v * 1e9; 3]).collect();
+        let points: Vec<PointInput> = samples
+            .iter()
+            .enumerate()
+            .map(|(i, s)| input("h2d", "0", MIB << i, s, &[]))
+            .collect();
+        let c = &curves(&points)[0];
+        let dips: Vec<u64> = c.dips().map(|p| p.size_bytes).collect();
+        assert_eq!(dips, [16 * MIB, 32 * MIB]);
+        assert_eq!(c.max, Some(27e9));
+        // 26 >= 0.95 x 27 = 25.65; 20 is not.
+        assert_eq!(c.plateau, Some(64 * MIB));
+        assert_eq!(c.around(16 * MIB), (Some(20e9), Some(27e9)));
+        assert_eq!(c.to_remeasure().count(), 0);
+    }
+
+    #[test]
+    fn a_monotone_curve_has_no_dip_and_a_falling_end_no_plateau() {
+        let rising: Vec<Vec<f64>> = [1.0, 2.0, 4.0, 8.0].iter().map(|v| vec![*v]).collect();
+        let points: Vec<PointInput> = rising
+            .iter()
+            .enumerate()
+            .map(|(i, s)| input("d2d", "1", MIB << i, s, &[]))
+            .collect();
+        let c = &curves(&points)[0];
+        assert_eq!(c.dips().count(), 0);
+        assert_eq!(c.plateau, Some(8 * MIB));
+        // The last point is far below the maximum: the curve has no plateau, and the last
+        // size is not a dip (nothing after it).
+        let falling: Vec<Vec<f64>> = [4.0, 8.0, 2.0].iter().map(|v| vec![*v]).collect();
+        let points: Vec<PointInput> = falling
+            .iter()
+            .enumerate()
+            .map(|(i, s)| input("d2d", "1", MIB << i, s, &[]))
+            .collect();
+        let c = &curves(&points)[0];
+        assert_eq!(c.dips().count(), 0);
+        assert_eq!(c.plateau, None);
+    }
+
+    #[test]
+    fn wide_points_are_flagged_and_failures_told_apart() {
+        let wide = [8e9, 10e9, 12e9];
+        let tight = [10e9, 10.2e9];
+        let unsupported =
+            vec![crate::runtime::ProbeError::Unsupported("no d2d".into()).to_string()];
+        let copy = vec!["copy failed: boom".to_string()];
+        let c = curves(&[
+            input("h2d", "0", MIB, &wide, &[]),
+            input("h2d", "0", 2 * MIB, &tight, &[]),
+            input("h2d", "0", 4 * MIB, &[], &copy),
+            input("d2d", "0", MIB, &[], &unsupported),
+            input("d2d", "0", 2 * MIB, &[], &unsupported),
+        ]);
+        assert_eq!(c.len(), 2);
+        let (h2d, d2d) = (&c[0], &c[1]);
+        assert_eq!((h2d.op.as_str(), d2d.op.as_str()), ("h2d", "d2d"));
+        let flagged: Vec<u64> = h2d.to_remeasure().map(|p| p.size_bytes).collect();
+        assert_eq!(flagged, [MIB]);
+        assert!((h2d.points[0].spread.unwrap() - 0.4).abs() < 1e-12);
+        assert_eq!(h2d.failed().count(), 1);
+        assert!(!h2d.unsupported());
+        assert!(d2d.unsupported());
+        assert_eq!(d2d.failed().count(), 0);
+        assert_eq!((d2d.max, d2d.plateau), (None, None));
+    }
+
+    #[test]
+    fn curves_come_in_operation_then_natural_device_order() {
+        let s = [1e9];
+        let c = curves(&[
+            input("allgather", "0", MIB, &s, &[]),
+            input("h2d", "10", MIB, &s, &[]),
+            input("h2d", "2", MIB, &s, &[]),
+            input("d2h", "0", MIB, &s, &[]),
+        ]);
+        let order: Vec<(&str, &str)> = c
+            .iter()
+            .map(|c| (c.op.as_str(), c.device.as_str()))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                ("h2d", "2"),
+                ("h2d", "10"),
+                ("d2h", "0"),
+                ("allgather", "0")
+            ]
+        );
+    }
+}
