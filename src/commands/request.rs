@@ -10,6 +10,7 @@ use chd::config::Layer;
 pub enum ProbeRequest {
     H2d(H2dRequest),
     Pair(PairRequest),
+    P2p(P2pRequest),
     Affinity(AffinityRequest),
 }
 
@@ -64,6 +65,15 @@ pub struct PairRequest {
     pub pairs: Vec<String>,
     /// Longest one cell may take, e.g. `30s`.
     pub timeout: Option<String>,
+}
+
+/// `chd probe p2p` as asked: `None` = not given. `run.cpus` is the one issuing CPU and
+/// `run.sizes` the one copy size.
+#[derive(Debug, Clone, Default)]
+pub struct P2pRequest {
+    pub run: RunOptions,
+    /// Comma-separated device labels, or `all`.
+    pub devices: Option<String>,
 }
 
 /// `chd probe affinity`.

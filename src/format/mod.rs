@@ -32,6 +32,10 @@ pub enum MatrixKind {
     /// Core-pair matrix of one device pair: `cpu` (rank 0) x `peer_cpu` (rank 1); `device`
     /// holds the pair, e.g. `0,5`.
     Pair,
+    /// Ordered device x device peer copy matrix (`chd probe p2p`): `device` holds the ordered
+    /// pair `SRC>DST` (e.g. `0>5`: device 0's memory copied into device 5's), `cpu` the CPU
+    /// of the one thread issuing every copy.
+    P2p,
 }
 
 impl MatrixKind {
@@ -39,6 +43,7 @@ impl MatrixKind {
         match self {
             MatrixKind::H2d => "h2d",
             MatrixKind::Pair => "pair",
+            MatrixKind::P2p => "p2p",
         }
     }
 }

@@ -234,6 +234,7 @@ mod tests {
                         .collect();
                     assert_eq!(slow, [(0, 3)]);
                 }
+                MatrixKind::P2p => panic!("this dataset has no p2p cells"),
             }
         }
         // What differs is what a store keeps of failures: attempts since the last success.

@@ -55,6 +55,8 @@ enum Fate {
     OtherLoad,
     OtherDirection,
     OtherPairSize,
+    /// A matrix kind no store holds yet (p2p).
+    OtherKind(MatrixKind),
 }
 
 /// Everything a report shows.
@@ -78,6 +80,10 @@ pub struct Dataset {
     pub partial: Option<String>,
     /// What the reader did or found that the reader of a report should know.
     pub notes: Vec<String>,
+    /// P2p runs: each ordered pair's PCIe path class (`run.json`'s `p2p_paths`).
+    pub p2p_paths: BTreeMap<String, String>,
+    /// P2p runs: how each ordered pair was measured (`copy`, `copy-staged`).
+    pub p2p_methods: BTreeMap<String, String>,
 }
 
 /// One sample on its way into a cell, borrowed from a run's record or a recording's sample.
@@ -104,7 +110,7 @@ impl MatrixId {
             && self.load == s.load
             && match (&self.pair, s.kind) {
                 (Some(pair), MatrixKind::Pair) => pair == s.device,
-                (None, MatrixKind::H2d) => true,
+                (None, MatrixKind::H2d | MatrixKind::P2p) => true,
                 _ => false,
             }
     }
@@ -218,8 +224,24 @@ impl Dataset {
         match plan.probe {
             MatrixKind::H2d => meta.push(("devices".into(), plan.devices.join(", "))),
             MatrixKind::Pair => meta.push(("pairs".into(), plan.pairs.join("; "))),
+            MatrixKind::P2p => meta.extend([
+                ("devices".into(), plan.devices.join(", ")),
+                ("ordered pairs".into(), plan.pairs.len().to_string()),
+            ]),
         }
-        if !run.pair_methods.is_empty() {
+        if plan.probe == MatrixKind::P2p {
+            let mut methods: BTreeMap<&str, usize> = BTreeMap::new();
+            for m in run.pair_methods.values() {
+                *methods.entry(m.as_str()).or_default() += 1;
+            }
+            if !methods.is_empty() {
+                let methods: Vec<String> = methods
+                    .iter()
+                    .map(|(m, n)| format!("{m}: {n} pairs"))
+                    .collect();
+                meta.push(("peer copy methods".into(), methods.join("; ")));
+            }
+        } else if !run.pair_methods.is_empty() {
             let methods: Vec<String> = run
                 .pair_methods
                 .iter()
@@ -239,7 +261,7 @@ impl Dataset {
                     plan.warmup,
                     plan.iterations,
                     match plan.probe {
-                        MatrixKind::H2d => "copies",
+                        MatrixKind::H2d | MatrixKind::P2p => "copies",
                         MatrixKind::Pair => "operations per rank",
                     }
                 ),
@@ -264,6 +286,10 @@ impl Dataset {
             devices: m.devices.clone(),
             ..Dataset::default()
         };
+        if plan.probe == MatrixKind::P2p {
+            ds.p2p_paths = run.p2p_paths.clone();
+            ds.p2p_methods = run.pair_methods.clone();
+        }
         ds.add_records(records);
         ds
     }
@@ -310,6 +336,8 @@ impl Dataset {
             partial: rec.partial,
             notes: rec.notes,
             cells: Vec::new(),
+            p2p_paths: BTreeMap::new(),
+            p2p_methods: BTreeMap::new(),
         };
         let mut index = CellIndex::of(&ds.cells);
         for s in rec.samples {
@@ -465,6 +493,11 @@ impl Dataset {
                 size_label(id.size_bytes),
                 id.load
             ),
+            MatrixKind::P2p => format!(
+                "P2P {} peer copies (source x destination device), load {}",
+                size_label(id.size_bytes),
+                id.load
+            ),
         }
     }
 
@@ -514,6 +547,7 @@ impl Dataset {
                         }
                         (MatrixKind::Pair, Some(_)) => Fate::OtherPairSize,
                         (MatrixKind::Pair, None) => Fate::OtherDirection,
+                        (MatrixKind::P2p, _) => Fate::OtherKind(MatrixKind::P2p),
                     }
                 };
                 (c, fate)
@@ -538,6 +572,7 @@ impl Dataset {
         let mut other_loads: BTreeMap<&str, usize> = BTreeMap::new();
         let mut directions: BTreeMap<&str, usize> = BTreeMap::new();
         let mut other_pair_sizes: BTreeMap<(&str, u64), usize> = BTreeMap::new();
+        let mut other_kinds: BTreeMap<MatrixKind, usize> = BTreeMap::new();
         for (c, fate) in self.fates() {
             match fate {
                 Fate::OtherLoad => *other_loads.entry(c.matrix.load.as_str()).or_default() += 1,
@@ -549,6 +584,7 @@ impl Dataset {
                         .entry((c.device.as_str(), c.matrix.size_bytes))
                         .or_default() += 1
                 }
+                Fate::OtherKind(kind) => *other_kinds.entry(kind).or_default() += 1,
                 Fate::H2d(_) | Fate::Pair(_) => {}
             }
         }
@@ -558,6 +594,13 @@ impl Dataset {
                 "{n} cells under load profile {load:?} are not served (a store holds one \
                  profile: {})",
                 served.unwrap_or("none")
+            ));
+        }
+        for (kind, n) in other_kinds {
+            out.push(format!(
+                "{n} {} cells are not served (a store holds core x device and core-pair \
+                 matrices)",
+                kind.as_str()
             ));
         }
         for (direction, n) in directions {
@@ -617,7 +660,10 @@ impl Dataset {
                         store.record_pair_sample(key.clone(), sample(v), keep);
                     }
                 }
-                Fate::OtherLoad | Fate::OtherDirection | Fate::OtherPairSize => {}
+                Fate::OtherLoad
+                | Fate::OtherDirection
+                | Fate::OtherPairSize
+                | Fate::OtherKind(_) => {}
             }
         }
         if store.measured_cells().next().is_some() {

@@ -1,6 +1,7 @@
 //! Reports of measured matrices (`chd report`, and the end of `chd probe --out`): from a run
 //! directory or a ClusterHealthDetect recording to `summary.md`, `cells.csv`, one heatmap
-//! picture per matrix (`h2d_<size>.png`, `pair_<a>-<b>_<size>.png`) and `report.xlsx`; plus
+//! picture per matrix (`h2d_<size>.png`, `pair_<a>-<b>_<size>.png`, `p2p_<size>.png`),
+//! `p2p.csv` for peer copy runs, and `report.xlsx`; plus
 //! the SVG heatmaps `chd serve` shows at `/matrix`.
 //!
 //! Everything is made from the neutral [`dataset::Dataset`]; [`crate::analysis`] computes
@@ -28,6 +29,8 @@ use heatmap::Heatmap;
 pub const SUMMARY_FILE: &str = "summary.md";
 pub const CSV_FILE: &str = "cells.csv";
 pub const XLSX_FILE: &str = "report.xlsx";
+/// The peer copy pairs of a p2p run, with their path class, method and class median.
+pub const P2P_CSV_FILE: &str = "p2p.csv";
 
 /// Why a report could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -127,6 +130,7 @@ pub fn heatmaps(ds: &Dataset) -> Vec<(String, Heatmap, dataset::MatrixId)> {
             let map = match id.kind {
                 MatrixKind::H2d => Heatmap::h2d(title, &cells, &numa, &axes),
                 MatrixKind::Pair => Heatmap::pair(title, &cells, &numa, &axes),
+                MatrixKind::P2p => Heatmap::p2p(title, &cells, &[]),
             };
             (ds.matrix_name(id), map, id.clone())
         })
@@ -164,6 +168,9 @@ pub fn write(ds: &Dataset, out: &Path) -> Result<Written, ReportError> {
         files.push(path);
     }
     files.push(save(out.join(CSV_FILE), &csv::render(ds))?);
+    if let Some(text) = csv::render_p2p(ds) {
+        files.push(save(out.join(P2P_CSV_FILE), &text)?);
+    }
     files.push(save(
         out.join(SUMMARY_FILE),
         &summary::render(ds, &pictures),
