@@ -622,10 +622,12 @@ fn run_matrix(
             "{} of {} cells could not be measured{}; first: {at}: {}",
             failed.len(),
             ds.cells.len(),
-            if out.is_some() {
-                " (see \"Failed cells\" in summary.md)"
-            } else {
+            if out.is_none() {
                 ""
+            } else if first.matrix.kind == MatrixKind::P2p {
+                " (see \"Failed pairs\" in summary.md)"
+            } else {
+                " (see \"Failed cells\" in summary.md)"
             },
             first
                 .errors

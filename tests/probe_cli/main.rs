@@ -13,6 +13,7 @@ mod xlsx;
 mod common;
 mod fake_cuda;
 mod host;
+mod p2p;
 mod pair;
 mod pair_resume;
 mod resume;
