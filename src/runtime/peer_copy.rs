@@ -7,11 +7,14 @@
 //!
 //! The copy is `cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream)` /
 //! `aclrtMemcpyAsync(dst, n, src, n, ACL_MEMCPY_DEVICE_TO_DEVICE, stream)` through
-//! [`DeviceApi::copy_device_async`]. CUDA Runtime API (`cudaMemcpyPeerAsync`, "Copies memory
-//! from one device to memory on another device"; with unified addressing `cudaMemcpyAsync`
-//! device-to-device finds both devices from the pointers, as the pair probe's copy method
-//! already relies on): without peer access the runtime still copies, staged through host
-//! memory, so such a cell is measured and named `copy-staged`. CANN (`aclrtMemcpyAsync`,
+//! [`DeviceApi::copy_device_async`]. Checked against the CUDA Runtime API reference:
+//! `cudaMemcpyPeerAsync` "Copies memory from one device to memory on another device", and the
+//! Unified Addressing module says that with unified addressing (every 64-bit process on
+//! compute capability 2.0+) "it is not necessary to specify information about the pointers
+//! specified to cudaMemcpy() and other copy functions", so `cudaMemcpyAsync` device-to-device
+//! finds both devices from the pointers (the pair probe's copy method relies on the same).
+//! Without peer access the runtime still copies, staged through host memory, so such a cell
+//! is measured and named `copy-staged`. CANN (`aclrtMemcpyAsync`,
 //! `aclrtDeviceEnablePeerAccess`): a copy between devices needs peer access enabled first
 //! and has no staged fallback, so a refused pair is an error cell naming the refusal.
 

@@ -300,3 +300,45 @@ fn stdout_json_names_each_pair_and_bad_flags_are_clear() {
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn a_cut_short_run_resumes_without_measuring_a_pair_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().to_str().unwrap();
+    let mut args = quick(out_dir);
+    args.extend(["--devices", "0,1,4"]);
+    assert_ok(&p2p(&args, "cuda", &ENV));
+    let cells = dir.path().join("cells.jsonl");
+    let all = std::fs::read_to_string(&cells).unwrap();
+    let kept: Vec<&str> = all.lines().take(5).collect();
+    // As a kill leaves it: 5 whole lines and a torn sixth.
+    std::fs::write(
+        &cells,
+        format!("{}\n{{\"matrix\":\"p2p\",\"lo", kept.join("\n")),
+    )
+    .unwrap();
+
+    let out = p2p(
+        &["--size", "8MiB", "--out", out_dir, "--resume"],
+        "cuda",
+        &ENV,
+    );
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("--size differ from the run being resumed"),
+        "{stderr}"
+    );
+
+    assert_ok(&p2p(&["--out", out_dir, "--resume"], "cuda", &ENV));
+    let recs = records(dir.path());
+    assert_eq!(recs.len(), 6 * 2);
+    let slots: std::collections::BTreeSet<String> = recs.iter().map(crate::common::slot).collect();
+    assert_eq!(slots.len(), 6 * 2, "a slot measured twice");
+    let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+    assert_eq!(
+        class_medians(&summary),
+        [("PIX".to_string(), 20.0), ("SYS".to_string(), 6.0)],
+        "{summary}"
+    );
+}
