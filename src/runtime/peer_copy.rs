@@ -14,9 +14,12 @@
 //! specified to cudaMemcpy() and other copy functions", so `cudaMemcpyAsync` device-to-device
 //! finds both devices from the pointers (the pair probe's copy method relies on the same).
 //! Without peer access the runtime still copies, staged through host memory, so such a cell
-//! is measured and named `copy-staged`. CANN (`aclrtMemcpyAsync`,
-//! `aclrtDeviceEnablePeerAccess`): a copy between devices needs peer access enabled first
-//! and has no staged fallback, so a refused pair is an error cell naming the refusal.
+//! is measured and named `copy-staged`. CANN's `aclrtMemcpyAsync` (application development
+//! guide, CANN 6.0.1 and 8.0.0): kind `ACL_MEMCPY_DEVICE_TO_DEVICE` is "memory copy within a
+//! device or between devices", and "to perform memory copy between two devices, call
+//! aclrtDeviceCanAccessPeer ..., call aclrtDeviceEnablePeerAccess ..., and then call this
+//! API"; there is no staged fallback (the fake refuses such a copy), so a refused pair is an
+//! error cell naming the refusal.
 
 use super::device_copy::{
     alloc_error, copy_error, guard, stream_guard, timing_error, unless_lost, ApiError, DeviceApi,
