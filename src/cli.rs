@@ -236,6 +236,26 @@ pub enum ProbeCommand {
     /// size), sweep.png (GB/s over a log2 size axis) and summary.md are written to DIR, and
     /// chd report DIR writes them again.
     Sweep(Box<SweepArgs>),
+    /// The ordered device x device peer copy matrix: for every ordered pair SRC>DST of the
+    /// selected devices, one thread (bound to --cpu) copies --size bytes from a buffer on SRC
+    /// to a buffer on DST on a stream of SRC, timed with device events; each pair measured
+    /// --repeats times (every pass in a fresh random order). Peer access is enabled for the
+    /// pair where the runtime allows and disabled again after it; a CUDA pair whose peer
+    /// access is refused is still measured, staged through host memory, and recorded as
+    /// method copy-staged; an ACL pair whose peer access is refused fails with the refusal.
+    /// Each pair gets its PCIe path class from the sysfs PCI tree, as nvidia-smi topo -m
+    /// names them: PIX (one PCIe switch), PXB (several switches below one host bridge), PHB
+    /// (through a host bridge), NODE (host bridges of one NUMA node), SYS (across the CPU
+    /// interconnect), unknown (no PCI path).
+    ///
+    /// With --out DIR every sample is appended to DIR/cells.jsonl as it is measured (the plan,
+    /// path classes and methods are in DIR/run.json; cells are labelled SRC>DST, e.g. 0>5);
+    /// Ctrl-C stops after the cell in flight; --resume continues where the run stopped; at the
+    /// end the report is written to DIR: summary.md (medians per path class, pairs below 0.7 x
+    /// their class median, failed pairs), p2p.csv, cells.csv, p2p_<size>.png (source x
+    /// destination heatmap), report.xlsx. A failed pair costs only its cells; the run then
+    /// exits non-zero.
+    P2p(Box<P2pArgs>),
     /// Which CPUs a thread can really be bound to (bind, read back, restore), e.g. inside a
     /// container whose cpuset lists cores it cannot use.
     Affinity(AffinityArgs),
@@ -396,6 +416,36 @@ pub struct PairArgs {
     /// counts as failed, e.g. 30s, 500ms [default: 30s].
     #[arg(long, value_name = "DURATION")]
     pub timeout: Option<String>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct P2pArgs {
+    /// Devices, comma-separated runtime device labels (0,3,5), or all; every ordered pair of
+    /// two of them is measured [default: all].
+    #[arg(long, value_name = "LIST")]
+    pub devices: Option<String>,
+    /// Bytes of one copy (KiB, MiB, GiB; a bare number is MiB) [default: 256MiB].
+    #[arg(long, value_name = "SIZE")]
+    pub size: Option<String>,
+    /// The CPU the one issuing thread is bound to [default: the first CPU this process may
+    /// use].
+    #[arg(long, value_name = "CPU")]
+    pub cpu: Option<u32>,
+    /// Untimed copies before each sample [default: 2]. More than chd serve's 1 + 4: a
+    /// one-shot run has the node to itself and takes a cell's samples back to back, so each
+    /// sample averages more copies.
+    #[arg(long, value_name = "N")]
+    pub warmup: Option<u32>,
+    /// Timed copies per sample [default: 10] (chd serve: 4, see --warmup).
+    #[arg(long, alias = "iters", value_name = "N")]
+    pub iterations: Option<u32>,
+    /// Samples per pair; the pair's value is their median [default: 3]. Fewer than chd
+    /// serve keeps (5): these are taken now, one after another; serve's accrue over days,
+    /// one per window.
+    #[arg(long, alias = "samples", value_name = "K")]
+    pub repeats: Option<u32>,
     #[command(flatten)]
     pub run: RunArgs,
 }
@@ -674,8 +724,8 @@ impl Cli {
     /// `chd probe`'s flags as the library's request.
     pub fn probe_request(&self, probe: &ProbeCommand) -> crate::commands::request::ProbeRequest {
         use crate::commands::request::{
-            AffinityRequest, BasicsRequest, H2dRequest, PairRequest, ProbeRequest, RunOptions,
-            SweepRequest,
+            AffinityRequest, BasicsRequest, H2dRequest, P2pRequest, PairRequest, ProbeRequest,
+            RunOptions, SweepRequest,
         };
         match probe {
             ProbeCommand::H2d(a) => ProbeRequest::H2d(H2dRequest {
@@ -737,6 +787,17 @@ impl Cli {
                     .memory
                     .clone()
                     .or_else(|| a.run.runtime.host_memory.clone()),
+            }),
+            ProbeCommand::P2p(a) => ProbeRequest::P2p(P2pRequest {
+                run: RunOptions {
+                    cpus: a.cpu.map(|c| c.to_string()),
+                    sizes: a.size.clone().map(|s| vec![s]),
+                    warmup: a.warmup,
+                    iterations: a.iterations,
+                    repeats: a.repeats,
+                    ..a.run.options(self)
+                },
+                devices: a.devices.clone(),
             }),
             ProbeCommand::Affinity(a) => ProbeRequest::Affinity(AffinityRequest {
                 layer: self.global_layer(),
@@ -846,7 +907,7 @@ mod tests {
     #[test]
     fn probe_help_states_its_measurement_defaults_and_why_serve_differs() {
         use crate::commands::plan::{DEFAULT_ITERATIONS, DEFAULT_REPEATS, DEFAULT_WARMUP};
-        for kind in ["h2d", "pair"] {
+        for kind in ["h2d", "pair", "p2p"] {
             let help = long_help(&["probe", kind]);
             for stated in [
                 format!("before each sample [default: {DEFAULT_WARMUP}]. More than chd serve's"),

@@ -1,7 +1,8 @@
 //! One heatmap model for every renderer (PNG, SVG, workbook), whether the cells come from a
 //! report's dataset or the live store: row and column labels, NUMA groups, cells in GB/s,
 //! and the top of the colour scale. Rows are CPUs by NUMA node; columns are devices (core x
-//! device) or rank 1's CPUs (core pair).
+//! device) or rank 1's CPUs (core pair); a peer copy matrix has source devices as rows and
+//! destination devices as columns.
 
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
@@ -202,6 +203,38 @@ impl Heatmap {
         h
     }
 
+    /// Source device x destination device of an ordered peer copy matrix (cells labelled
+    /// `SRC>DST`), both in natural order of the devices the cells name, plus `devices`.
+    pub fn p2p<'a, C: Borrow<Cell<'a>>>(title: String, cells: &[C], devices: &[String]) -> Heatmap {
+        let cells: Vec<&Cell> = cells.iter().map(Borrow::borrow).collect();
+        let mut names: Vec<&str> = devices.iter().map(String::as_str).collect();
+        for c in &cells {
+            if let Some((s, d)) = super::p2p::split_label(c.device) {
+                names.extend([s, d]);
+            }
+        }
+        sort_natural(&mut names);
+        names.dedup();
+        let mut h = Heatmap::new(
+            title,
+            "source device",
+            "destination device",
+            names.iter().map(|d| d.to_string()).collect(),
+            names.iter().map(|d| d.to_string()).collect(),
+        );
+        let at: BTreeMap<&str, usize> = names.iter().enumerate().map(|(i, d)| (*d, i)).collect();
+        for c in cells {
+            let Some((s, d)) = super::p2p::split_label(c.device) else {
+                continue;
+            };
+            if let (Some(r), Some(k)) = (at.get(s), at.get(d)) {
+                h.cells[r * names.len() + k] = HeatCell::of(c);
+            }
+        }
+        h.rescale();
+        h
+    }
+
     /// The cell at row `r`, column `c`.
     pub fn get(&self, r: usize, c: usize) -> &HeatCell {
         &self.cells[r * self.cols.len() + c]
@@ -356,6 +389,26 @@ mod tests {
 
     fn cell(cpu: u32, device: &str, gbps: Option<f64>) -> Cell<'_> {
         Cell::test(cpu, device, gbps)
+    }
+
+    #[test]
+    fn p2p_rows_are_sources_and_columns_destinations() {
+        let cells = [
+            Cell::test(0, "0>1", Some(20.0)),
+            Cell::test(0, "1>0", Some(10.0)),
+            Cell::test(0, "10>0", None),
+        ];
+        let h = Heatmap::p2p("t".into(), &cells, &["2".to_string()]);
+        assert_eq!(h.rows, ["0", "1", "2", "10"]);
+        assert_eq!(h.cols, h.rows);
+        assert!(matches!(h.get(0, 1), HeatCell::Value { gbps, .. } if *gbps == 20.0));
+        assert!(matches!(h.get(1, 0), HeatCell::Value { gbps, .. } if *gbps == 10.0));
+        assert!(matches!(h.get(3, 0), HeatCell::Failed { .. }));
+        assert_eq!(h.get(0, 0), &HeatCell::Empty);
+        assert_eq!(
+            (h.row_word.as_str(), h.col_word.as_str()),
+            ("source device", "destination device")
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! - [`measured_node`]: the NUMA node that feeds each device best.
 //! - [`best_cpus`]: the CPUs within 5 % of each device's best cell.
 //! - [`load_delta`]: each load profile's device columns over idle's.
+//! - [`p2p`]: the ordered device x device peer copy matrix by PCIe path class.
 //! - [`pair`]: a core-pair matrix's per-CPU medians and NUMA x NUMA blocks.
 //! - [`failures`]: the cells that failed.
 //! - [`findings`]: the thresholds (those of the alert rules) and what is below them.
@@ -32,6 +33,7 @@ pub mod link;
 pub mod live;
 pub mod load_delta;
 pub mod measured_node;
+pub mod p2p;
 pub mod pair;
 pub mod ranks;
 pub mod sweep;

@@ -7,7 +7,9 @@ use std::time::Duration;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::request::{BasicsRequest, H2dRequest, PairRequest, RunOptions, SweepRequest};
+use super::request::{
+    BasicsRequest, H2dRequest, P2pRequest, PairRequest, RunOptions, SweepRequest,
+};
 use chd::analysis::basics::Op;
 use chd::config::CpuSelection;
 use chd::format::run_dir::{MatrixKind, RunPlan, SweepPeer, SWEEP_ALLGATHER};
@@ -28,6 +30,10 @@ pub const DEFAULT_SWEEP_FROM: &str = "128KiB";
 pub const DEFAULT_SWEEP_TO: &str = "1GiB";
 /// `host_memory` of pair slots: both ranks' buffers are device memory.
 pub const PAIR_MEMORY: &str = "device";
+/// Default of `chd probe p2p --size`: the calibration runs' 256 MiB peer copy.
+pub const DEFAULT_P2P_SIZE: &str = "256MiB";
+/// `direction` of p2p slots.
+pub const P2P_OPERATION: &str = "peer-copy";
 
 /// Why the flags give no plan. Each message names the flag.
 #[derive(Debug, thiserror::Error)]
@@ -677,6 +683,102 @@ pub fn sweep_plan_from(
     Ok((plan, notes))
 }
 
+/// The plan of a `chd probe p2p` run: every ordered pair of two of the selected devices
+/// (labelled `SRC>DST`, in the order the devices are given), one size, issued from one CPU.
+pub fn p2p_plan_from(
+    req: &P2pRequest,
+    base: Option<&RunPlan>,
+    topology: &Topology,
+    backend: &dyn runtime::Backend,
+) -> Result<RunPlan, PlanError> {
+    let allowed: Vec<u32> = topology.allowed_cpus().map(|c| c.id).collect();
+    let cpus = match (req.run.cpus.as_deref(), base) {
+        (Some(text), _) => {
+            let cpu: u32 = text
+                .trim()
+                .parse()
+                .map_err(|_| flag("--cpu")(format!("{text:?} is not a CPU number")))?;
+            if !allowed.contains(&cpu) {
+                return Err(flag("--cpu")(format!(
+                    "CPU {cpu} is not an online CPU this process may use ({})",
+                    chd::topology::cpulist::format(&allowed)
+                )));
+            }
+            vec![cpu]
+        }
+        (None, Some(b)) => b.cpus.clone(),
+        (None, None) => allowed.first().copied().into_iter().collect(),
+    };
+    let known: Vec<String> = backend.devices().iter().map(|d| d.id.clone()).collect();
+    let devices = match (&req.devices, base) {
+        (Some(text), _) if text.trim() == "all" => known.clone(),
+        (Some(text), _) => list(std::slice::from_ref(text)),
+        (None, Some(b)) => b.devices.clone(),
+        (None, None) => known.clone(),
+    };
+    if let Some(bad) = devices.iter().find(|d| !known.contains(d)) {
+        return Err(flag("--devices")(format!(
+            "{bad:?} is not a device of the {} backend ({})",
+            backend.name(),
+            known.join(", ")
+        )));
+    }
+    let mut unique: Vec<String> = Vec::new();
+    for d in devices {
+        if unique.contains(&d) {
+            return Err(flag("--devices")(format!("device {d} is given twice")));
+        }
+        unique.push(d);
+    }
+    let devices = unique;
+    if devices.len() < 2 {
+        return Err(PlanError::Nothing(format!(
+            "a peer copy matrix needs two devices; --devices selects {}",
+            devices.len()
+        )));
+    }
+    let pairs: Vec<String> = devices
+        .iter()
+        .flat_map(|s| {
+            devices
+                .iter()
+                .filter(move |d| *d != s)
+                .map(move |d| chd::analysis::p2p::pair_label(s, d))
+        })
+        .collect();
+    let sizes_bytes = match (req.run.sizes.as_deref(), base) {
+        (Some(given), _) => {
+            let given = list(given);
+            if given.len() != 1 {
+                return Err(flag("--size")("give one size"));
+            }
+            vec![parse_size(&given[0]).map_err(flag("--size"))?]
+        }
+        (None, Some(b)) => b.sizes_bytes.clone(),
+        (None, None) => vec![parse_size(DEFAULT_P2P_SIZE).map_err(flag("--size"))?],
+    };
+    let (warmup, iterations, repeats) = counts_from(&req.run, base)?;
+    if cpus.is_empty() {
+        return Err(PlanError::Nothing(
+            "this process may use no online CPU".into(),
+        ));
+    }
+    Ok(RunPlan {
+        probe: MatrixKind::P2p,
+        cpus,
+        devices,
+        pairs,
+        sizes_bytes,
+        directions: vec![P2P_OPERATION.to_string()],
+        host_memories: vec![PAIR_MEMORY.to_string()],
+        warmup,
+        iterations,
+        repeats,
+        loads: vec!["idle".into()],
+        ..RunPlan::empty(MatrixKind::P2p)
+    })
+}
+
 /// The plan fields where `a` and `b` differ, as flag names.
 pub fn differences(a: &RunPlan, b: &RunPlan) -> Vec<&'static str> {
     let mut d = Vec::new();
@@ -686,16 +788,30 @@ pub fn differences(a: &RunPlan, b: &RunPlan) -> Vec<&'static str> {
         }
     };
     let sweep = a.probe == MatrixKind::Sweep;
+    let p2p = a.probe == MatrixKind::P2p;
     let name = |sweep_flag, other| if sweep { sweep_flag } else { other };
-    check(a.cpus == b.cpus, name("--cpu", "--cpus"));
-    check(a.devices == b.devices, "--devices");
     check(
-        a.pairs == b.pairs && a.peers == b.peers,
-        name("--peer", "--pair"),
+        a.cpus == b.cpus,
+        if p2p {
+            "--cpu"
+        } else {
+            name("--cpu", "--cpus")
+        },
     );
+    check(a.devices == b.devices, "--devices");
+    if !p2p {
+        check(
+            a.pairs == b.pairs && a.peers == b.peers,
+            name("--peer", "--pair"),
+        );
+    }
     check(
         a.sizes_bytes == b.sizes_bytes,
-        name("--from/--to", "--sizes"),
+        if p2p {
+            "--size"
+        } else {
+            name("--from/--to", "--sizes")
+        },
     );
     check(
         a.directions == b.directions,

@@ -1,4 +1,4 @@
-//! `chd probe`: the one driver behind `chd probe h2d`, `chd probe pair` and `chd probe sweep` (their requests are
+//! `chd probe`: the one driver behind `chd probe h2d`, `pair`, `p2p`, `sweep` and `basics` (their requests are
 //! in `super::request`): take the plan (`super::plan`, or the plan of the run
 //! being resumed), open the backend (and for pairs the collective), measure with progress and
 //! Ctrl-C handling, stream samples to `--out DIR`, and finish with the report. The two
@@ -13,11 +13,12 @@ use anyhow::{anyhow, bail, Context as _};
 
 use super::interrupt::InterruptGuard;
 use super::plan::{
-    basics_plan_from, differences, pair_plan_from, plan_from, sweep_plan_from, SweepContext,
+    basics_plan_from, differences, p2p_plan_from, pair_plan_from, plan_from, sweep_plan_from,
+    SweepContext,
 };
 use super::progress::Progress;
 use super::request::{
-    BasicsRequest, H2dRequest, PairRequest, ProbeRequest, RunOptions, SweepRequest,
+    BasicsRequest, H2dRequest, P2pRequest, PairRequest, ProbeRequest, RunOptions, SweepRequest,
 };
 use chd::analysis::basics::Op;
 use chd::config::{Config, Layer, PairSelection, RuntimeLayer};
@@ -48,6 +49,7 @@ pub fn run(request: ProbeRequest) -> anyhow::Result<()> {
         ProbeRequest::Pair(r) => run_pair(&r),
         ProbeRequest::Basics(r) => run_basics(&r),
         ProbeRequest::Sweep(r) => run_sweep(&r),
+        ProbeRequest::P2p(r) => run_p2p(&r),
         ProbeRequest::Affinity(r) => super::affinity::run(&r),
     }
 }
@@ -122,6 +124,10 @@ struct Prepared {
     collective: Option<&'static str>,
     /// The pair probe, asked at the end how each pair was measured.
     pair_probe: Option<Arc<dyn PairProbe>>,
+    /// P2p runs: how each ordered pair's copies went, as measured (`copy`, `copy-staged`).
+    peer_methods: Option<Arc<Mutex<BTreeMap<String, String>>>>,
+    /// P2p runs: each ordered pair's PCIe path class.
+    p2p_paths: BTreeMap<String, String>,
 }
 
 /// `chd probe h2d`.
@@ -149,6 +155,8 @@ fn run_h2d(req: &H2dRequest) -> anyhow::Result<()> {
                 measure,
                 collective: None,
                 pair_probe: None,
+                peer_methods: None,
+                p2p_paths: BTreeMap::new(),
             })
         },
     )
@@ -220,6 +228,84 @@ fn run_pair(req: &PairRequest) -> anyhow::Result<()> {
                 measure,
                 collective: Some(method),
                 pair_probe: Some(probe),
+                peer_methods: None,
+                p2p_paths: BTreeMap::new(),
+            })
+        },
+    )
+}
+
+/// The PCIe path class of every ordered pair of `plan`, from the sysfs PCI tree.
+fn p2p_paths(
+    plan: &RunPlan,
+    devices: &[runtime::DeviceInfo],
+    sysfs: &Path,
+) -> BTreeMap<String, String> {
+    use chd::topology::pci::sysfs_bdf;
+    use chd::topology::pci_path::class_of;
+    let place = |id: &str| {
+        devices
+            .iter()
+            .find(|d| d.id == id)
+            .map(|d| (sysfs_bdf(&d.pci_bus_id), d.numa_node))
+            .unwrap_or_default()
+    };
+    plan.pairs
+        .iter()
+        .filter_map(|label| {
+            let (s, d) = chd::analysis::p2p::split_label(label)?;
+            let (a, b) = (place(s), place(d));
+            let class = class_of(sysfs, (&a.0, a.1), (&b.0, b.1));
+            Some((label.clone(), class.as_str().to_string()))
+        })
+        .collect()
+}
+
+/// `chd probe p2p`.
+fn run_p2p(req: &P2pRequest) -> anyhow::Result<()> {
+    run_matrix(
+        MatrixKind::P2p,
+        &req.run,
+        |config, topology, opened, base| {
+            let backend = opened.backend.clone();
+            let plan = p2p_plan_from(req, base, topology, &*backend)?;
+            let paths = p2p_paths(&plan, backend.devices(), &config.roots.sysfs);
+            let params = runtime::DeviceCopyParams {
+                size_bytes: 0,
+                warmup: plan.warmup,
+                iterations: plan.iterations,
+            };
+            let methods: Arc<Mutex<BTreeMap<String, String>>> = Arc::default();
+            let recorded = methods.clone();
+            let measure: Measure = Box::new(move |slot: &SlotId| {
+                let (src, dst) = chd::analysis::p2p::split_label(&slot.device)
+                    .ok_or_else(|| ProbeError::UnknownDevice(slot.device.clone()))?;
+                let _binding =
+                    chd::affinity::bind_exactly(slot.cpu).map_err(|e| ProbeError::Bind {
+                        cpu: slot.cpu,
+                        detail: e.to_string(),
+                    })?;
+                let got = backend.measure_peer_copy(
+                    src,
+                    dst,
+                    &runtime::DeviceCopyParams {
+                        size_bytes: slot.size_bytes,
+                        ..params
+                    },
+                )?;
+                recorded
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(slot.device.clone(), got.method.to_string());
+                Ok(got.bytes_per_second)
+            });
+            Ok(Prepared {
+                plan,
+                measure,
+                collective: None,
+                pair_probe: None,
+                peer_methods: Some(methods),
+                p2p_paths: paths,
             })
         },
     )
@@ -298,6 +384,8 @@ fn run_basics(req: &BasicsRequest) -> anyhow::Result<()> {
                 measure,
                 collective: pairs.as_ref().map(|p| p.method()),
                 pair_probe: pairs,
+                peer_methods: None,
+                p2p_paths: BTreeMap::new(),
             })
         },
     )
@@ -373,6 +461,8 @@ fn run_sweep(req: &SweepRequest) -> anyhow::Result<()> {
                 measure,
                 collective: probe.as_ref().map(|p| p.method()),
                 pair_probe: probe,
+                peer_methods: None,
+                p2p_paths: BTreeMap::new(),
             })
         },
     )
@@ -508,6 +598,7 @@ fn run_matrix(
                     .as_deref()
                     .map(|p| pair_methods(p, &prepared.plan.pairs))
                     .unwrap_or_default(),
+                p2p_paths: prepared.p2p_paths.clone(),
             };
             let log = match out {
                 Some(dir) => Some(CellLog::create(dir, &run)?),
@@ -525,6 +616,12 @@ fn run_matrix(
             "on {} CPUs and {} devices",
             plan.cpus.len(),
             plan.devices.len()
+        ),
+        MatrixKind::P2p => format!(
+            "of {} ordered pairs of devices {}, issued from CPU {}",
+            plan.pairs.len(),
+            plan.devices.join(","),
+            chd::topology::cpulist::format(&plan.cpus)
         ),
         MatrixKind::Pair => format!(
             "on {n} x {n} CPUs (rank 0 x rank 1) of device pair{} {}",
@@ -601,7 +698,7 @@ fn run_matrix(
             MatrixKind::H2d => true,
             MatrixKind::Sweep => slot.direction.parse::<Direction>().is_ok(),
             MatrixKind::Basics => slot.direction == "h2d",
-            MatrixKind::Pair => false,
+            MatrixKind::Pair | MatrixKind::P2p => false,
         };
         if copies_over_link {
             let mut seen = seen_links.lock().unwrap_or_else(|p| p.into_inner());
@@ -645,6 +742,15 @@ fn run_matrix(
             changed = true;
         }
     }
+    if let Some(methods) = &prepared.peer_methods {
+        let measured = methods.lock().unwrap_or_else(|p| p.into_inner());
+        for (pair, method) in measured.iter() {
+            if run.pair_methods.get(pair) != Some(method) {
+                run.pair_methods.insert(pair.clone(), method.clone());
+                changed = true;
+            }
+        }
+    }
     for (device, link) in seen_links.into_inner().unwrap_or_else(|p| p.into_inner()) {
         let Some(link) = link else { continue };
         if let Some(meta) = run.machine.devices.iter_mut().find(|m| m.id == device) {
@@ -684,9 +790,12 @@ fn run_matrix(
             .unwrap_or_default();
         bail!("interrupted after {measured} of {total} samples{resume}");
     }
-    // An operation the backend cannot do is told, not counted as a failure of the run.
+    // An operation the backend cannot do, in a sweep or the basics table, is told, not
+    // counted as a failure of the run (a matrix's refused cell, e.g. an ACL p2p pair without
+    // peer access, still fails it).
     let unsupported = |c: &&report::dataset::CellResult| {
-        c.value().is_none()
+        matches!(c.matrix.kind, MatrixKind::Sweep | MatrixKind::Basics)
+            && c.value().is_none()
             && !c.errors.is_empty()
             && c.errors
                 .iter()
@@ -718,6 +827,12 @@ fn run_matrix(
     });
     if let Some(first) = failed.first() {
         let at = match first.peer_cpu {
+            None if first.matrix.kind == MatrixKind::P2p => format!(
+                "pair {} (device {} -> device {})",
+                first.device,
+                first.device.split('>').next().unwrap_or("?"),
+                first.device.split('>').nth(1).unwrap_or("?")
+            ),
             Some(peer) => format!(
                 "rank 0 on CPU {} x rank 1 on CPU {peer}, pair {}",
                 first.cpu, first.device
@@ -728,9 +843,10 @@ fn run_matrix(
             "{} of {} cells could not be measured{}; first: {at}: {}",
             failed.len(),
             ds.cells.len(),
-            match (out.is_some(), plan.probe) {
+            match (out.is_some(), first.matrix.kind) {
                 (false, _) => "",
                 (true, MatrixKind::Basics) => " (see \"Basic validation\" in summary.md)",
+                (true, MatrixKind::P2p) => " (see \"Failed pairs\" in summary.md)",
                 (true, _) => " (see \"Failed cells\" in summary.md)",
             },
             first
@@ -937,6 +1053,53 @@ fn print_cells(ds: &Dataset, kind: MatrixKind, format: &str) -> anyhow::Result<(
                     c.matrix.direction,
                     c.matrix.host_memory,
                     c.matrix.load,
+                    gbps(c.value()),
+                    c.samples.len(),
+                    c.errors.last().map(String::as_str).unwrap_or("")
+                );
+            }
+        }
+        ("json", MatrixKind::P2p) => {
+            let rows: Vec<serde_json::Value> = cells
+                .iter()
+                .map(|c| {
+                    let (src, dst) = chd::analysis::p2p::split_label(&c.device).unzip();
+                    serde_json::json!({
+                        "pair": c.device,
+                        "src": src,
+                        "dst": dst,
+                        "path": ds.p2p_paths.get(&c.device),
+                        "method": ds.p2p_methods.get(&c.device),
+                        "cpu": c.cpu,
+                        "size_bytes": c.matrix.size_bytes,
+                        "bytes_per_second": c.value(),
+                        "samples": c.samples.len(),
+                        "error": c.errors.last(),
+                    })
+                })
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&rows)?);
+        }
+        (_, MatrixKind::P2p) => {
+            println!(
+                "{:>5} {:>5} {:>7} {:>11} {:>8} {:>9} {:>7}  note",
+                "src", "dst", "path", "method", "size", "GB/s", "samples"
+            );
+            for c in cells {
+                let (src, dst) = chd::analysis::p2p::split_label(&c.device).unwrap_or(("?", "?"));
+                println!(
+                    "{:>5} {:>5} {:>7} {:>11} {:>8} {:>9} {:>7}  {}",
+                    src,
+                    dst,
+                    ds.p2p_paths
+                        .get(&c.device)
+                        .map(String::as_str)
+                        .unwrap_or("-"),
+                    ds.p2p_methods
+                        .get(&c.device)
+                        .map(String::as_str)
+                        .unwrap_or("-"),
+                    report::dataset::size_label(c.matrix.size_bytes),
                     gbps(c.value()),
                     c.samples.len(),
                     c.errors.last().map(String::as_str).unwrap_or("")

@@ -12,6 +12,7 @@ pub enum ProbeRequest {
     Pair(PairRequest),
     Basics(BasicsRequest),
     Sweep(SweepRequest),
+    P2p(P2pRequest),
     Affinity(AffinityRequest),
 }
 
@@ -104,6 +105,15 @@ pub struct SweepRequest {
     pub peer: Option<String>,
     /// Host memory of the h2d and d2h points: `pinned` or `pageable`.
     pub host_memory: Option<String>,
+}
+
+/// `chd probe p2p` as asked: `None` = not given. `run.cpus` is the one issuing CPU and
+/// `run.sizes` the one copy size.
+#[derive(Debug, Clone, Default)]
+pub struct P2pRequest {
+    pub run: RunOptions,
+    /// Comma-separated device labels, or `all`.
+    pub devices: Option<String>,
 }
 
 /// `chd probe affinity`.

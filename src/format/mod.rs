@@ -40,13 +40,17 @@ pub enum MatrixKind {
     /// operation (`h2d`, `d2h`, `d2d`, `allgather`), `device` the device swept; an allgather
     /// point's `peer_cpu` is rank 1's CPU (its device is in the plan's `peers`).
     Sweep,
+    /// Ordered device x device peer copy matrix (`chd probe p2p`): `device` holds the ordered
+    /// pair `SRC>DST` (e.g. `0>5`: device 0's memory copied into device 5's), `cpu` the CPU
+    /// of the one thread issuing every copy.
+    P2p,
 }
 
 impl MatrixKind {
-    /// Whether cells of this kind form a CPU-indexed matrix (a heatmap of CPUs x devices or
-    /// rank 0 x rank 1 CPUs), rather than a table of their own.
-    pub fn is_cpu_matrix(self) -> bool {
-        matches!(self, MatrixKind::H2d | MatrixKind::Pair)
+    /// Whether cells of this kind form a matrix with a heatmap (CPUs x devices, rank 0 x
+    /// rank 1 CPUs, source x destination devices), rather than a table or curves of their own.
+    pub fn is_matrix(self) -> bool {
+        matches!(self, MatrixKind::H2d | MatrixKind::Pair | MatrixKind::P2p)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -55,6 +59,7 @@ impl MatrixKind {
             MatrixKind::Pair => "pair",
             MatrixKind::Basics => "basics",
             MatrixKind::Sweep => "sweep",
+            MatrixKind::P2p => "p2p",
         }
     }
 }

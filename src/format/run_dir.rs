@@ -73,7 +73,7 @@ pub struct RunPlan {
     /// Devices (h2d).
     #[serde(default)]
     pub devices: Vec<String>,
-    /// Device pairs (pair), e.g. `["0,5"]`.
+    /// Device pairs (pair), e.g. `["0,5"]`; ordered pairs (p2p), e.g. `["0>1", "1>0"]`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pairs: Vec<String>,
     pub sizes_bytes: Vec<u64>,
@@ -240,6 +240,11 @@ impl RunPlan {
                                         .push(slot(cpu, peer_cpu, device, size, direction, memory));
                                 }
                             }
+                            MatrixKind::P2p => {
+                                for pair in &self.pairs {
+                                    slots.push(slot(cpu, None, pair, size, direction, memory));
+                                }
+                            }
                             MatrixKind::Pair => {
                                 for &peer in &self.cpus {
                                     for pair in &self.pairs {
@@ -273,6 +278,7 @@ impl RunPlan {
             // Small by construction (devices x 4 measurements): counted.
             MatrixKind::Basics => return self.basics_slots("", 0).len(),
             MatrixKind::Sweep => 0, // counted above
+            MatrixKind::P2p => self.pairs.len(),
         };
         [
             columns,
@@ -398,6 +404,11 @@ pub struct RunFile {
     /// the end of the last run over this directory.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pair_methods: BTreeMap<String, String>,
+    /// P2p runs: the PCIe path class of each ordered pair (`PIX`, `PXB`, `PHB`, `NODE`,
+    /// `SYS`, `unknown`, as `nvidia-smi topo -m` names them), from the sysfs PCI tree when the
+    /// run started. A p2p run's `pair_methods` are keyed by the ordered pair too.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub p2p_paths: BTreeMap<String, String>,
 }
 
 /// Why a run directory could not be written or read.
@@ -623,6 +634,7 @@ mod tests {
             },
             runtime: RuntimeOptions::default(),
             pair_methods: BTreeMap::new(),
+            p2p_paths: BTreeMap::new(),
         }
     }
 
@@ -748,6 +760,20 @@ mod tests {
         old["plan"].as_object_mut().unwrap().remove("peers");
         let back: RunFile = serde_json::from_value(old).unwrap();
         assert!(back.plan.peers.is_empty());
+    }
+
+    #[test]
+    fn p2p_slots_are_one_per_ordered_pair() {
+        let mut p = plan();
+        p.probe = MatrixKind::P2p;
+        p.cpus = vec![0];
+        p.pairs = vec!["0>1".into(), "1>0".into()];
+        let slots = p.pass_slots("idle", 0);
+        assert_eq!(slots.len(), p.cells_per_pass());
+        assert_eq!(slots.len(), 2 * 2);
+        assert!(slots.iter().all(|s| s.peer_cpu.is_none() && s.cpu == 0));
+        let line = serde_json::to_string(&slots[0]).unwrap();
+        assert!(line.contains("\"matrix\":\"p2p\""), "{line}");
     }
 
     #[test]

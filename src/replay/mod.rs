@@ -176,6 +176,7 @@ fn from_dataset(ds: crate::report::dataset::Dataset, keep: usize) -> Replay {
                 MatrixKind::Pair => "pair",
                 MatrixKind::Basics => "basics",
                 MatrixKind::Sweep => "sweep",
+                MatrixKind::P2p => "p2p",
             };
             c.errors.iter().map(move |_| RecordedError {
                 probe,

@@ -54,6 +54,51 @@ pub fn render(ds: &Dataset) -> String {
     out
 }
 
+/// The header line of `p2p.csv`.
+pub const P2P_COLUMNS: &str = "load,size_bytes,src,dst,path,method,gbps,class_median_gbps,ratio,slow,samples,failed,last_error";
+
+/// `p2p.csv`: one line per ordered pair of each peer copy matrix, with its path class, how it
+/// was measured, its class's median and whether it is slow; `None` without p2p cells.
+pub fn render_p2p(ds: &Dataset) -> Option<String> {
+    use crate::analysis::p2p::P2pMatrix;
+    let mut out = String::from(P2P_COLUMNS);
+    out.push('\n');
+    let mut any = false;
+    for (id, cells) in ds.matrices() {
+        if id.kind != crate::format::MatrixKind::P2p {
+            continue;
+        }
+        any = true;
+        let m = P2pMatrix::of(
+            &super::analysis::cells(&cells),
+            &ds.p2p_paths,
+            &ds.p2p_methods,
+        );
+        let gb = |v: Option<f64>| v.map(|v| format!("{:.3}", v / 1e9)).unwrap_or_default();
+        for p in &m.pairs {
+            let median = m.class(&p.class).and_then(|c| c.median);
+            let _ = writeln!(
+                out,
+                "{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                field(&id.load),
+                id.size_bytes,
+                field(&p.src),
+                field(&p.dst),
+                p.class,
+                p.method.as_deref().unwrap_or_default(),
+                gb(p.value),
+                gb(median),
+                p.ratio.map(|r| format!("{r:.3}")).unwrap_or_default(),
+                p.is_slow(),
+                p.samples,
+                p.failed,
+                p.last_error.as_deref().map(field).unwrap_or_default(),
+            );
+        }
+    }
+    any.then_some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -82,6 +82,10 @@ pub struct Dataset {
     pub notes: Vec<String>,
     /// A basics run's measurements it could not make at all, and why.
     pub basics_unavailable: Vec<(String, String)>,
+    /// P2p runs: each ordered pair's PCIe path class (`run.json`'s `p2p_paths`).
+    pub p2p_paths: BTreeMap<String, String>,
+    /// P2p runs: how each ordered pair was measured (`copy`, `copy-staged`).
+    pub p2p_methods: BTreeMap<String, String>,
 }
 
 /// One sample on its way into a cell, borrowed from a run's record or a recording's sample.
@@ -242,8 +246,24 @@ impl Dataset {
                     meta.push(("allgather peers".into(), peers.join("; ")));
                 }
             }
+            MatrixKind::P2p => meta.extend([
+                ("devices".into(), plan.devices.join(", ")),
+                ("ordered pairs".into(), plan.pairs.len().to_string()),
+            ]),
         }
-        if !run.pair_methods.is_empty() {
+        if plan.probe == MatrixKind::P2p {
+            let mut methods: BTreeMap<&str, usize> = BTreeMap::new();
+            for m in run.pair_methods.values() {
+                *methods.entry(m.as_str()).or_default() += 1;
+            }
+            if !methods.is_empty() {
+                let methods: Vec<String> = methods
+                    .iter()
+                    .map(|(m, n)| format!("{m}: {n} pairs"))
+                    .collect();
+                meta.push(("peer copy methods".into(), methods.join("; ")));
+            }
+        } else if !run.pair_methods.is_empty() {
             let methods: Vec<String> = run
                 .pair_methods
                 .iter()
@@ -270,7 +290,7 @@ impl Dataset {
                     plan.warmup,
                     plan.iterations,
                     match plan.probe {
-                        MatrixKind::H2d => "copies",
+                        MatrixKind::H2d | MatrixKind::P2p => "copies",
                         MatrixKind::Pair => "operations per rank",
                         MatrixKind::Basics => "operations",
                         MatrixKind::Sweep => "copies (operations per rank for allgather)",
@@ -302,6 +322,10 @@ impl Dataset {
                 .collect(),
             ..Dataset::default()
         };
+        if plan.probe == MatrixKind::P2p {
+            ds.p2p_paths = run.p2p_paths.clone();
+            ds.p2p_methods = run.pair_methods.clone();
+        }
         ds.add_records(records);
         ds
     }
@@ -349,6 +373,8 @@ impl Dataset {
             notes: rec.notes,
             cells: Vec::new(),
             basics_unavailable: Vec::new(),
+            p2p_paths: BTreeMap::new(),
+            p2p_methods: BTreeMap::new(),
         };
         let mut index = CellIndex::of(&ds.cells);
         for s in rec.samples {
@@ -438,7 +464,7 @@ impl Dataset {
     /// other kinds' cells (basics) have tables of their own.
     pub fn matrices(&self) -> BTreeMap<&MatrixId, Vec<&CellResult>> {
         let mut out: BTreeMap<&MatrixId, Vec<&CellResult>> = BTreeMap::new();
-        for c in self.cells.iter().filter(|c| c.matrix.kind.is_cpu_matrix()) {
+        for c in self.cells.iter().filter(|c| c.matrix.kind.is_matrix()) {
             out.entry(&c.matrix).or_default().push(c);
         }
         out
@@ -509,6 +535,11 @@ impl Dataset {
             MatrixKind::Sweep => format!(
                 "Sweep {} {}, load {}",
                 id.direction,
+                size_label(id.size_bytes),
+                id.load
+            ),
+            MatrixKind::P2p => format!(
+                "P2P {} peer copies (source x destination device), load {}",
                 size_label(id.size_bytes),
                 id.load
             ),

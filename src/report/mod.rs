@@ -1,9 +1,9 @@
 //! Reports of measured matrices (`chd report`, and the end of `chd probe --out`): from a run
 //! directory or a ClusterHealthDetect recording to `summary.md`, `cells.csv`, one heatmap
-//! picture per matrix (`h2d_<size>.png`, `pair_<a>-<b>_<size>.png`), `basics.csv` for a
-//! basics run, and `report.xlsx`; plus the SVG heatmaps `chd serve` shows at `/matrix`. A
-//! sweep run's size curves get `sweep.csv`, `sweep.png` and a section of `summary.md` instead
-//! of heatmaps.
+//! picture per matrix (`h2d_<size>.png`, `pair_<a>-<b>_<size>.png`, `p2p_<size>.png`),
+//! `p2p.csv` for peer copy runs, `basics.csv` for a basics run, and `report.xlsx`; plus the
+//! SVG heatmaps `chd serve` shows at `/matrix`. A sweep run's size curves get `sweep.csv`,
+//! `sweep.png` and a section of `summary.md` instead of heatmaps.
 //!
 //! Everything is made from the neutral [`dataset::Dataset`]; [`crate::analysis`] computes
 //! (on [`analysis::cells`]), the other modules only render.
@@ -33,6 +33,8 @@ use heatmap::Heatmap;
 pub const SUMMARY_FILE: &str = "summary.md";
 pub const CSV_FILE: &str = "cells.csv";
 pub const XLSX_FILE: &str = "report.xlsx";
+/// The peer copy pairs of a p2p run, with their path class, method and class median.
+pub const P2P_CSV_FILE: &str = "p2p.csv";
 
 /// Why a report could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -132,7 +134,7 @@ pub fn heatmaps(ds: &Dataset) -> Vec<(String, Heatmap, dataset::MatrixId)> {
             let map = match id.kind {
                 MatrixKind::H2d => Heatmap::h2d(title, &cells, &numa, &axes),
                 MatrixKind::Pair => Heatmap::pair(title, &cells, &numa, &axes),
-                // Not a CPU matrix: `matrices` leaves it out.
+                MatrixKind::P2p => Heatmap::p2p(title, &cells, &[]),
                 MatrixKind::Basics | MatrixKind::Sweep => return None,
             };
             Some((ds.matrix_name(id), map, id.clone()))
@@ -192,6 +194,9 @@ pub fn write(ds: &Dataset, out: &Path) -> Result<Written, ReportError> {
         };
         sweep_png::write(&curves, &title, &path)?;
         files.push(path);
+    }
+    if let Some(text) = csv::render_p2p(ds) {
+        files.push(save(out.join(P2P_CSV_FILE), &text)?);
     }
     files.push(save(
         out.join(SUMMARY_FILE),

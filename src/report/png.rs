@@ -112,8 +112,14 @@ fn draw(map: &Heatmap, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
     root.draw_text(&map.title, &text(18), (10, 8))?;
     root.draw_text(
         &format!(
-            "rows: {} (by NUMA node), columns: {}; colour: median GB/s (decimal)",
-            map.row_word, map.col_word,
+            "rows: {}{}, columns: {}; colour: median GB/s (decimal)",
+            map.row_word,
+            if map.row_groups.is_empty() {
+                ""
+            } else {
+                " (by NUMA node)"
+            },
+            map.col_word,
         ),
         &text(12),
         (10, 32),

@@ -1,13 +1,15 @@
 //! `summary.md`: the findings first (slow device columns, slow NUMA segments, slow cores, pair
 //! CPUs, failures), then per matrix the five-number summary, device medians and ratios, the
 //! NUMA segment x device medians, the slowest cores and the failed cells with their errors,
-//! and each load profile's change against idle.
+//! and each load profile's change against idle; for a peer copy matrix, the medians per PCIe
+//! path class and the pairs slower than their class.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::dataset::{device_link, Dataset, MatrixId};
 use crate::analysis::link;
+use crate::analysis::p2p::{P2pMatrix, SLOW_PAIR_RATIO};
 use crate::analysis::ranks::SLOWEST_CELLS;
 use crate::analysis::{
     CellRanks, Failure, H2dMatrix, NumaMap, PairMatrix, EXTREME_CELL_RATIO, SLOW_CPU_RATIO,
@@ -180,6 +182,14 @@ pub fn findings(ds: &Dataset) -> Vec<String> {
             }
             // Not a CPU matrix (`matrices` leaves it out); its findings are the table's.
             MatrixKind::Basics => {}
+            MatrixKind::P2p => {
+                let m = P2pMatrix::of(
+                    &super::analysis::cells(&cells),
+                    &ds.p2p_paths,
+                    &ds.p2p_methods,
+                );
+                rest.extend(p2p_findings(&m, &title));
+            }
         }
     }
     let mut out: Vec<String> = in_natural_order(&devices)
@@ -434,6 +444,141 @@ fn pair_section(s: &mut String, id: &MatrixId, a: &PairMatrix, picture: &str) {
     failures_section(s, &a.failures, true);
 }
 
+/// The findings of a peer copy matrix: its slow pairs (below [`SLOW_PAIR_RATIO`] x their path
+/// class median), pairs measured host-staged, and failed pairs with their last error.
+fn p2p_findings(m: &P2pMatrix, title: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let slow = m.slow_pairs();
+    if !slow.is_empty() {
+        let list: Vec<String> = slow
+            .iter()
+            .take(TOP)
+            .map(|p| {
+                format!(
+                    "{} {} GB/s ({:.2} x {} median {} GB/s)",
+                    p.label(),
+                    p.value.map(gbps).unwrap_or_default(),
+                    p.ratio.unwrap_or(f64::NAN),
+                    p.class,
+                    m.class(&p.class)
+                        .and_then(|c| c.median)
+                        .map(gbps)
+                        .unwrap_or_default()
+                )
+            })
+            .collect();
+        out.push(format!(
+            "{} slow peer copy pair{} (below {SLOW_PAIR_RATIO} x the median of their PCIe path class): {}{} ({title})",
+            slow.len(),
+            if slow.len() == 1 { "" } else { "s" },
+            list.join(", "),
+            if slow.len() > TOP { ", ..." } else { "" }
+        ));
+    }
+    let staged: Vec<String> = m
+        .pairs
+        .iter()
+        .filter(|p| p.method.as_deref() == Some(crate::runtime::peer_access::COPY_STAGED))
+        .map(|p| p.label())
+        .collect();
+    if !staged.is_empty() {
+        out.push(format!(
+            "{} pair{} refused peer access and {} measured staged through host memory (copy-staged): {} ({title})",
+            staged.len(),
+            if staged.len() == 1 { "" } else { "s" },
+            if staged.len() == 1 { "was" } else { "were" },
+            staged.join(", ")
+        ));
+    }
+    let failed = m.failed_pairs();
+    if !failed.is_empty() {
+        let list: Vec<String> = failed
+            .iter()
+            .take(TOP)
+            .map(|p| {
+                format!(
+                    "{}: {}",
+                    p.label(),
+                    p.last_error.as_deref().unwrap_or("no value")
+                )
+            })
+            .collect();
+        out.push(format!(
+            "{} of {} peer copy pairs had failed samples ({title}): {}{}",
+            failed.len(),
+            m.pairs.len(),
+            list.join("; "),
+            if failed.len() > TOP { "; ..." } else { "" }
+        ));
+    }
+    out
+}
+
+/// A peer copy matrix: per-class medians, then every pair slower than its class.
+fn p2p_section(s: &mut String, id: &MatrixId, m: &P2pMatrix, picture: &str) {
+    let measured = m.pairs.iter().filter(|p| p.value.is_some()).count();
+    let _ = writeln!(
+        s,
+        "## {}\n\n{measured} of {} ordered pairs measured (row: source device, column: destination device). Picture: `{picture}`; every pair in `p2p.csv`.\n",
+        Dataset::matrix_title(id),
+        m.pairs.len()
+    );
+    s.push_str("### By PCIe path class\n\nClasses as `nvidia-smi topo -m` names them: PIX (one PCIe switch), PXB (several switches, no host bridge), PHB (through a host bridge), NODE (host bridges of one NUMA node), SYS (across the CPU interconnect).\n\n| path | pairs | measured | median GB/s | min GB/s | max GB/s |\n|---|---|---|---|---|---|\n");
+    let dash = |v: Option<f64>| v.map(gbps).unwrap_or_else(|| "-".into());
+    for c in &m.classes {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} |",
+            c.class,
+            c.pairs,
+            c.measured,
+            dash(c.median),
+            dash(c.min),
+            dash(c.max)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\n### Slow pairs\n\nRatio = the pair's value / the median of its path class; below {SLOW_PAIR_RATIO} is slow.\n"
+    );
+    let slow = m.slow_pairs();
+    if slow.is_empty() {
+        s.push_str("None.\n");
+    } else {
+        s.push_str("| pair | path | method | GB/s | ratio |\n|---|---|---|---|---|\n");
+        for p in slow {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {:.2} |",
+                p.label(),
+                p.class,
+                p.method.as_deref().unwrap_or("-"),
+                dash(p.value),
+                p.ratio.unwrap_or(f64::NAN)
+            );
+        }
+    }
+    s.push_str("\n### Failed pairs\n\n");
+    let failed = m.failed_pairs();
+    if failed.is_empty() {
+        s.push_str("None.\n\n");
+    } else {
+        s.push_str("| pair | path | failed | succeeded | last error |\n|---|---|---|---|---|\n");
+        for p in failed.iter().take(MAX_FAILURES) {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} |",
+                p.label(),
+                p.class,
+                p.failed,
+                p.samples,
+                p.last_error.as_deref().unwrap_or("").replace('|', "/")
+            );
+        }
+        s.push('\n');
+    }
+}
+
 /// The load-profile comparison: for every matrix measured under a load and idle, each
 /// device's (or the whole pair matrix's) median under load against idle.
 fn load_section(s: &mut String, ds: &Dataset) {
@@ -550,6 +695,14 @@ pub fn render(ds: &Dataset, pictures: &BTreeMap<MatrixId, String>) -> String {
             MatrixKind::Pair => {
                 let a = PairMatrix::of(&super::analysis::cells(&cells), &numa);
                 pair_section(&mut s, id, &a, picture)
+            }
+            MatrixKind::P2p => {
+                let m = P2pMatrix::of(
+                    &super::analysis::cells(&cells),
+                    &ds.p2p_paths,
+                    &ds.p2p_methods,
+                );
+                p2p_section(&mut s, id, &m, picture)
             }
             // Not CPU matrices: their sections below.
             MatrixKind::Basics | MatrixKind::Sweep => {}

@@ -606,6 +606,19 @@ impl Backend for AclBackend {
         device_copy::measure(&*self.runtime, index, params)
     }
 
+    fn measure_peer_copy(
+        &self,
+        src: &str,
+        dst: &str,
+        params: &super::DeviceCopyParams,
+    ) -> Result<super::PeerCopy, ProbeError> {
+        let (s, d) = (
+            device_index(&self.devices, src)?,
+            device_index(&self.devices, dst)?,
+        );
+        super::peer_copy::measure(&*self.runtime, s, d, params)
+    }
+
     fn staging(&self, params: &CopyParams) -> Result<Box<dyn super::HostStaging + '_>, ProbeError> {
         Ok(Box::new(device_copy::DeviceStaging {
             devices: &self.devices,

@@ -17,10 +17,13 @@ mod pair_cell;
 mod pair_hold;
 mod pattern;
 pub mod peer_access;
+pub mod peer_copy;
 pub mod select;
 pub mod telemetry;
 
 use serde::{Deserialize, Serialize};
+
+pub use peer_copy::PeerCopy;
 
 /// Direction of a copy between host memory local to the probing CPU and the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -196,6 +199,22 @@ pub trait Backend: Send + Sync {
     ) -> Result<f64, ProbeError> {
         Err(ProbeError::Unsupported(format!(
             "the {} backend has no same-device copy (device {device})",
+            self.name()
+        )))
+    }
+    /// Measure one ordered peer copy cell (device memory of `src` to device memory of `dst`,
+    /// issued on a stream of `src`) on the calling thread: peer access is opened for the cell
+    /// and closed after it, and everything allocated is freed. Returns bytes per second and
+    /// how the copies went (`copy`, or `copy-staged` where the runtime staged them through
+    /// host memory). The default: this backend cannot.
+    fn measure_peer_copy(
+        &self,
+        src: &str,
+        dst: &str,
+        _params: &DeviceCopyParams,
+    ) -> Result<PeerCopy, ProbeError> {
+        Err(ProbeError::Unsupported(format!(
+            "the {} backend has no peer copies (device {src} -> device {dst})",
             self.name()
         )))
     }

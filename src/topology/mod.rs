@@ -8,6 +8,7 @@ pub mod natural;
 mod numa;
 pub mod pci;
 pub mod pci_link;
+pub mod pci_path;
 pub mod render;
 mod selection;
 

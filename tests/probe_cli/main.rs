@@ -14,6 +14,7 @@ mod basics;
 mod common;
 mod fake_cuda;
 mod host;
+mod p2p;
 mod pair;
 mod pair_resume;
 mod resume;

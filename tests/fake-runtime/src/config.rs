@@ -135,6 +135,26 @@ impl PairCpuRule {
     }
 }
 
+/// `CHD_FAKE_P2P_GBPS` rule: a peer copy over the link from a device in `src` to a device in
+/// `dst` runs at `gbps`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct P2pRule {
+    /// Inclusive device ranges of the source.
+    pub src: Vec<(usize, usize)>,
+    /// Inclusive device ranges of the destination.
+    pub dst: Vec<(usize, usize)>,
+    pub gbps: f64,
+}
+
+impl P2pRule {
+    fn matches(&self, src: usize, dst: usize) -> bool {
+        let within = |ranges: &[(usize, usize)], d: usize| {
+            ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&d))
+        };
+        within(&self.src, src) && within(&self.dst, dst)
+    }
+}
+
 /// Everything read from the environment.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -158,6 +178,8 @@ pub struct Config {
     pub pair_gbps: f64,
     /// Per-rank CPU overrides from `CHD_FAKE_PAIR_GBPS`.
     pub pair_cpus: Vec<PairCpuRule>,
+    /// `CHD_FAKE_P2P_GBPS`: per ordered device pair link rates of peer copies.
+    pub p2p_gbps: Vec<P2pRule>,
     /// `CHD_FAKE_PAIR_FAIL`: every collective (and cross-device copy) fails.
     pub pair_fail: bool,
     /// `CHD_FAKE_PAIR_HANG_MS`: wall-clock delay before each collective (and cross-device
@@ -231,6 +253,7 @@ impl Default for Config {
             memory_bytes: DEFAULT_MEMORY_BYTES,
             pair_gbps: DEFAULT_PAIR_GBPS,
             pair_cpus: Vec::new(),
+            p2p_gbps: Vec::new(),
             pair_fail: false,
             pair_hang_ms: 0,
             pair_timeout_ms: DEFAULT_PAIR_TIMEOUT_MS,
@@ -408,6 +431,25 @@ pub fn parse_pair_gbps(text: &str) -> Result<(f64, Vec<PairCpuRule>), String> {
         });
     }
     Ok((default, rules))
+}
+
+/// Parses `CHD_FAKE_P2P_GBPS`: `;`-separated `SRC>DST=GBPS` rules, SRC and DST device lists
+/// of `N` or `LO-HI` joined by `,`, e.g. `0-3>4-7=6;4-7>0-3=6;2>1=3`.
+pub fn parse_p2p_gbps(text: &str) -> Result<Vec<P2pRule>, String> {
+    let mut rules = Vec::new();
+    for part in text.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        let shape =
+            || format!("{part:?} is not SRC>DST=GBPS (the default rate is CHD_FAKE_PAIR_GBPS's)");
+        let (lhs, gbps) = part.split_once('=').ok_or_else(shape)?;
+        let (src, dst) = lhs.split_once('>').ok_or_else(shape)?;
+        let devices = |t: &str| parse_cpu_ranges(t).map_err(|e| e.replace("cpu", "device"));
+        rules.push(P2pRule {
+            src: devices(src)?,
+            dst: devices(dst)?,
+            gbps: parse_gbps(gbps)?,
+        });
+    }
+    Ok(rules)
 }
 
 /// Parses `CHD_FAKE_NO_PEER`: `;`-separated device pairs `A,B`, e.g. `0,5;1,2`.
@@ -609,6 +651,10 @@ impl Config {
                 Ok(())
             },
         );
+        field("CHD_FAKE_P2P_GBPS", "none", &mut |v| {
+            cfg.p2p_gbps = parse_p2p_gbps(v)?;
+            Ok(())
+        });
         field("CHD_FAKE_PAIR_FAIL", "0", &mut |v| {
             cfg.pair_fail = parse_switch(v)?;
             Ok(())
@@ -694,6 +740,16 @@ impl Config {
     pub fn pair_gbps_for(&self, rank: usize, cpu: Option<usize>) -> f64 {
         cpu.and_then(|cpu| self.pair_cpus.iter().find(|r| r.matches(rank, cpu)))
             .map_or(self.pair_gbps, |r| r.gbps)
+    }
+
+    /// Link rate in GB/s of a peer copy from `src` to `dst` over the link, issued by collective
+    /// rank `rank` from `cpu`: the first matching `CHD_FAKE_P2P_GBPS` rule, else
+    /// [`Config::pair_gbps_for`].
+    pub fn peer_copy_gbps(&self, src: usize, dst: usize, rank: usize, cpu: Option<usize>) -> f64 {
+        self.p2p_gbps
+            .iter()
+            .find(|r| r.matches(src, dst))
+            .map_or_else(|| self.pair_gbps_for(rank, cpu), |r| r.gbps)
     }
 
     /// Whether `a` and `b` (distinct) may enable peer access to each other: not listed in
@@ -998,6 +1054,33 @@ mod tests {
         assert_eq!(cfg, Config::default());
         assert!(parse_size_dips("1MiB=0").is_err());
         assert!(parse_size_dips("1MiB").is_err());
+    }
+
+    #[test]
+    fn ordered_pair_rates() {
+        let (cfg, warnings) = from(&[
+            ("CHD_FAKE_PAIR_GBPS", "20;rank0:3=4"),
+            ("CHD_FAKE_P2P_GBPS", "2>1=3; 0-3>4-7=6;4-7>0-3,9=6.5"),
+        ]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(cfg.peer_copy_gbps(2, 1, 0, None), 3.0);
+        // Ordered: 1 -> 2 is not 2 -> 1.
+        assert_eq!(cfg.peer_copy_gbps(1, 2, 0, None), 20.0);
+        assert_eq!(cfg.peer_copy_gbps(0, 5, 0, None), 6.0);
+        assert_eq!(cfg.peer_copy_gbps(7, 9, 1, None), 6.5);
+        // No rule: CHD_FAKE_PAIR_GBPS, its CPU rules included.
+        assert_eq!(cfg.peer_copy_gbps(0, 1, 0, Some(3)), 4.0);
+        assert_eq!(cfg.peer_copy_gbps(8, 9, 1, Some(3)), 20.0);
+        let (cfg, warnings) = from(&[("CHD_FAKE_P2P_GBPS", "12")]);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("CHD_FAKE_P2P_GBPS"), "{warnings:?}");
+        assert!(cfg.p2p_gbps.is_empty());
+        assert_eq!(
+            parse_p2p_gbps("3-1>0=2"),
+            Err("device range \"3-1\" is reversed".to_owned())
+        );
+        assert!(parse_p2p_gbps("0>1=0").is_err());
+        assert!(parse_p2p_gbps("0=1").is_err());
     }
 
     #[test]

@@ -215,9 +215,12 @@ pub unsafe fn copy(
     if let Some(dev) = timed_on {
         let cpu = device::current_cpu();
         let gbps = match peer {
-            Some((src_dev, dst_dev)) if direct => {
-                cfg.pair_gbps_for(peer_rank(stream_device, src_dev, dst_dev), cpu)
-            }
+            Some((src_dev, dst_dev)) if direct => cfg.peer_copy_gbps(
+                src_dev,
+                dst_dev,
+                peer_rank(stream_device, src_dev, dst_dev),
+                cpu,
+            ),
             // Host-staged: device to pinned host memory, then host to the other device.
             Some(_) => cfg.staged_gbps,
             // A gemm in flight on the device (cuBLAS) slows its own copies.
