@@ -184,7 +184,7 @@ pub(crate) fn stream_guard<A: DeviceApi + ?Sized>(api: &A) -> Result<Guard<'_, A
     guard(api, api.stream_create(), synchronize_and_destroy::<A>)
 }
 
-fn alloc_error(bytes: usize) -> impl Fn(ApiError) -> ProbeError {
+pub(crate) fn alloc_error(bytes: usize) -> impl Fn(ApiError) -> ProbeError {
     move |e| ProbeError::Alloc {
         bytes: bytes as u64,
         detail: e.to_string(),
@@ -192,7 +192,7 @@ fn alloc_error(bytes: usize) -> impl Fn(ApiError) -> ProbeError {
 }
 
 /// `wrap`, except that the runtime's device-lost code is a [`ProbeError::Device`].
-fn unless_lost<'a, A: DeviceApi + ?Sized>(
+pub(crate) fn unless_lost<'a, A: DeviceApi + ?Sized>(
     api: &'a A,
     wrap: impl Fn(ApiError) -> ProbeError + 'a,
 ) -> impl Fn(ApiError) -> ProbeError + 'a {
@@ -205,11 +205,11 @@ fn unless_lost<'a, A: DeviceApi + ?Sized>(
     }
 }
 
-fn copy_error(e: ApiError) -> ProbeError {
+pub(crate) fn copy_error(e: ApiError) -> ProbeError {
     ProbeError::Copy(e.to_string())
 }
 
-fn timing_error(e: ApiError) -> ProbeError {
+pub(crate) fn timing_error(e: ApiError) -> ProbeError {
     ProbeError::Timing(e.to_string())
 }
 

@@ -17,6 +17,7 @@ mod pair_cell;
 mod pair_hold;
 mod pattern;
 pub mod peer_access;
+mod same_device_copy;
 pub mod select;
 pub mod telemetry;
 
