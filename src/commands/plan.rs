@@ -1,10 +1,11 @@
-//! The plan of a `chd probe h2d` or `chd probe pair` run from its flags: sizes in binary
-//! units, CPU and device (or device pair) selections, load profiles; anything not given comes
-//! from the run being resumed or the defaults, and a resumed run's plan must not change.
+//! The plan of a `chd probe h2d`, `chd probe pair` or `chd probe d2d` run from its flags:
+//! sizes in binary units, CPU and device (or device pair) selections, load profiles; anything
+//! not given comes from the run being resumed or the defaults, and a resumed run's plan must
+//! not change.
 
 use std::time::Duration;
 
-use super::request::{H2dRequest, PairRequest, RunOptions};
+use super::request::{D2dRequest, H2dRequest, PairRequest, RunOptions};
 use chd::config::CpuSelection;
 use chd::format::run_dir::{MatrixKind, RunPlan};
 use chd::load::{LoadError, LoadProfile};
@@ -20,6 +21,10 @@ pub const DEFAULT_REPEATS: u32 = 3;
 pub const DEFAULT_PAIR_TIMEOUT: &str = "30s";
 /// `host_memory` of pair slots: both ranks' buffers are device memory.
 pub const PAIR_MEMORY: &str = "device";
+/// Default of `chd probe d2d --sizes`: the size the calibration runs copied HBM to HBM.
+pub const DEFAULT_D2D_SIZES: &str = "256MiB";
+/// `direction` of d2d slots.
+pub const D2D_DIRECTION: &str = "d2d";
 
 /// Why the flags give no plan. Each message names the flag.
 #[derive(Debug, thiserror::Error)]
@@ -93,8 +98,17 @@ fn list(values: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// `--sizes` as given, else the resumed run's, else the default.
+/// `--sizes` as given, else the resumed run's, else [`DEFAULT_SIZES`].
 fn sizes_from(given: Option<&[String]>, base: Option<&RunPlan>) -> Result<Vec<u64>, PlanError> {
+    sizes_or(given, base, DEFAULT_SIZES)
+}
+
+/// `--sizes` as given, else the resumed run's, else `default`.
+fn sizes_or(
+    given: Option<&[String]>,
+    base: Option<&RunPlan>,
+    default: &str,
+) -> Result<Vec<u64>, PlanError> {
     let sizes = match (given, base) {
         (Some(s), _) => list(s)
             .iter()
@@ -102,7 +116,7 @@ fn sizes_from(given: Option<&[String]>, base: Option<&RunPlan>) -> Result<Vec<u6
             .collect::<Result<Vec<u64>, _>>()
             .map_err(flag("--sizes"))?,
         (None, Some(b)) => b.sizes_bytes.clone(),
-        (None, None) => vec![parse_size(DEFAULT_SIZES).map_err(flag("--sizes"))?],
+        (None, None) => vec![parse_size(default).map_err(flag("--sizes"))?],
     };
     if sizes.is_empty() {
         return Err(flag("--sizes")("no size given"));
@@ -152,20 +166,7 @@ pub fn plan_from(
     backend: &dyn runtime::Backend,
 ) -> Result<RunPlan, PlanError> {
     let cpus = cpus_from(req.run.cpus.as_deref(), base, topology)?;
-    let known: Vec<String> = backend.devices().iter().map(|d| d.id.clone()).collect();
-    let devices = match (&req.devices, base) {
-        (Some(text), _) if text.trim() == "all" => known.clone(),
-        (Some(text), _) => list(std::slice::from_ref(text)),
-        (None, Some(b)) => b.devices.clone(),
-        (None, None) => known.clone(),
-    };
-    if let Some(bad) = devices.iter().find(|d| !known.contains(d)) {
-        return Err(flag("--devices")(format!(
-            "{bad:?} is not a device of the {} backend ({})",
-            backend.name(),
-            known.join(", ")
-        )));
-    }
+    let devices = devices_from(req.devices.as_deref(), base, backend)?;
     let sizes_bytes = sizes_from(req.run.sizes.as_deref(), base)?;
     let directions = match (&req.directions, base) {
         (Some(d), _) => {
@@ -204,22 +205,7 @@ pub fn plan_from(
                 why,
             })?;
     }
-    let loads = match (req.loads.is_empty(), base) {
-        // Not split on commas: `cpu:4@0-3,8` keeps its list.
-        (false, _) => req.loads.iter().map(|l| l.trim().to_string()).collect(),
-        (true, Some(b)) => b.loads.clone(),
-        (true, None) => vec!["idle".into()],
-    };
-    let mut normalised = Vec::new();
-    for l in &loads {
-        let p: LoadProfile = l.parse()?;
-        p.check_supported(backend.name())?;
-        let name = p.to_string();
-        if normalised.contains(&name) {
-            return Err(PlanError::LoadTwice(name));
-        }
-        normalised.push(name);
-    }
+    let normalised = loads_from(&req.loads, base, backend)?;
     let (warmup, iterations, repeats) = counts_from(&req.run, base)?;
     let plan = RunPlan {
         probe: MatrixKind::H2d,
@@ -243,6 +229,120 @@ pub fn plan_from(
         )));
     }
     Ok(plan)
+}
+
+/// `--devices` as given (`all` or a list), else the resumed run's, else every device of
+/// `backend`; each must be one of its devices.
+fn devices_from(
+    given: Option<&str>,
+    base: Option<&RunPlan>,
+    backend: &dyn runtime::Backend,
+) -> Result<Vec<String>, PlanError> {
+    let known: Vec<String> = backend.devices().iter().map(|d| d.id.clone()).collect();
+    let devices = match (given, base) {
+        (Some(text), _) if text.trim() == "all" => known.clone(),
+        (Some(text), _) => list(&[text.to_string()]),
+        (None, Some(b)) => b.devices.clone(),
+        (None, None) => known.clone(),
+    };
+    if let Some(bad) = devices.iter().find(|d| !known.contains(d)) {
+        return Err(flag("--devices")(format!(
+            "{bad:?} is not a device of the {} backend ({})",
+            backend.name(),
+            known.join(", ")
+        )));
+    }
+    Ok(devices)
+}
+
+/// `--load` profiles as given, else the resumed run's, else `idle`; normalised, each
+/// supported by `backend` and given once.
+fn loads_from(
+    given: &[String],
+    base: Option<&RunPlan>,
+    backend: &dyn runtime::Backend,
+) -> Result<Vec<String>, PlanError> {
+    let loads = match (given.is_empty(), base) {
+        // Not split on commas: `cpu:4@0-3,8` keeps its list.
+        (false, _) => given.iter().map(|l| l.trim().to_string()).collect(),
+        (true, Some(b)) => b.loads.clone(),
+        (true, None) => vec!["idle".into()],
+    };
+    let mut normalised = Vec::new();
+    for l in &loads {
+        let p: LoadProfile = l.parse()?;
+        p.check_supported(backend.name())?;
+        let name = p.to_string();
+        if normalised.contains(&name) {
+            return Err(PlanError::LoadTwice(name));
+        }
+        normalised.push(name);
+    }
+    Ok(normalised)
+}
+
+/// The CPU a device's same-device copies run from: the first CPU of the device's NUMA node
+/// this process may use, else (no node, or none of its CPUs allowed) the first allowed CPU.
+pub fn device_cpu(topology: &Topology, numa_node: Option<u32>) -> Option<u32> {
+    let on_node = numa_node.and_then(|n| {
+        topology
+            .numa_nodes
+            .iter()
+            .find(|node| node.id == n)?
+            .cpus
+            .iter()
+            .copied()
+            .find(|&c| topology.cpu(c).is_some_and(|cpu| cpu.allowed))
+    });
+    on_node.or_else(|| topology.allowed_cpus().map(|c| c.id).next())
+}
+
+/// The plan of a `chd probe d2d` run: each selected device's same-device copies, per size,
+/// from one CPU of the device's NUMA node (`cpus[i]` for `devices[i]`; a resumed run keeps
+/// its CPUs).
+pub fn d2d_plan_from(
+    req: &D2dRequest,
+    base: Option<&RunPlan>,
+    topology: &Topology,
+    backend: &dyn runtime::Backend,
+) -> Result<RunPlan, PlanError> {
+    let devices = devices_from(req.devices.as_deref(), base, backend)?;
+    let cpus = match base {
+        Some(b) if b.devices == devices => b.cpus.clone(),
+        _ => devices
+            .iter()
+            .map(|d| {
+                let node = backend
+                    .devices()
+                    .iter()
+                    .find(|info| &info.id == d)
+                    .and_then(|info| info.numa_node);
+                device_cpu(topology, node).ok_or_else(|| {
+                    PlanError::Nothing(format!("no CPU this process may use for device {d}"))
+                })
+            })
+            .collect::<Result<Vec<u32>, _>>()?,
+    };
+    let sizes_bytes = sizes_or(req.run.sizes.as_deref(), base, DEFAULT_D2D_SIZES)?;
+    let loads = loads_from(&req.loads, base, backend)?;
+    let (warmup, iterations, repeats) = counts_from(&req.run, base)?;
+    if devices.is_empty() {
+        return Err(PlanError::Nothing("no device".into()));
+    }
+    Ok(RunPlan {
+        probe: MatrixKind::D2d,
+        cpus,
+        devices,
+        pairs: Vec::new(),
+        sizes_bytes,
+        directions: vec![D2D_DIRECTION.to_string()],
+        host_memories: vec![PAIR_MEMORY.to_string()],
+        warmup,
+        iterations,
+        repeats,
+        loads,
+        timeout_ms: None,
+    })
 }
 
 /// `--timeout` as given, else the resumed run's, else [`DEFAULT_PAIR_TIMEOUT`].
@@ -309,7 +409,14 @@ pub fn differences(a: &RunPlan, b: &RunPlan) -> Vec<&'static str> {
         }
     };
     let pair = a.probe == MatrixKind::Pair;
-    check(a.cpus == b.cpus, "--cpus");
+    check(
+        a.cpus == b.cpus,
+        if a.probe == MatrixKind::D2d {
+            "the devices' CPUs"
+        } else {
+            "--cpus"
+        },
+    );
     check(a.devices == b.devices, "--devices");
     check(a.pairs == b.pairs, "--pair");
     check(a.sizes_bytes == b.sizes_bytes, "--sizes");
@@ -358,6 +465,42 @@ mod tests {
             loads: vec!["idle".into()],
             timeout_ms: Some(30_000),
         }
+    }
+
+    #[test]
+    fn a_device_runs_from_the_first_allowed_cpu_of_its_node() {
+        use chd::topology::{Cpu, NumaNode};
+        let cpu = |id, node, allowed| Cpu {
+            id,
+            numa_node: Some(node),
+            package: Some(node),
+            core: Some(id),
+            siblings: vec![id],
+            allowed,
+        };
+        let node = |id, cpus: Vec<u32>| NumaNode {
+            id,
+            cpus,
+            has_memory: true,
+            memory_total_bytes: None,
+        };
+        let topology = Topology {
+            cpus: vec![
+                cpu(0, 0, true),
+                cpu(1, 0, true),
+                cpu(2, 1, false),
+                cpu(3, 1, true),
+                cpu(4, 2, false),
+            ],
+            offline_cpus: vec![],
+            numa_nodes: vec![node(0, vec![0, 1]), node(1, vec![2, 3]), node(2, vec![4])],
+        };
+        assert_eq!(device_cpu(&topology, Some(1)), Some(3));
+        assert_eq!(device_cpu(&topology, Some(0)), Some(0));
+        // No allowed CPU on the node, an unknown node, no node: the first allowed CPU.
+        assert_eq!(device_cpu(&topology, Some(2)), Some(0));
+        assert_eq!(device_cpu(&topology, Some(9)), Some(0));
+        assert_eq!(device_cpu(&topology, None), Some(0));
     }
 
     #[test]

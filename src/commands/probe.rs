@@ -1,7 +1,7 @@
-//! `chd probe`: the one driver behind `chd probe h2d` and `chd probe pair` (their requests are
-//! in `super::request`): take the plan (`super::plan`, or the plan of the run
-//! being resumed), open the backend (and for pairs the collective), measure with progress and
-//! Ctrl-C handling, stream samples to `--out DIR`, and finish with the report. The two
+//! `chd probe`: the one driver behind `chd probe h2d`, `chd probe pair` and `chd probe d2d`
+//! (their requests are in `super::request`): take the plan (`super::plan`, or the plan of the
+//! run being resumed), open the backend (and for pairs the collective), measure with progress
+//! and Ctrl-C handling, stream samples to `--out DIR`, and finish with the report. The
 //! subcommands differ only in how they plan and what measures one slot.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -12,9 +12,9 @@ use std::sync::{Arc, Mutex};
 use anyhow::{anyhow, bail, Context as _};
 
 use super::interrupt::InterruptGuard;
-use super::plan::{differences, pair_plan_from, plan_from};
+use super::plan::{d2d_plan_from, differences, pair_plan_from, plan_from};
 use super::progress::Progress;
-use super::request::{H2dRequest, PairRequest, ProbeRequest, RunOptions};
+use super::request::{D2dRequest, H2dRequest, PairRequest, ProbeRequest, RunOptions};
 use chd::config::{Config, Layer, PairSelection, RuntimeLayer};
 use chd::format::run_dir::{
     self as record, CellLog, DeviceMeta, LinkRecord, Machine, MatrixKind, RunFile, RunPlan,
@@ -27,7 +27,7 @@ use chd::report::{self, dataset::Dataset};
 use chd::runtime::gemm::DeviceLoader;
 use chd::runtime::pair::{PairParams, PairProbe};
 use chd::runtime::select::Opened;
-use chd::runtime::{self, Direction, HostMemory, ProbeError};
+use chd::runtime::{self, DeviceCopyParams, Direction, HostMemory, ProbeError};
 use chd::store::{unix_now, CellKey};
 use chd::topology::natural::natural_key;
 use chd::topology::pci_link::{DeviceLinks, Link};
@@ -38,6 +38,7 @@ pub fn run(request: ProbeRequest) -> anyhow::Result<()> {
     match request {
         ProbeRequest::H2d(r) => run_h2d(&r),
         ProbeRequest::Pair(r) => run_pair(&r),
+        ProbeRequest::D2d(r) => run_d2d(&r),
         ProbeRequest::Affinity(r) => super::affinity::run(&r),
     }
 }
@@ -133,6 +134,33 @@ fn run_h2d(req: &H2dRequest) -> anyhow::Result<()> {
                     direction,
                 };
                 chd::probe::h2d::measure_cell(&*backend, &cell, warmup, iterations, memory)
+            });
+            Ok(Prepared {
+                plan,
+                measure,
+                collective: None,
+                pair_probe: None,
+            })
+        },
+    )
+}
+
+/// `chd probe d2d`.
+fn run_d2d(req: &D2dRequest) -> anyhow::Result<()> {
+    run_matrix(
+        MatrixKind::D2d,
+        &req.run,
+        |_config, topology, opened, base| {
+            let backend = opened.backend.clone();
+            let plan = d2d_plan_from(req, base, topology, &*backend)?;
+            let (warmup, iterations) = (plan.warmup, plan.iterations);
+            let measure: Measure = Box::new(move |slot: &SlotId| {
+                let params = DeviceCopyParams {
+                    size_bytes: slot.size_bytes,
+                    warmup,
+                    iterations,
+                };
+                chd::probe::d2d::measure_cell(&*backend, slot.cpu, &slot.device, &params)
             });
             Ok(Prepared {
                 plan,
@@ -363,6 +391,17 @@ fn run_matrix(
             plan.cpus.len(),
             plan.devices.len()
         ),
+        MatrixKind::D2d => format!(
+            "on {} device{}, each from one CPU of its NUMA node ({})",
+            plan.devices.len(),
+            if plan.devices.len() == 1 { "" } else { "s" },
+            plan.devices
+                .iter()
+                .zip(&plan.cpus)
+                .map(|(d, c)| format!("{d}: CPU {c}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
         MatrixKind::Pair => format!(
             "on {n} x {n} CPUs (rank 0 x rank 1) of device pair{} {}",
             if plan.pairs.len() == 1 { "" } else { "s" },
@@ -561,7 +600,7 @@ fn print_cells(ds: &Dataset, kind: MatrixKind, format: &str) -> anyhow::Result<(
     });
     match (format, kind) {
         ("csv", _) => print!("{}", report::csv::render(ds)),
-        ("json", MatrixKind::H2d) => {
+        ("json", MatrixKind::H2d | MatrixKind::D2d) => {
             let rows: Vec<serde_json::Value> = cells
                 .iter()
                 .map(|c| {
@@ -602,7 +641,7 @@ fn print_cells(ds: &Dataset, kind: MatrixKind, format: &str) -> anyhow::Result<(
                 .collect();
             println!("{}", serde_json::to_string_pretty(&rows)?);
         }
-        (_, MatrixKind::H2d) => {
+        (_, MatrixKind::H2d | MatrixKind::D2d) => {
             println!(
                 "{:>5} {:>4} {:>7} {:>8} {:>4} {:>8} {:>8} {:>9} {:>7}  note",
                 "cpu", "numa", "device", "size", "dir", "memory", "load", "GB/s", "samples"

@@ -10,6 +10,7 @@ use chd::config::Layer;
 pub enum ProbeRequest {
     H2d(H2dRequest),
     Pair(PairRequest),
+    D2d(D2dRequest),
     Affinity(AffinityRequest),
 }
 
@@ -64,6 +65,17 @@ pub struct PairRequest {
     pub pairs: Vec<String>,
     /// Longest one cell may take, e.g. `30s`.
     pub timeout: Option<String>,
+}
+
+/// `chd probe d2d` as asked: `None` (or empty) = not given. `run.cpus` is unused: each
+/// device runs from a CPU of its own NUMA node.
+#[derive(Debug, Clone, Default)]
+pub struct D2dRequest {
+    pub run: RunOptions,
+    /// Comma-separated device labels, or `all`.
+    pub devices: Option<String>,
+    /// Load profiles, one run per profile [default: the resumed run's, else `idle`].
+    pub loads: Vec<String>,
 }
 
 /// `chd probe affinity`.

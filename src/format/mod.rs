@@ -32,6 +32,9 @@ pub enum MatrixKind {
     /// Core-pair matrix of one device pair: `cpu` (rank 0) x `peer_cpu` (rank 1); `device`
     /// holds the pair, e.g. `0,5`.
     Pair,
+    /// Same-device copies (device memory to device memory of one device): `device` x size,
+    /// each device's cells measured from one CPU on its NUMA node (`cpu`).
+    D2d,
 }
 
 impl MatrixKind {
@@ -39,6 +42,7 @@ impl MatrixKind {
         match self {
             MatrixKind::H2d => "h2d",
             MatrixKind::Pair => "pair",
+            MatrixKind::D2d => "d2d",
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Probes: measuring one cell of a matrix on a thread bound to the cell's CPU, and
 //! one-shot runs over a list of cells.
 
+pub mod d2d;
 pub mod execute;
 pub mod h2d;
 pub mod oneshot;

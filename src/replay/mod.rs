@@ -174,6 +174,7 @@ fn from_dataset(ds: crate::report::dataset::Dataset, keep: usize) -> Replay {
             let probe = match c.matrix.kind {
                 MatrixKind::H2d => "h2d",
                 MatrixKind::Pair => "pair",
+                MatrixKind::D2d => "d2d",
             };
             c.errors.iter().map(move |_| RecordedError {
                 probe,

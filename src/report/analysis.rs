@@ -234,6 +234,7 @@ mod tests {
                         .collect();
                     assert_eq!(slow, [(0, 3)]);
                 }
+                MatrixKind::D2d => panic!("the dataset holds no d2d cells"),
             }
         }
         // What differs is what a store keeps of failures: attempts since the last success.

@@ -55,6 +55,8 @@ enum Fate {
     OtherLoad,
     OtherDirection,
     OtherPairSize,
+    /// A same-device copy cell.
+    D2d,
 }
 
 /// Everything a report shows.
@@ -104,7 +106,7 @@ impl MatrixId {
             && self.load == s.load
             && match (&self.pair, s.kind) {
                 (Some(pair), MatrixKind::Pair) => pair == s.device,
-                (None, MatrixKind::H2d) => true,
+                (None, MatrixKind::H2d | MatrixKind::D2d) => true,
                 _ => false,
             }
     }
@@ -218,6 +220,15 @@ impl Dataset {
         match plan.probe {
             MatrixKind::H2d => meta.push(("devices".into(), plan.devices.join(", "))),
             MatrixKind::Pair => meta.push(("pairs".into(), plan.pairs.join("; "))),
+            MatrixKind::D2d => {
+                let on: Vec<String> = plan
+                    .devices
+                    .iter()
+                    .zip(&plan.cpus)
+                    .map(|(d, c)| format!("{d} from CPU {c}"))
+                    .collect();
+                meta.push(("devices".into(), on.join(", ")));
+            }
         }
         if !run.pair_methods.is_empty() {
             let methods: Vec<String> = run
@@ -239,7 +250,7 @@ impl Dataset {
                     plan.warmup,
                     plan.iterations,
                     match plan.probe {
-                        MatrixKind::H2d => "copies",
+                        MatrixKind::H2d | MatrixKind::D2d => "copies",
                         MatrixKind::Pair => "operations per rank",
                     }
                 ),
@@ -465,6 +476,11 @@ impl Dataset {
                 size_label(id.size_bytes),
                 id.load
             ),
+            MatrixKind::D2d => format!(
+                "D2D {} same-device copies, load {}",
+                size_label(id.size_bytes),
+                id.load
+            ),
         }
     }
 
@@ -514,6 +530,7 @@ impl Dataset {
                         }
                         (MatrixKind::Pair, Some(_)) => Fate::OtherPairSize,
                         (MatrixKind::Pair, None) => Fate::OtherDirection,
+                        (MatrixKind::D2d, _) => Fate::D2d,
                     }
                 };
                 (c, fate)
@@ -549,7 +566,7 @@ impl Dataset {
                         .entry((c.device.as_str(), c.matrix.size_bytes))
                         .or_default() += 1
                 }
-                Fate::H2d(_) | Fate::Pair(_) => {}
+                Fate::H2d(_) | Fate::Pair(_) | Fate::D2d => {}
             }
         }
         let mut out = Vec::new();
@@ -617,7 +634,7 @@ impl Dataset {
                         store.record_pair_sample(key.clone(), sample(v), keep);
                     }
                 }
-                Fate::OtherLoad | Fate::OtherDirection | Fate::OtherPairSize => {}
+                Fate::OtherLoad | Fate::OtherDirection | Fate::OtherPairSize | Fate::D2d => {}
             }
         }
         if store.measured_cells().next().is_some() {

@@ -12,6 +12,7 @@ pub mod dataset;
 pub mod heatmap;
 pub mod png;
 pub mod summary;
+pub mod summary_d2d;
 pub mod svg;
 pub mod xlsx;
 
@@ -121,14 +122,16 @@ pub fn heatmaps(ds: &Dataset) -> Vec<(String, Heatmap, dataset::MatrixId)> {
     let numa = ds.numa_map();
     ds.matrices()
         .into_iter()
-        .map(|(id, cells)| {
+        .filter_map(|(id, cells)| {
             let title = Dataset::matrix_title(id);
             let (cells, axes) = (analysis::cells(&cells), Default::default());
             let map = match id.kind {
                 MatrixKind::H2d => Heatmap::h2d(title, &cells, &numa, &axes),
                 MatrixKind::Pair => Heatmap::pair(title, &cells, &numa, &axes),
+                // One value per device: a table in summary.md, no heatmap.
+                MatrixKind::D2d => return None,
             };
-            (ds.matrix_name(id), map, id.clone())
+            Some((ds.matrix_name(id), map, id.clone()))
         })
         .collect()
 }

@@ -1,7 +1,8 @@
 //! `summary.md`: the findings first (slow device columns, slow NUMA segments, slow cores, pair
 //! CPUs, failures), then per matrix the five-number summary, device medians and ratios, the
 //! NUMA segment x device medians, the slowest cores and the failed cells with their errors,
-//! and each load profile's change against idle.
+//! the same-device copy table (`super::summary_d2d`), and each load profile's change against
+//! idle.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -10,8 +11,8 @@ use super::dataset::{device_link, Dataset, MatrixId};
 use crate::analysis::link;
 use crate::analysis::ranks::SLOWEST_CELLS;
 use crate::analysis::{
-    CellRanks, Failure, H2dMatrix, NumaMap, PairMatrix, EXTREME_CELL_RATIO, SLOW_CPU_RATIO,
-    SLOW_DEVICE_RATIO, SLOW_SEGMENT_RATIO,
+    CellRanks, D2dDevices, Failure, H2dMatrix, NumaMap, PairMatrix, EXTREME_CELL_RATIO,
+    SLOW_CPU_RATIO, SLOW_DEVICE_RATIO, SLOW_SEGMENT_RATIO,
 };
 use crate::format::run_dir::MatrixKind;
 use crate::stats::{self, Summary};
@@ -153,6 +154,10 @@ pub fn findings(ds: &Dataset) -> Vec<String> {
                 if !a.failures.is_empty() {
                     rest.push(failure_line(a.failures.len(), a.cells, &title));
                 }
+            }
+            MatrixKind::D2d => {
+                let a = D2dDevices::of(&super::analysis::cells(&cells));
+                rest.extend(super::summary_d2d::findings(&title, &a));
             }
             MatrixKind::Pair => {
                 let a = PairMatrix::of(&super::analysis::cells(&cells), &numa);
@@ -543,6 +548,10 @@ pub fn render(ds: &Dataset, pictures: &BTreeMap<MatrixId, String>) -> String {
             MatrixKind::Pair => {
                 let a = PairMatrix::of(&super::analysis::cells(&cells), &numa);
                 pair_section(&mut s, id, &a, picture)
+            }
+            MatrixKind::D2d => {
+                let a = D2dDevices::of(&super::analysis::cells(&cells));
+                super::summary_d2d::section(&mut s, ds, id, &numa, &a)
             }
         }
     }

@@ -1,7 +1,7 @@
 //! `chd probe` end to end through the real binary: a run directory with its report on this
 //! machine (host backend), resume after SIGKILL and after Ctrl-C with no sample measured
 //! twice or lost, load profiles, a planted slow device through the fake CUDA runtime, the
-//! affinity probe, and the errors a user can make.
+//! affinity probe, same-device copies (`probe d2d`), and the errors a user can make.
 
 #[path = "../support/chd_process.rs"]
 mod chd_process;
@@ -11,6 +11,7 @@ mod fake;
 mod xlsx;
 
 mod common;
+mod d2d;
 mod fake_cuda;
 mod host;
 mod pair;
