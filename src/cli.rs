@@ -587,6 +587,10 @@ pub struct ServeArgs {
     /// (default false).
     #[arg(long, value_name = "BOOL")]
     pub pair_cells: Option<bool>,
+    /// Size of the same-device copy (HBM to HBM) cell each window measures on every device,
+    /// MiB; 0 turns it off [probe.d2d_size_mib] (default 64).
+    #[arg(long, value_name = "MIB")]
+    pub d2d_size: Option<u64>,
 }
 
 impl Cli {
@@ -701,6 +705,7 @@ impl Cli {
             l.probe.pairs = (!a.pairs.is_empty()).then(|| a.pairs.clone());
             l.probe.pair_size_mib = a.pair_size;
             l.probe.pair_timeout = a.pair_timeout.clone();
+            l.probe.d2d_size_mib = a.d2d_size;
         }
         l
     }

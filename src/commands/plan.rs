@@ -281,22 +281,6 @@ fn loads_from(
     Ok(normalised)
 }
 
-/// The CPU a device's same-device copies run from: the first CPU of the device's NUMA node
-/// this process may use, else (no node, or none of its CPUs allowed) the first allowed CPU.
-pub fn device_cpu(topology: &Topology, numa_node: Option<u32>) -> Option<u32> {
-    let on_node = numa_node.and_then(|n| {
-        topology
-            .numa_nodes
-            .iter()
-            .find(|node| node.id == n)?
-            .cpus
-            .iter()
-            .copied()
-            .find(|&c| topology.cpu(c).is_some_and(|cpu| cpu.allowed))
-    });
-    on_node.or_else(|| topology.allowed_cpus().map(|c| c.id).next())
-}
-
 /// The plan of a `chd probe d2d` run: each selected device's same-device copies, per size,
 /// from one CPU of the device's NUMA node (`cpus[i]` for `devices[i]`; a resumed run keeps
 /// its CPUs).
@@ -317,7 +301,7 @@ pub fn d2d_plan_from(
                     .iter()
                     .find(|info| &info.id == d)
                     .and_then(|info| info.numa_node);
-                device_cpu(topology, node).ok_or_else(|| {
+                topology.cpu_near(node).ok_or_else(|| {
                     PlanError::Nothing(format!("no CPU this process may use for device {d}"))
                 })
             })
@@ -495,12 +479,12 @@ mod tests {
             offline_cpus: vec![],
             numa_nodes: vec![node(0, vec![0, 1]), node(1, vec![2, 3]), node(2, vec![4])],
         };
-        assert_eq!(device_cpu(&topology, Some(1)), Some(3));
-        assert_eq!(device_cpu(&topology, Some(0)), Some(0));
+        assert_eq!(topology.cpu_near(Some(1)), Some(3));
+        assert_eq!(topology.cpu_near(Some(0)), Some(0));
         // No allowed CPU on the node, an unknown node, no node: the first allowed CPU.
-        assert_eq!(device_cpu(&topology, Some(2)), Some(0));
-        assert_eq!(device_cpu(&topology, Some(9)), Some(0));
-        assert_eq!(device_cpu(&topology, None), Some(0));
+        assert_eq!(topology.cpu_near(Some(2)), Some(0));
+        assert_eq!(topology.cpu_near(Some(9)), Some(0));
+        assert_eq!(topology.cpu_near(None), Some(0));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use crate::format::cluster_health::{self, RecordedCpu, Recording, Rejected};
 use crate::format::run_dir::{DeviceMeta, MatrixKind, RunFile, SampleRecord};
 use crate::runtime::Direction;
 use crate::stats;
-use crate::store::{CellKey, PairKey, Sample, Store};
+use crate::store::{CellKey, D2dKey, PairKey, Sample, Store};
 use crate::topology::pci_link::{Link, LinkState};
 
 /// Which matrix a cell belongs to. For a pair matrix `pair` names the device pair.
@@ -542,7 +542,7 @@ impl Dataset {
     pub fn served_cells(&self) -> impl Iterator<Item = &CellResult> {
         self.fates()
             .into_iter()
-            .filter(|(_, f)| matches!(f, Fate::H2d(_) | Fate::Pair(_)))
+            .filter(|(_, f)| matches!(f, Fate::H2d(_) | Fate::Pair(_) | Fate::D2d))
             .map(|(c, _)| c)
     }
 
@@ -634,7 +634,19 @@ impl Dataset {
                         store.record_pair_sample(key.clone(), sample(v), keep);
                     }
                 }
-                Fate::OtherLoad | Fate::OtherDirection | Fate::OtherPairSize | Fate::D2d => {}
+                Fate::D2d => {
+                    let key = D2dKey {
+                        device: c.device.clone(),
+                        size_bytes: c.matrix.size_bytes,
+                    };
+                    if c.samples.is_empty() {
+                        store.record_d2d_error(key.clone(), at);
+                    }
+                    for &v in &c.samples {
+                        store.record_d2d_sample(key.clone(), sample(v), keep);
+                    }
+                }
+                Fate::OtherLoad | Fate::OtherDirection | Fate::OtherPairSize => {}
             }
         }
         if store.measured_cells().next().is_some() {
@@ -642,6 +654,9 @@ impl Dataset {
         }
         if store.pair.values().any(|c| !c.samples.is_empty()) {
             store.record_success("pair", at);
+        }
+        if store.d2d.values().any(|c| !c.samples.is_empty()) {
+            store.record_success("d2d", at);
         }
         store
     }

@@ -118,6 +118,22 @@ impl Topology {
         self.cpus.iter().filter(|c| c.allowed)
     }
 
+    /// The CPU a device on `numa_node` is probed from where one CPU must do (its same-device
+    /// copies): the first CPU of the node this process may use, else (no node, or none of
+    /// its CPUs allowed) the first allowed CPU.
+    pub fn cpu_near(&self, numa_node: Option<u32>) -> Option<u32> {
+        let on_node = numa_node.and_then(|n| {
+            self.numa_nodes
+                .iter()
+                .find(|node| node.id == n)?
+                .cpus
+                .iter()
+                .copied()
+                .find(|&c| self.cpu(c).is_some_and(|cpu| cpu.allowed))
+        });
+        on_node.or_else(|| self.allowed_cpus().map(|c| c.id).next())
+    }
+
     /// NUMA nodes that have memory (the host backend's "devices").
     pub fn memory_nodes(&self) -> impl Iterator<Item = &NumaNode> {
         self.numa_nodes.iter().filter(|n| n.has_memory)
