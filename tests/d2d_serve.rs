@@ -59,7 +59,10 @@ fn all_devices(m: &Metrics) -> bool {
 #[test]
 fn a_slow_device_shows_in_the_d2d_bandwidth_and_ratio_and_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let chd = Chd::serve_env(dir.path(), &args("4"), &ENV);
+    let report = dir.path().join("fake-exit-report");
+    let mut env = ENV.to_vec();
+    env.push(("CHD_FAKE_EXIT_REPORT", report.to_str().unwrap()));
+    let chd = Chd::serve_env(dir.path(), &args("4"), &env);
     let m = chd.wait_for(
         Duration::from_secs(60),
         "every device's d2d cell",
@@ -90,6 +93,11 @@ fn a_slow_device_shows_in_the_d2d_bandwidth_and_ratio_and_survives_a_restart() {
     promtool_check_metrics(&chd.scrape());
     let (status, log) = chd.terminate();
     assert!(status.success(), "{log}");
+    // What chd still held in the fake when it exited: nothing.
+    let held = std::fs::read_to_string(&report).expect("the fake's exit report");
+    for line in ["live_device_allocations=0", "live_pinned_allocations=0"] {
+        assert!(held.lines().any(|l| l == line), "{held}");
+    }
 
     // Restarted with the probe off, the saved cells are still served.
     let chd = Chd::serve_env(dir.path(), &args("0"), &ENV);

@@ -291,6 +291,7 @@ pub fn d2d_plan_from(
     backend: &dyn runtime::Backend,
 ) -> Result<RunPlan, PlanError> {
     let devices = devices_from(req.devices.as_deref(), base, backend)?;
+    let allowed: Vec<u32> = topology.allowed_cpus().map(|c| c.id).collect();
     let cpus = match base {
         Some(b) if b.devices == devices => b.cpus.clone(),
         _ => devices
@@ -301,7 +302,7 @@ pub fn d2d_plan_from(
                     .iter()
                     .find(|info| &info.id == d)
                     .and_then(|info| info.numa_node);
-                topology.cpu_near(node).ok_or_else(|| {
+                topology.cpu_near(node, &allowed).ok_or_else(|| {
                     PlanError::Nothing(format!("no CPU this process may use for device {d}"))
                 })
             })
@@ -479,12 +480,16 @@ mod tests {
             offline_cpus: vec![],
             numa_nodes: vec![node(0, vec![0, 1]), node(1, vec![2, 3]), node(2, vec![4])],
         };
-        assert_eq!(topology.cpu_near(Some(1)), Some(3));
-        assert_eq!(topology.cpu_near(Some(0)), Some(0));
+        let allowed: Vec<u32> = topology.allowed_cpus().map(|c| c.id).collect();
+        assert_eq!(topology.cpu_near(Some(1), &allowed), Some(3));
+        assert_eq!(topology.cpu_near(Some(0), &allowed), Some(0));
         // No allowed CPU on the node, an unknown node, no node: the first allowed CPU.
-        assert_eq!(topology.cpu_near(Some(2)), Some(0));
-        assert_eq!(topology.cpu_near(Some(9)), Some(0));
-        assert_eq!(topology.cpu_near(None), Some(0));
+        assert_eq!(topology.cpu_near(Some(2), &allowed), Some(0));
+        assert_eq!(topology.cpu_near(Some(9), &allowed), Some(0));
+        assert_eq!(topology.cpu_near(None, &allowed), Some(0));
+        // chd serve's candidates are probe.cpus: node 1's device then runs from CPU 1.
+        assert_eq!(topology.cpu_near(Some(1), &[1]), Some(1));
+        assert_eq!(topology.cpu_near(None, &[]), None);
     }
 
     #[test]

@@ -195,8 +195,9 @@ impl Scheduler {
     }
 
     /// One same-device copy cell per device (`probe.d2d_size_mib`; none when it is 0), each
-    /// from a CPU of the device's NUMA node, in a fresh random order every window (so a
-    /// budget that runs out does not always leave out the same device).
+    /// from a CPU of `probe.cpus` on the device's NUMA node (else the first of them), in a
+    /// fresh random order every window (so a budget that runs out does not always leave out
+    /// the same device).
     fn d2d_cells<R: rand::Rng + ?Sized>(&self, rng: &mut R) -> Vec<D2dCell> {
         use rand::seq::SliceRandom;
         if self.probe.d2d_size_bytes == 0 {
@@ -212,7 +213,7 @@ impl Scheduler {
                         device: d.id.clone(),
                         size_bytes: self.probe.d2d_size_bytes,
                     },
-                    cpu: self.topology.cpu_near(d.numa_node)?,
+                    cpu: self.topology.cpu_near(d.numa_node, &self.affinity_cpus)?,
                 })
             })
             .collect();

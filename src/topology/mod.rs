@@ -118,20 +118,17 @@ impl Topology {
         self.cpus.iter().filter(|c| c.allowed)
     }
 
-    /// The CPU a device on `numa_node` is probed from where one CPU must do (its same-device
-    /// copies): the first CPU of the node this process may use, else (no node, or none of
-    /// its CPUs allowed) the first allowed CPU.
-    pub fn cpu_near(&self, numa_node: Option<u32>) -> Option<u32> {
+    /// The CPU of `candidates` (in their order) a device on `numa_node` is probed from where
+    /// one CPU must do (its same-device copies): the first one on that node, else (no node,
+    /// or no candidate on it) the first candidate.
+    pub fn cpu_near(&self, numa_node: Option<u32>, candidates: &[u32]) -> Option<u32> {
         let on_node = numa_node.and_then(|n| {
-            self.numa_nodes
-                .iter()
-                .find(|node| node.id == n)?
-                .cpus
+            candidates
                 .iter()
                 .copied()
-                .find(|&c| self.cpu(c).is_some_and(|cpu| cpu.allowed))
+                .find(|&c| self.cpu(c).and_then(|cpu| cpu.numa_node) == Some(n))
         });
-        on_node.or_else(|| self.allowed_cpus().map(|c| c.id).next())
+        on_node.or_else(|| candidates.first().copied())
     }
 
     /// NUMA nodes that have memory (the host backend's "devices").
