@@ -125,6 +125,7 @@ fn run_mode(backend: &dyn Backend, lib: &libloading::Library, cpus: &[u32]) -> T
         host_memory: chd::runtime::HostMemory::Pinned,
         keep: 5,
         links: Default::default(),
+        d2d: Default::default(),
     };
     let store = Arc::new(RwLock::new(Store::default()));
     let metrics = ProbeMetrics::default();

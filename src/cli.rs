@@ -256,6 +256,19 @@ pub enum ProbeCommand {
     /// destination heatmap), report.xlsx. A failed pair costs only its cells; the run then
     /// exits non-zero.
     P2p(Box<P2pArgs>),
+    /// Same-device copies (device memory to device memory of one device: HBM to HBM on an
+    /// accelerator; on the host backend between two buffers of the NUMA node): per device and
+    /// size, each device measured from one CPU of its NUMA node (recorded in run.json and the
+    /// report), each cell --repeats times (every pass in a fresh random order), under each
+    /// --load profile. Bytes of one copy over its time, as nvbandwidth counts them.
+    ///
+    /// With --out DIR every sample is appended to DIR/cells.jsonl as it is measured (the plan
+    /// is in DIR/run.json); Ctrl-C stops after the cell in flight and keeps what was measured;
+    /// --resume continues exactly where the run stopped; at the end the report (summary.md
+    /// with each device's median, its ratio to the node's typical device and the slow devices
+    /// flagged, cells.csv, report.xlsx) is written to DIR. A device whose copies fail costs
+    /// only its cells; the run then exits non-zero.
+    D2d(Box<D2dArgs>),
     /// Which CPUs a thread can really be bound to (bind, read back, restore), e.g. inside a
     /// container whose cpuset lists cores it cannot use.
     Affinity(AffinityArgs),
@@ -380,6 +393,33 @@ pub struct SweepArgs {
     /// (max - min) / median [default: 3].
     #[arg(long, alias = "samples", value_name = "K")]
     pub repeats: Option<u32>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct D2dArgs {
+    /// Devices: all, or runtime device labels, comma-separated (0,3 or numa0) [default: all].
+    #[arg(long, value_name = "LIST")]
+    pub devices: Option<String>,
+    /// Copy sizes, comma-separated: 64MiB,256MiB,1GiB (KiB, MiB, GiB; a bare number is MiB);
+    /// each cell holds two buffers of the size on its device [default: 256MiB].
+    #[arg(long, value_name = "SIZE,...", value_delimiter = ',')]
+    pub sizes: Option<Vec<String>>,
+    /// Untimed copies before each sample [default: 2].
+    #[arg(long, value_name = "N")]
+    pub warmup: Option<u32>,
+    /// Timed copies per sample [default: 10].
+    #[arg(long, alias = "iters", value_name = "N")]
+    pub iterations: Option<u32>,
+    /// Samples per cell and load profile; the cell's value is their median [default: 3].
+    #[arg(long, alias = "samples", value_name = "K")]
+    pub repeats: Option<u32>,
+    /// Background load while measuring, repeatable (one run per profile): idle, cpu:N,
+    /// cpu:N@CPULIST or device (a cuBLAS SGEMM loop on each probed device; cuda backend
+    /// only), as for probe h2d [default: idle].
+    #[arg(long = "load", value_name = "PROFILE")]
+    pub loads: Vec<String>,
     #[command(flatten)]
     pub run: RunArgs,
 }
@@ -701,6 +741,10 @@ pub struct ServeArgs {
     /// (default false).
     #[arg(long, value_name = "BOOL")]
     pub pair_cells: Option<bool>,
+    /// Size of the same-device copy (HBM to HBM) cell each window measures on every device,
+    /// MiB; 0 turns it off [probe.d2d_size_mib] (default 64).
+    #[arg(long, value_name = "MIB")]
+    pub d2d_size: Option<u64>,
 }
 
 impl Cli {
@@ -724,8 +768,8 @@ impl Cli {
     /// `chd probe`'s flags as the library's request.
     pub fn probe_request(&self, probe: &ProbeCommand) -> crate::commands::request::ProbeRequest {
         use crate::commands::request::{
-            AffinityRequest, BasicsRequest, H2dRequest, P2pRequest, PairRequest, ProbeRequest,
-            RunOptions, SweepRequest,
+            AffinityRequest, BasicsRequest, D2dRequest, H2dRequest, P2pRequest, PairRequest,
+            ProbeRequest, RunOptions, SweepRequest,
         };
         match probe {
             ProbeCommand::H2d(a) => ProbeRequest::H2d(H2dRequest {
@@ -799,6 +843,17 @@ impl Cli {
                 },
                 devices: a.devices.clone(),
             }),
+            ProbeCommand::D2d(a) => ProbeRequest::D2d(D2dRequest {
+                run: RunOptions {
+                    sizes: a.sizes.clone(),
+                    warmup: a.warmup,
+                    iterations: a.iterations,
+                    repeats: a.repeats,
+                    ..a.run.options(self)
+                },
+                devices: a.devices.clone(),
+                loads: a.loads.clone(),
+            }),
             ProbeCommand::Affinity(a) => ProbeRequest::Affinity(AffinityRequest {
                 layer: self.global_layer(),
                 cpus: a.cpus.clone(),
@@ -847,6 +902,7 @@ impl Cli {
             l.probe.pairs = (!a.pairs.is_empty()).then(|| a.pairs.clone());
             l.probe.pair_size_mib = a.pair_size;
             l.probe.pair_timeout = a.pair_timeout.clone();
+            l.probe.d2d_size_mib = a.d2d_size;
         }
         l
     }

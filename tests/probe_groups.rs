@@ -71,6 +71,7 @@ fn run_window_watching(
         host_memory: HostMemory::Pinned,
         keep: 5,
         links: Default::default(),
+        d2d: Default::default(),
     };
     let store = Arc::new(RwLock::new(Store::default()));
     let metrics = ProbeMetrics::default();

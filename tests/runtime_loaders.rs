@@ -2,9 +2,10 @@
 //! cell releases its pinned host memory, device memory, streams and events, on success and
 //! on failure (a device that fails in the middle of the timed copies, with copies still
 //! queued, included: nothing is released before its stream is synchronized); bytes really
-//! travel; timing follows the device events; ACL refuses pageable memory, finalizes only an
-//! ACL it initialized and takes PCI bus ids from the runtime; NVML sees chd's own context as
-//! chd's.
+//! travel; timing follows the device events; same-device copy cells (two device buffers, a
+//! pinned staging of the check pattern) release everything too; ACL refuses pageable
+//! memory, finalizes only an ACL it initialized and takes PCI bus ids from the runtime; NVML
+//! sees chd's own context as chd's.
 
 #[path = "support/fake_runtime.rs"]
 mod fake;
@@ -26,7 +27,7 @@ use chd::runtime::cuda::CudaBackend;
 use chd::runtime::pair::PairParams;
 use chd::runtime::select::{self, BackendChoice, CollectiveChoice, RuntimeConfig};
 use chd::runtime::telemetry::{DeviceTelemetry, NvmlTelemetry};
-use chd::runtime::{Backend, CopyParams, Direction, HostMemory};
+use chd::runtime::{Backend, CopyParams, DeviceCopyParams, Direction, HostMemory};
 use chd::topology::{Roots, Topology};
 
 /// The fake reads its settings once per process: set them before the first load.
@@ -34,6 +35,7 @@ fn setup() -> &'static Path {
     fake::fake_runtime_with(&[
         ("CHD_FAKE_DEVICE_COUNT", "3"),
         ("CHD_FAKE_H2D_GBPS", "50;1=25"),
+        ("CHD_FAKE_D2D_GBPS", "300;1=150"),
         ("CHD_FAKE_FAIL_DEVICES", "2"),
         // Device 2 fails from the 4th copy of each stream on: in the middle of the timed
         // copies, with earlier ones still queued.
@@ -80,6 +82,37 @@ fn exercise(backend: &dyn Backend, memories: &[HostMemory]) {
     }
 }
 
+/// Same-device copy cells: the device's own rate (not its H2D rate), device 2 failing in the
+/// middle of its timed copies costs that cell only, unknown devices and empty cells refused.
+fn exercise_device_copies(backend: &dyn Backend) {
+    let p = DeviceCopyParams {
+        size_bytes: 8 << 20,
+        warmup: 1,
+        iterations: 4,
+    };
+    let fast = backend.measure_device_copy("0", &p).unwrap();
+    let slow = backend.measure_device_copy("1", &p).unwrap();
+    assert!((fast - 300e9).abs() < 0.005 * 300e9, "{fast}");
+    assert!((slow - 150e9).abs() < 0.005 * 150e9, "{slow}");
+    let err = backend.measure_device_copy("2", &p).unwrap_err();
+    assert_eq!(err.reason(), "copy", "{err}");
+    assert_eq!(
+        backend.measure_device_copy("7", &p).unwrap_err().reason(),
+        "unknown_device"
+    );
+    for bad in [
+        DeviceCopyParams { size_bytes: 0, ..p },
+        DeviceCopyParams { iterations: 0, ..p },
+    ] {
+        assert_eq!(
+            backend.measure_device_copy("0", &bad).unwrap_err().reason(),
+            "timing"
+        );
+    }
+    // Still usable after the failures.
+    assert!(backend.measure_device_copy("0", &p).is_ok());
+}
+
 #[test]
 fn cuda_cells_measure_and_release_everything() {
     let _one_at_a_time = exclusive();
@@ -89,6 +122,7 @@ fn cuda_cells_measure_and_release_everything() {
     // CUDA takes pageable memory (the copy is then synchronous).
     assert!(backend.check_host_memory(HostMemory::Pageable).is_ok());
     exercise(&backend, &[HostMemory::Pinned, HostMemory::Pageable]);
+    exercise_device_copies(&backend);
     assert_eq!(live("chd_fake_live_pinned_allocations"), 0);
     assert_eq!(live("chd_fake_live_device_allocations"), 0);
 }
@@ -101,6 +135,7 @@ fn acl_cells_measure_and_release_everything() {
     assert_eq!(backend.devices().len(), 3);
     let refused = live("chd_fake_unsynchronized_releases");
     exercise(&backend, &[HostMemory::Pinned]);
+    exercise_device_copies(&backend);
     assert_eq!(live("chd_fake_live_pinned_allocations"), 0);
     assert_eq!(live("chd_fake_live_device_allocations"), 0);
     assert_eq!(

@@ -27,7 +27,7 @@ use chd::exposition::verdict_collector::VerdictView;
 use chd::exposition::{encode, Format};
 use chd::runtime::{DeviceInfo, Direction};
 use chd::schedule::metrics::ProbeMetrics;
-use chd::store::{unix_now, CellKey, Sample, Store};
+use chd::store::{unix_now, CellKey, D2dKey, Sample, Store};
 use chd::topology::pci_link::{Link, LinkState};
 use chd::topology::{Cpu, NumaNode, Topology};
 
@@ -152,6 +152,19 @@ fn scrape(shape: Shape, cells: bool) -> String {
             store.record_sample(key.clone(), sample, 5);
         }
     }
+    // Every device's same-device copy cell (`probe.d2d_size_mib`, 64 by default).
+    for (i, d) in devices.iter().enumerate() {
+        let key = D2dKey {
+            device: d.id.clone(),
+            size_bytes: 64 << 20,
+        };
+        let sample = Sample {
+            bytes_per_second: 4.0e11 + i as f64,
+            at: now,
+        };
+        store.record_d2d_sample(key, sample, 5);
+    }
+    store.record_success("d2d", now);
     let verdicts: Vec<(u32, bool)> = topology.cpus.iter().map(|c| (c.id, true)).collect();
     store.record_bindable(&verdicts, now);
     store.record_success("h2d", now);
@@ -179,6 +192,8 @@ fn scrape(shape: Shape, cells: bool) -> String {
     metrics.run("h2d", "ok");
     metrics.idle_window("probed");
     metrics.observe_duration("h2d", 1.9);
+    metrics.run("d2d", "ok");
+    metrics.observe_duration("d2d", 0.1);
     ServerMetrics::register(&mut registry, 64);
     registry.register_collector(Box::new(VerdictView(Default::default())));
     registry.register_collector(Box::new(StoreView {

@@ -67,6 +67,8 @@ fn serves_cells_and_bindable_for_every_allowed_cpu() {
                 )
                 .iter()
                 .any(|s| s.value >= 1.0)
+                // The window ends after its d2d cells, which follow the h2d ones.
+                && m.value("chd_idle_windows_total", &[("outcome", "probed")]) >= 1.0
         },
     );
     for cpu in &cpus {

@@ -13,6 +13,10 @@ pub const SLOW_DEVICE_RATIO: f64 = 0.5;
 pub const SLOW_SEGMENT_RATIO: f64 = 0.5;
 /// A CPU below this ratio is slow (`ChdPairCpuSlow`; also used for h2d cores).
 pub const SLOW_CPU_RATIO: f64 = 0.7;
+/// A device whose same-device copy rate is below this ratio to the node's typical device is
+/// slow (`ChdD2DDeviceSlow`). Idle devices of one node spread over 240-420 GB/s in the
+/// calibration runs (0.73 of their median at worst): a weak device is well below that.
+pub const SLOW_D2D_DEVICE_RATIO: f64 = 0.6;
 /// A cell below this fraction of its NUMA segment's median on that device is extreme (the
 /// seed's 0.2 GB/s cells among 58 GB/s neighbours; a slow segment is its own finding).
 pub const EXTREME_CELL_RATIO: f64 = 0.2;

@@ -7,6 +7,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use super::cell::{Cell, NumaMap};
+use super::d2d::D2dDevices;
 use super::h2d::H2dMatrix;
 use super::measured_node::measured_nodes;
 use super::pair::PairMatrix;
@@ -69,6 +70,22 @@ pub fn pair_cells(store: &Store) -> BTreeMap<&str, Vec<Cell<'_>>> {
             .push(live(k.cpu0, Some(k.cpu1), &k.pair, c));
     }
     out
+}
+
+/// The same-device copy cells of `store` by size, each size's devices analysed (their ratio
+/// to the typical device: `chd_d2d_device_ratio`). The CPU of a live cell is not kept (0).
+pub fn d2d_devices(store: &Store) -> BTreeMap<u64, D2dDevices> {
+    let mut by_size: BTreeMap<u64, Vec<Cell<'_>>> = BTreeMap::new();
+    for (k, c) in &store.d2d {
+        by_size
+            .entry(k.size_bytes)
+            .or_default()
+            .push(live(0, None, &k.device, c));
+    }
+    by_size
+        .into_iter()
+        .map(|(size, cells)| (size, D2dDevices::of(&cells)))
+        .collect()
 }
 
 /// Everything derived from a store's matrices.

@@ -12,6 +12,7 @@
 //! - [`link`]: each device column over the payload of its PCIe link.
 //! - [`measured_node`]: the NUMA node that feeds each device best.
 //! - [`best_cpus`]: the CPUs within 5 % of each device's best cell.
+//! - [`d2d`]: same-device copies per device, with their ratio to the typical device.
 //! - [`load_delta`]: each load profile's device columns over idle's.
 //! - [`p2p`]: the ordered device x device peer copy matrix by PCIe path class.
 //! - [`pair`]: a core-pair matrix's per-CPU medians and NUMA x NUMA blocks.
@@ -25,6 +26,7 @@
 pub mod basics;
 pub mod best_cpus;
 pub mod cell;
+pub mod d2d;
 pub mod failures;
 pub mod findings;
 pub mod h2d;
@@ -40,8 +42,12 @@ pub mod sweep;
 pub mod verdict;
 
 pub use cell::{Cell, NumaMap};
+pub use d2d::{D2dDevice, D2dDevices};
 pub use failures::Failure;
-pub use findings::{EXTREME_CELL_RATIO, SLOW_CPU_RATIO, SLOW_DEVICE_RATIO, SLOW_SEGMENT_RATIO};
+pub use findings::{
+    EXTREME_CELL_RATIO, SLOW_CPU_RATIO, SLOW_D2D_DEVICE_RATIO, SLOW_DEVICE_RATIO,
+    SLOW_SEGMENT_RATIO,
+};
 pub use h2d::{DeviceColumn, H2dMatrix, Segment};
 pub use live::StoreAnalysis;
 pub use pair::{PairCpu, PairMatrix};

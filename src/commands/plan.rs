@@ -1,14 +1,14 @@
-//! The plan of a `chd probe h2d`, `chd probe pair` or `chd probe sweep` run from its flags: sizes in binary
-//! units, CPU and device (or device pair) selections, load profiles; anything not given comes
-//! from the run being resumed or the defaults, and a resumed run's plan must not change.
-
-use std::time::Duration;
+//! The plan of a `chd probe h2d`, `pair`, `d2d`, `p2p`, `sweep` or `basics` run from its flags:
+//! sizes in binary units, CPU and device (or device pair) selections, load profiles; anything
+//! not given comes from the run being resumed or the defaults, and a resumed run's plan must
+//! not change.
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::Duration;
 
 use super::request::{
-    BasicsRequest, H2dRequest, P2pRequest, PairRequest, RunOptions, SweepRequest,
+    BasicsRequest, D2dRequest, H2dRequest, P2pRequest, PairRequest, RunOptions, SweepRequest,
 };
 use chd::analysis::basics::Op;
 use chd::config::CpuSelection;
@@ -34,6 +34,10 @@ pub const PAIR_MEMORY: &str = "device";
 pub const DEFAULT_P2P_SIZE: &str = "256MiB";
 /// `direction` of p2p slots.
 pub const P2P_OPERATION: &str = "peer-copy";
+/// Default of `chd probe d2d --sizes`: the size the calibration runs copied HBM to HBM.
+pub const DEFAULT_D2D_SIZES: &str = "256MiB";
+/// `direction` of d2d slots.
+pub const D2D_DIRECTION: &str = "d2d";
 
 /// Why the flags give no plan. Each message names the flag.
 #[derive(Debug, thiserror::Error)]
@@ -107,8 +111,17 @@ fn list(values: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// `--sizes` as given, else the resumed run's, else the default.
+/// `--sizes` as given, else the resumed run's, else [`DEFAULT_SIZES`].
 fn sizes_from(given: Option<&[String]>, base: Option<&RunPlan>) -> Result<Vec<u64>, PlanError> {
+    sizes_or(given, base, DEFAULT_SIZES)
+}
+
+/// `--sizes` as given, else the resumed run's, else `default`.
+fn sizes_or(
+    given: Option<&[String]>,
+    base: Option<&RunPlan>,
+    default: &str,
+) -> Result<Vec<u64>, PlanError> {
     let sizes = match (given, base) {
         (Some(s), _) => list(s)
             .iter()
@@ -116,7 +129,7 @@ fn sizes_from(given: Option<&[String]>, base: Option<&RunPlan>) -> Result<Vec<u6
             .collect::<Result<Vec<u64>, _>>()
             .map_err(flag("--sizes"))?,
         (None, Some(b)) => b.sizes_bytes.clone(),
-        (None, None) => vec![parse_size(DEFAULT_SIZES).map_err(flag("--sizes"))?],
+        (None, None) => vec![parse_size(default).map_err(flag("--sizes"))?],
     };
     if sizes.is_empty() {
         return Err(flag("--sizes")("no size given"));
@@ -278,6 +291,55 @@ pub fn plan_from(
         )));
     }
     Ok(plan)
+}
+
+/// The plan of a `chd probe d2d` run: each selected device's same-device copies, per size,
+/// from one CPU of the device's NUMA node (`cpus[i]` for `devices[i]`; a resumed run keeps
+/// its CPUs).
+pub fn d2d_plan_from(
+    req: &D2dRequest,
+    base: Option<&RunPlan>,
+    topology: &Topology,
+    backend: &dyn runtime::Backend,
+) -> Result<RunPlan, PlanError> {
+    let devices = devices_from(req.devices.as_deref(), base, backend)?;
+    let allowed: Vec<u32> = topology.allowed_cpus().map(|c| c.id).collect();
+    let cpus = match base {
+        Some(b) if b.devices == devices => b.cpus.clone(),
+        _ => devices
+            .iter()
+            .map(|d| {
+                let node = backend
+                    .devices()
+                    .iter()
+                    .find(|info| &info.id == d)
+                    .and_then(|info| info.numa_node);
+                topology.cpu_near(node, &allowed).ok_or_else(|| {
+                    PlanError::Nothing(format!("no CPU this process may use for device {d}"))
+                })
+            })
+            .collect::<Result<Vec<u32>, _>>()?,
+    };
+    let sizes_bytes = sizes_or(req.run.sizes.as_deref(), base, DEFAULT_D2D_SIZES)?;
+    let loads = loads_from(&req.loads, base, backend)?;
+    let (warmup, iterations, repeats) = counts_from(&req.run, base)?;
+    if devices.is_empty() {
+        return Err(PlanError::Nothing("no device".into()));
+    }
+    Ok(RunPlan {
+        probe: MatrixKind::D2d,
+        cpus,
+        devices,
+        pairs: Vec::new(),
+        sizes_bytes,
+        directions: vec![D2D_DIRECTION.to_string()],
+        host_memories: vec![PAIR_MEMORY.to_string()],
+        warmup,
+        iterations,
+        repeats,
+        loads,
+        ..RunPlan::empty(MatrixKind::D2d)
+    })
 }
 
 /// `--timeout` as given, else the resumed run's, else [`DEFAULT_PAIR_TIMEOUT`].
@@ -794,6 +856,8 @@ pub fn differences(a: &RunPlan, b: &RunPlan) -> Vec<&'static str> {
         a.cpus == b.cpus,
         if p2p {
             "--cpu"
+        } else if a.probe == MatrixKind::D2d {
+            "the devices' CPUs"
         } else {
             name("--cpu", "--cpus")
         },
@@ -1019,6 +1083,46 @@ mod tests {
             });
             assert!(e.starts_with("--peer: \"7\" is not a device"), "{e}");
         }
+    }
+
+    #[test]
+    fn a_device_runs_from_the_first_allowed_cpu_of_its_node() {
+        use chd::topology::{Cpu, NumaNode};
+        let cpu = |id, node, allowed| Cpu {
+            id,
+            numa_node: Some(node),
+            package: Some(node),
+            core: Some(id),
+            siblings: vec![id],
+            allowed,
+        };
+        let node = |id, cpus: Vec<u32>| NumaNode {
+            id,
+            cpus,
+            has_memory: true,
+            memory_total_bytes: None,
+        };
+        let topology = Topology {
+            cpus: vec![
+                cpu(0, 0, true),
+                cpu(1, 0, true),
+                cpu(2, 1, false),
+                cpu(3, 1, true),
+                cpu(4, 2, false),
+            ],
+            offline_cpus: vec![],
+            numa_nodes: vec![node(0, vec![0, 1]), node(1, vec![2, 3]), node(2, vec![4])],
+        };
+        let allowed: Vec<u32> = topology.allowed_cpus().map(|c| c.id).collect();
+        assert_eq!(topology.cpu_near(Some(1), &allowed), Some(3));
+        assert_eq!(topology.cpu_near(Some(0), &allowed), Some(0));
+        // No allowed CPU on the node, an unknown node, no node: the first allowed CPU.
+        assert_eq!(topology.cpu_near(Some(2), &allowed), Some(0));
+        assert_eq!(topology.cpu_near(Some(9), &allowed), Some(0));
+        assert_eq!(topology.cpu_near(None, &allowed), Some(0));
+        // chd serve's candidates are probe.cpus: node 1's device then runs from CPU 1.
+        assert_eq!(topology.cpu_near(Some(1), &[1]), Some(1));
+        assert_eq!(topology.cpu_near(None, &[]), None);
     }
 
     #[test]

@@ -1,7 +1,7 @@
-//! `chd probe`: the one driver behind `chd probe h2d`, `pair`, `p2p`, `sweep` and `basics` (their requests are
-//! in `super::request`): take the plan (`super::plan`, or the plan of the run
-//! being resumed), open the backend (and for pairs the collective), measure with progress and
-//! Ctrl-C handling, stream samples to `--out DIR`, and finish with the report. The two
+//! `chd probe`: the one driver behind `chd probe h2d`, `pair`, `d2d`, `p2p`, `sweep` and
+//! `basics` (their requests are in `super::request`): take the plan (`super::plan`, or the plan of the
+//! run being resumed), open the backend (and for pairs the collective), measure with progress
+//! and Ctrl-C handling, stream samples to `--out DIR`, and finish with the report. The
 //! subcommands differ only in how they plan and what measures one slot.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -13,12 +13,13 @@ use anyhow::{anyhow, bail, Context as _};
 
 use super::interrupt::InterruptGuard;
 use super::plan::{
-    basics_plan_from, differences, p2p_plan_from, pair_plan_from, plan_from, sweep_plan_from,
-    SweepContext,
+    basics_plan_from, d2d_plan_from, differences, p2p_plan_from, pair_plan_from, plan_from,
+    sweep_plan_from, SweepContext,
 };
 use super::progress::Progress;
 use super::request::{
-    BasicsRequest, H2dRequest, P2pRequest, PairRequest, ProbeRequest, RunOptions, SweepRequest,
+    BasicsRequest, D2dRequest, H2dRequest, P2pRequest, PairRequest, ProbeRequest, RunOptions,
+    SweepRequest,
 };
 use chd::analysis::basics::Op;
 use chd::config::{Config, Layer, PairSelection, RuntimeLayer};
@@ -36,7 +37,7 @@ use chd::runtime::gemm::DeviceLoadError;
 use chd::runtime::gemm::DeviceLoader;
 use chd::runtime::pair::{PairParams, PairProbe};
 use chd::runtime::select::Opened;
-use chd::runtime::{self, Direction, HostMemory, ProbeError};
+use chd::runtime::{self, DeviceCopyParams, Direction, HostMemory, ProbeError};
 use chd::store::{unix_now, CellKey};
 use chd::topology::natural::natural_key;
 use chd::topology::pci_link::{DeviceLinks, Link};
@@ -50,6 +51,7 @@ pub fn run(request: ProbeRequest) -> anyhow::Result<()> {
         ProbeRequest::Basics(r) => run_basics(&r),
         ProbeRequest::Sweep(r) => run_sweep(&r),
         ProbeRequest::P2p(r) => run_p2p(&r),
+        ProbeRequest::D2d(r) => run_d2d(&r),
         ProbeRequest::Affinity(r) => super::affinity::run(&r),
     }
 }
@@ -149,6 +151,35 @@ fn run_h2d(req: &H2dRequest) -> anyhow::Result<()> {
                     direction,
                 };
                 chd::probe::h2d::measure_cell(&*backend, &cell, warmup, iterations, memory)
+            });
+            Ok(Prepared {
+                plan,
+                measure,
+                collective: None,
+                pair_probe: None,
+                peer_methods: None,
+                p2p_paths: BTreeMap::new(),
+            })
+        },
+    )
+}
+
+/// `chd probe d2d`.
+fn run_d2d(req: &D2dRequest) -> anyhow::Result<()> {
+    run_matrix(
+        MatrixKind::D2d,
+        &req.run,
+        |_config, topology, opened, base| {
+            let backend = opened.backend.clone();
+            let plan = d2d_plan_from(req, base, topology, &*backend)?;
+            let (warmup, iterations) = (plan.warmup, plan.iterations);
+            let measure: Measure = Box::new(move |slot: &SlotId| {
+                let params = DeviceCopyParams {
+                    size_bytes: slot.size_bytes,
+                    warmup,
+                    iterations,
+                };
+                chd::probe::d2d::measure_cell(&*backend, slot.cpu, &slot.device, &params)
             });
             Ok(Prepared {
                 plan,
@@ -623,6 +654,17 @@ fn run_matrix(
             plan.devices.join(","),
             chd::topology::cpulist::format(&plan.cpus)
         ),
+        MatrixKind::D2d => format!(
+            "on {} device{}, each from one CPU of its NUMA node ({})",
+            plan.devices.len(),
+            if plan.devices.len() == 1 { "" } else { "s" },
+            plan.devices
+                .iter()
+                .zip(&plan.cpus)
+                .map(|(d, c)| format!("{d}: CPU {c}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
         MatrixKind::Pair => format!(
             "on {n} x {n} CPUs (rank 0 x rank 1) of device pair{} {}",
             if plan.pairs.len() == 1 { "" } else { "s" },
@@ -698,7 +740,7 @@ fn run_matrix(
             MatrixKind::H2d => true,
             MatrixKind::Sweep => slot.direction.parse::<Direction>().is_ok(),
             MatrixKind::Basics => slot.direction == "h2d",
-            MatrixKind::Pair | MatrixKind::P2p => false,
+            MatrixKind::Pair | MatrixKind::P2p | MatrixKind::D2d => false,
         };
         if copies_over_link {
             let mut seen = seen_links.lock().unwrap_or_else(|p| p.into_inner());
@@ -997,7 +1039,7 @@ fn print_cells(ds: &Dataset, kind: MatrixKind, format: &str) -> anyhow::Result<(
                 }
             }
         }
-        ("json", MatrixKind::H2d) => {
+        ("json", MatrixKind::H2d | MatrixKind::D2d) => {
             let rows: Vec<serde_json::Value> = cells
                 .iter()
                 .map(|c| {
@@ -1038,7 +1080,7 @@ fn print_cells(ds: &Dataset, kind: MatrixKind, format: &str) -> anyhow::Result<(
                 .collect();
             println!("{}", serde_json::to_string_pretty(&rows)?);
         }
-        (_, MatrixKind::H2d) => {
+        (_, MatrixKind::H2d | MatrixKind::D2d) => {
             println!(
                 "{:>5} {:>4} {:>7} {:>8} {:>4} {:>8} {:>8} {:>9} {:>7}  note",
                 "cpu", "numa", "device", "size", "dir", "memory", "load", "GB/s", "samples"

@@ -13,6 +13,7 @@ pub enum ProbeRequest {
     Basics(BasicsRequest),
     Sweep(SweepRequest),
     P2p(P2pRequest),
+    D2d(D2dRequest),
     Affinity(AffinityRequest),
 }
 
@@ -114,6 +115,17 @@ pub struct P2pRequest {
     pub run: RunOptions,
     /// Comma-separated device labels, or `all`.
     pub devices: Option<String>,
+}
+
+/// `chd probe d2d` as asked: `None` (or empty) = not given. `run.cpus` is unused: each
+/// device runs from a CPU of its own NUMA node.
+#[derive(Debug, Clone, Default)]
+pub struct D2dRequest {
+    pub run: RunOptions,
+    /// Comma-separated device labels, or `all`.
+    pub devices: Option<String>,
+    /// Load profiles, one run per profile [default: the resumed run's, else `idle`].
+    pub loads: Vec<String>,
 }
 
 /// `chd probe affinity`.

@@ -84,6 +84,9 @@ impl Layer {
                 pairs: Some(vec![]),
                 pair_size_mib: Some(64),
                 pair_timeout: Some("30s".into()),
+                // Two buffers of 64 MiB per device for one cell per window: a few
+                // milliseconds of copies at HBM rates.
+                d2d_size_mib: Some(64),
             },
             exposition: ExpositionLayer {
                 // Cells on for a typical 8-GPU node, off for the 30,720 of the seed's (see

@@ -128,6 +128,9 @@ pub struct ProbeLayer {
     pub pair_size_mib: Option<u64>,
     /// Longest one pair cell may take before it is aborted, e.g. `30s`.
     pub pair_timeout: Option<String>,
+    /// Size of the same-device copy (HBM to HBM) cell each window measures on every
+    /// device, MiB; 0 turns the d2d probe off.
+    pub d2d_size_mib: Option<u64>,
 }
 
 /// `[exposition]`
@@ -197,7 +200,8 @@ layer_merge!(ProbeLayer {
     stale_after,
     pairs,
     pair_size_mib,
-    pair_timeout
+    pair_timeout,
+    d2d_size_mib
 });
 layer_merge!(ExpositionLayer {
     cells,

@@ -205,6 +205,11 @@ fn probe(l: ProbeLayer) -> Result<ProbeConfig, ConfigError> {
         MAX_PAIR_SIZE_MIB,
     )?;
     let pair_timeout = duration("probe.pair_timeout", l.pair_timeout)?;
+    // 0: no d2d cells.
+    let d2d_size_mib = match given("probe.d2d_size_mib", l.d2d_size_mib)? {
+        0 => 0,
+        mib => in_range("probe.d2d_size_mib", mib, " MiB", MAX_SIZE_MIB)?,
+    };
 
     let sizes_mib = given("probe.sizes_mib", l.sizes_mib)?;
     if sizes_mib.is_empty() {
@@ -261,6 +266,7 @@ fn probe(l: ProbeLayer) -> Result<ProbeConfig, ConfigError> {
         pairs,
         pair_size_bytes: pair_size_mib << 20,
         pair_timeout,
+        d2d_size_bytes: d2d_size_mib << 20,
     })
 }
 

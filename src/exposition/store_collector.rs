@@ -394,6 +394,7 @@ impl StoreView {
         encode_best_cpus(&best_cpus(&by_matrix), enc)?;
         encode_links(&store.link_by_device(), &analysis, enc)?;
         self.encode_pairs(&pairs, &analysis, enc)?;
+        encode_d2d(&live::d2d_devices(store), enc)?;
         self.encode_probe_state(store, enc)?;
         self.encode_info(enc)
     }
@@ -451,6 +452,39 @@ impl StoreView {
 
 /// Each device's best CPUs (`analysis::best_cpus`: within 5 % of its best cell) as a
 /// cpulist label: one series per device, for dashboards and `chd advise`.
+/// Each device's same-device copy bandwidth and its ratio to the node's typical device, per
+/// size (`chd_d2d_*`).
+fn encode_d2d(
+    sizes: &BTreeMap<u64, crate::analysis::D2dDevices>,
+    enc: &mut DescriptorEncoder,
+) -> std::fmt::Result {
+    let rows = || {
+        sizes.iter().flat_map(|(&size, a)| {
+            a.devices.iter().map(move |d| {
+                (
+                    [
+                        ("device", Value::Str(d.device.as_str())),
+                        ("size_bytes", Value::Int(size)),
+                    ],
+                    d,
+                )
+            })
+        })
+    };
+    gauges(
+        enc,
+        "chd_d2d_bandwidth_bytes_per_second",
+        "Same-device copy (device memory to device memory) bandwidth of this device: median of its recent samples",
+        rows().filter_map(|(labels, d)| Some((labels, bytes_per_second(d.value?)))),
+    )?;
+    gauges(
+        enc,
+        "chd_d2d_device_ratio",
+        "This device's same-device copy bandwidth / the median over the node's devices of this size",
+        rows().filter_map(|(labels, d)| Some((labels, d.ratio?))),
+    )
+}
+
 fn encode_best_cpus(best: &[BestCpus], enc: &mut DescriptorEncoder) -> std::fmt::Result {
     let lists: Vec<(&str, String)> = best
         .iter()

@@ -44,13 +44,20 @@ pub enum MatrixKind {
     /// pair `SRC>DST` (e.g. `0>5`: device 0's memory copied into device 5's), `cpu` the CPU
     /// of the one thread issuing every copy.
     P2p,
+    /// Same-device copies (device memory to device memory of one device): `device` x size,
+    /// each device's cells measured from one CPU on its NUMA node (`cpu`).
+    D2d,
 }
 
 impl MatrixKind {
-    /// Whether cells of this kind form a matrix with a heatmap (CPUs x devices, rank 0 x
-    /// rank 1 CPUs, source x destination devices), rather than a table or curves of their own.
+    /// Whether cells of this kind are grouped into matrices for the report (CPUs x devices,
+    /// rank 0 x rank 1 CPUs, devices x sizes, source x destination devices), rather than the
+    /// basics table or a sweep's curves.
     pub fn is_matrix(self) -> bool {
-        matches!(self, MatrixKind::H2d | MatrixKind::Pair | MatrixKind::P2p)
+        matches!(
+            self,
+            MatrixKind::H2d | MatrixKind::Pair | MatrixKind::D2d | MatrixKind::P2p
+        )
     }
 
     pub fn as_str(self) -> &'static str {
@@ -60,6 +67,7 @@ impl MatrixKind {
             MatrixKind::Basics => "basics",
             MatrixKind::Sweep => "sweep",
             MatrixKind::P2p => "p2p",
+            MatrixKind::D2d => "d2d",
         }
     }
 }

@@ -69,8 +69,9 @@ pub struct SampleRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunPlan {
     pub probe: MatrixKind,
+    /// Probing CPUs; for d2d the CPU each device's cells run on, `cpus[i]` for `devices[i]`.
     pub cpus: Vec<u32>,
-    /// Devices (h2d).
+    /// Devices (h2d, d2d).
     #[serde(default)]
     pub devices: Vec<String>,
     /// Device pairs (pair), e.g. `["0,5"]`; ordered pairs (p2p), e.g. `["0>1", "1>0"]`.
@@ -215,6 +216,18 @@ impl RunPlan {
                 direction: direction.to_string(),
                 host_memory: memory.to_string(),
             };
+        if self.probe == MatrixKind::D2d {
+            for (device, &cpu) in self.devices.iter().zip(&self.cpus) {
+                for &size in &self.sizes_bytes {
+                    for direction in &self.directions {
+                        for memory in &self.host_memories {
+                            slots.push(slot(cpu, None, device, size, direction, memory));
+                        }
+                    }
+                }
+            }
+            return slots;
+        }
         for &cpu in &self.cpus {
             for &size in &self.sizes_bytes {
                 for direction in &self.directions {
@@ -245,6 +258,7 @@ impl RunPlan {
                                     slots.push(slot(cpu, None, pair, size, direction, memory));
                                 }
                             }
+                            MatrixKind::D2d => {}
                             MatrixKind::Pair => {
                                 for &peer in &self.cpus {
                                     for pair in &self.pairs {
@@ -272,13 +286,18 @@ impl RunPlan {
         if self.probe == MatrixKind::Sweep {
             return self.sweep_slots_per_pass();
         }
-        let columns = match self.probe {
-            MatrixKind::H2d => self.devices.len(),
-            MatrixKind::Pair => self.pairs.len().saturating_mul(self.cpus.len()),
+        let (rows, columns) = match self.probe {
+            MatrixKind::H2d => (self.cpus.len(), self.devices.len()),
+            MatrixKind::Pair => (
+                self.cpus.len(),
+                self.pairs.len().saturating_mul(self.cpus.len()),
+            ),
+            // One CPU per device.
+            MatrixKind::D2d => (1, self.devices.len().min(self.cpus.len())),
             // Small by construction (devices x 4 measurements): counted.
             MatrixKind::Basics => return self.basics_slots("", 0).len(),
-            MatrixKind::Sweep => 0, // counted above
-            MatrixKind::P2p => self.pairs.len(),
+            MatrixKind::Sweep => (0, 0), // counted above
+            MatrixKind::P2p => (self.cpus.len(), self.pairs.len()),
         };
         [
             columns,
@@ -287,7 +306,7 @@ impl RunPlan {
             self.host_memories.len(),
         ]
         .iter()
-        .fold(self.cpus.len(), |n, &m| n.saturating_mul(m))
+        .fold(rows, |n, &m| n.saturating_mul(m))
     }
 
     /// A sweep's slots per pass: every copy operation on every device, allgather on the
@@ -774,6 +793,28 @@ mod tests {
         assert!(slots.iter().all(|s| s.peer_cpu.is_none() && s.cpu == 0));
         let line = serde_json::to_string(&slots[0]).unwrap();
         assert!(line.contains("\"matrix\":\"p2p\""), "{line}");
+    }
+
+    #[test]
+    fn d2d_slots_are_one_cpu_per_device() {
+        let mut p = plan();
+        p.probe = MatrixKind::D2d;
+        p.cpus = vec![4, 4, 9];
+        p.directions = vec!["d2d".into()];
+        p.host_memories = vec!["device".into()];
+        let slots = p.pass_slots("idle", 0);
+        assert_eq!(slots.len(), p.cells_per_pass());
+        assert_eq!(slots.len(), 3 * 2);
+        let at: BTreeSet<(u32, &str)> = slots.iter().map(|s| (s.cpu, s.device.as_str())).collect();
+        assert_eq!(at, BTreeSet::from([(4, "0"), (4, "1"), (9, "2")]));
+        // A run.json with fewer CPUs than devices: only the devices with a CPU.
+        p.cpus = vec![4];
+        assert_eq!(p.pass_slots("idle", 0).len(), p.cells_per_pass());
+        assert_eq!(p.cells_per_pass(), 2);
+        // The kind round-trips through run.json.
+        let text = serde_json::to_string(&p).unwrap();
+        assert!(text.contains("\"probe\":\"d2d\""), "{text}");
+        assert_eq!(serde_json::from_str::<RunPlan>(&text).unwrap(), p);
     }
 
     #[test]

@@ -95,6 +95,9 @@ pub struct StateFile {
     /// CPU -> NUMA node of the measuring machine.
     #[serde(default)]
     pub cpu_numa: BTreeMap<u32, u32>,
+    /// Same-device copy cells (absent in files written before the d2d probe).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub d2d: Vec<D2dCellRecord>,
 }
 
 /// One sample of a cell.
@@ -138,6 +141,15 @@ pub struct PairCellRecord {
     pub history: History,
 }
 
+/// One same-device copy cell: a device and a size.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct D2dCellRecord {
+    pub device: String,
+    pub size_bytes: u64,
+    #[serde(flatten)]
+    pub history: History,
+}
+
 /// One CPU's affinity verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct BindableRecord {
@@ -174,6 +186,12 @@ pub fn decode(bytes: &[u8]) -> Result<StateFile, StateReadError> {
         return Err(StateReadError::NonFinite(format!(
             "cell cpu {} device {} size {} {}",
             c.cpu, c.device, c.size_bytes, c.direction
+        )));
+    }
+    if let Some(c) = file.d2d.iter().find(|c| !finite(&c.history)) {
+        return Err(StateReadError::NonFinite(format!(
+            "d2d cell device {} size {}",
+            c.device, c.size_bytes
         )));
     }
     if let Some(c) = file.pair.iter().find(|c| !finite(&c.history)) {
@@ -343,6 +361,7 @@ mod tests {
             last_success: BTreeMap::from([("h2d".into(), 1.5)]),
             pair: vec![],
             cpu_numa: BTreeMap::from([(1, 0)]),
+            d2d: vec![],
         }
     }
 

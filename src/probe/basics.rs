@@ -85,17 +85,17 @@ impl BasicsProbe {
                     memory,
                 )
             }
-            Op::D2d => {
-                let _binding = bind(slot.cpu)?;
-                self.backend.measure_device_copy(
-                    &slot.device,
-                    &DeviceCopyParams {
-                        size_bytes: slot.size_bytes,
-                        warmup: self.warmup,
-                        iterations: self.iterations,
-                    },
-                )
-            }
+            // Binds to the cell's CPU itself.
+            Op::D2d => super::d2d::measure_cell(
+                &*self.backend,
+                slot.cpu,
+                &slot.device,
+                &DeviceCopyParams {
+                    size_bytes: slot.size_bytes,
+                    warmup: self.warmup,
+                    iterations: self.iterations,
+                },
+            ),
             Op::Allgather => {
                 let probe = self.pairs.as_deref().ok_or_else(|| {
                     ProbeError::Unsupported("no collective or peer copy opened".into())

@@ -11,7 +11,8 @@ use crate::affinity::{self, Binding};
 use crate::runtime::{Backend, CopyParams, HostMemory, HostStaging, ProbeError};
 use crate::store::CellKey;
 
-fn bind(cpu: u32) -> Result<Binding, ProbeError> {
+/// Bind the calling thread to exactly `cpu` (verified), as a [`ProbeError::Bind`] if not.
+pub(crate) fn bind(cpu: u32) -> Result<Binding, ProbeError> {
     affinity::bind_exactly(cpu).map_err(|e| ProbeError::Bind {
         cpu,
         detail: e.to_string(),

@@ -2,6 +2,7 @@
 //! to the cell's CPU, and one-shot runs over a list of cells.
 
 pub mod basics;
+pub mod d2d;
 pub mod execute;
 pub mod h2d;
 pub mod oneshot;

@@ -177,6 +177,7 @@ fn from_dataset(ds: crate::report::dataset::Dataset, keep: usize) -> Replay {
                 MatrixKind::Basics => "basics",
                 MatrixKind::Sweep => "sweep",
                 MatrixKind::P2p => "p2p",
+                MatrixKind::D2d => "d2d",
             };
             c.errors.iter().map(move |_| RecordedError {
                 probe,

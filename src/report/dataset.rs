@@ -9,7 +9,7 @@ use crate::format::cluster_health::{self, RecordedCpu, Recording, Rejected};
 use crate::format::run_dir::{DeviceMeta, MatrixKind, RunFile, SampleRecord};
 use crate::runtime::Direction;
 use crate::stats;
-use crate::store::{CellKey, PairKey, Sample, Store};
+use crate::store::{CellKey, D2dKey, PairKey, Sample, Store};
 use crate::topology::pci_link::{Link, LinkState};
 
 /// Which matrix a cell belongs to. For a pair matrix `pair` names the device pair.
@@ -57,6 +57,8 @@ enum Fate {
     /// A cell of a kind a store does not hold: a basics cell, a point of a size curve.
     OtherKind(MatrixKind),
     OtherPairSize,
+    /// A same-device copy cell.
+    D2d,
 }
 
 /// Everything a report shows.
@@ -250,6 +252,15 @@ impl Dataset {
                 ("devices".into(), plan.devices.join(", ")),
                 ("ordered pairs".into(), plan.pairs.len().to_string()),
             ]),
+            MatrixKind::D2d => {
+                let on: Vec<String> = plan
+                    .devices
+                    .iter()
+                    .zip(&plan.cpus)
+                    .map(|(d, c)| format!("{d} from CPU {c}"))
+                    .collect();
+                meta.push(("devices".into(), on.join(", ")));
+            }
         }
         if plan.probe == MatrixKind::P2p {
             let mut methods: BTreeMap<&str, usize> = BTreeMap::new();
@@ -290,7 +301,7 @@ impl Dataset {
                     plan.warmup,
                     plan.iterations,
                     match plan.probe {
-                        MatrixKind::H2d | MatrixKind::P2p => "copies",
+                        MatrixKind::H2d | MatrixKind::P2p | MatrixKind::D2d => "copies",
                         MatrixKind::Pair => "operations per rank",
                         MatrixKind::Basics => "operations",
                         MatrixKind::Sweep => "copies (operations per rank for allgather)",
@@ -543,6 +554,11 @@ impl Dataset {
                 size_label(id.size_bytes),
                 id.load
             ),
+            MatrixKind::D2d => format!(
+                "D2D {} same-device copies, load {}",
+                size_label(id.size_bytes),
+                id.load
+            ),
         }
     }
 
@@ -592,6 +608,7 @@ impl Dataset {
                         }
                         (MatrixKind::Pair, Some(_)) => Fate::OtherPairSize,
                         (MatrixKind::Pair, None) => Fate::OtherDirection,
+                        (MatrixKind::D2d, _) => Fate::D2d,
                         (kind, _) => Fate::OtherKind(kind),
                     }
                 };
@@ -604,7 +621,7 @@ impl Dataset {
     pub fn served_cells(&self) -> impl Iterator<Item = &CellResult> {
         self.fates()
             .into_iter()
-            .filter(|(_, f)| matches!(f, Fate::H2d(_) | Fate::Pair(_)))
+            .filter(|(_, f)| matches!(f, Fate::H2d(_) | Fate::Pair(_) | Fate::D2d))
             .map(|(c, _)| c)
     }
 
@@ -630,7 +647,7 @@ impl Dataset {
                         .entry((c.device.as_str(), c.matrix.size_bytes))
                         .or_default() += 1
                 }
-                Fate::H2d(_) | Fate::Pair(_) => {}
+                Fate::H2d(_) | Fate::Pair(_) | Fate::D2d => {}
             }
         }
         let mut out = Vec::new();
@@ -711,6 +728,18 @@ impl Dataset {
                         store.record_pair_sample(key.clone(), sample(v), keep);
                     }
                 }
+                Fate::D2d => {
+                    let key = D2dKey {
+                        device: c.device.clone(),
+                        size_bytes: c.matrix.size_bytes,
+                    };
+                    if c.samples.is_empty() {
+                        store.record_d2d_error(key.clone(), at);
+                    }
+                    for &v in &c.samples {
+                        store.record_d2d_sample(key.clone(), sample(v), keep);
+                    }
+                }
                 Fate::OtherLoad
                 | Fate::OtherDirection
                 | Fate::OtherPairSize
@@ -722,6 +751,9 @@ impl Dataset {
         }
         if store.pair.values().any(|c| !c.samples.is_empty()) {
             store.record_success("pair", at);
+        }
+        if store.d2d.values().any(|c| !c.samples.is_empty()) {
+            store.record_success("d2d", at);
         }
         store
     }

@@ -15,6 +15,7 @@ pub mod dataset;
 pub mod heatmap;
 pub mod png;
 pub mod summary;
+pub mod summary_d2d;
 pub mod svg;
 pub mod sweep;
 pub mod sweep_png;
@@ -136,6 +137,8 @@ pub fn heatmaps(ds: &Dataset) -> Vec<(String, Heatmap, dataset::MatrixId)> {
                 MatrixKind::Pair => Heatmap::pair(title, &cells, &numa, &axes),
                 MatrixKind::P2p => Heatmap::p2p(title, &cells, &[]),
                 MatrixKind::Basics | MatrixKind::Sweep => return None,
+                // One value per device: a table in summary.md, no heatmap.
+                MatrixKind::D2d => return None,
             };
             Some((ds.matrix_name(id), map, id.clone()))
         })

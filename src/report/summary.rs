@@ -1,8 +1,9 @@
 //! `summary.md`: the findings first (slow device columns, slow NUMA segments, slow cores, pair
 //! CPUs, failures), then per matrix the five-number summary, device medians and ratios, the
 //! NUMA segment x device medians, the slowest cores and the failed cells with their errors,
-//! and each load profile's change against idle; for a peer copy matrix, the medians per PCIe
-//! path class and the pairs slower than their class.
+//! the same-device copy table (`super::summary_d2d`), and each load profile's change against
+//! idle; for a peer copy matrix, the medians per PCIe path class and the pairs slower than
+//! their class.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -12,8 +13,8 @@ use crate::analysis::link;
 use crate::analysis::p2p::{P2pMatrix, SLOW_PAIR_RATIO};
 use crate::analysis::ranks::SLOWEST_CELLS;
 use crate::analysis::{
-    CellRanks, Failure, H2dMatrix, NumaMap, PairMatrix, EXTREME_CELL_RATIO, SLOW_CPU_RATIO,
-    SLOW_DEVICE_RATIO, SLOW_SEGMENT_RATIO,
+    CellRanks, D2dDevices, Failure, H2dMatrix, NumaMap, PairMatrix, EXTREME_CELL_RATIO,
+    SLOW_CPU_RATIO, SLOW_DEVICE_RATIO, SLOW_SEGMENT_RATIO,
 };
 use crate::format::run_dir::MatrixKind;
 use crate::stats::{self, Summary};
@@ -157,6 +158,10 @@ pub fn findings(ds: &Dataset) -> Vec<String> {
                 }
             }
             MatrixKind::Sweep => {}
+            MatrixKind::D2d => {
+                let a = D2dDevices::of(&super::analysis::cells(&cells));
+                rest.extend(super::summary_d2d::findings(&title, &a));
+            }
             MatrixKind::Pair => {
                 let a = PairMatrix::of(&super::analysis::cells(&cells), &numa);
                 for rank in [0u8, 1] {
@@ -695,6 +700,10 @@ pub fn render(ds: &Dataset, pictures: &BTreeMap<MatrixId, String>) -> String {
             MatrixKind::Pair => {
                 let a = PairMatrix::of(&super::analysis::cells(&cells), &numa);
                 pair_section(&mut s, id, &a, picture)
+            }
+            MatrixKind::D2d => {
+                let a = D2dDevices::of(&super::analysis::cells(&cells));
+                super::summary_d2d::section(&mut s, ds, id, &numa, &a)
             }
             MatrixKind::P2p => {
                 let m = P2pMatrix::of(

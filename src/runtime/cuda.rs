@@ -478,6 +478,15 @@ impl Backend for CudaBackend {
         super::peer_copy::measure(&*self.runtime, s, d, params)
     }
 
+    fn measure_device_copy(
+        &self,
+        device: &str,
+        params: &super::DeviceCopyParams,
+    ) -> Result<f64, ProbeError> {
+        let index = super::device_index(&self.devices, device)?;
+        super::same_device_copy::measure(&*self.runtime, index, params)
+    }
+
     fn staging(&self, params: &CopyParams) -> Result<Box<dyn super::HostStaging + '_>, ProbeError> {
         Ok(Box::new(device_copy::DeviceStaging {
             devices: &self.devices,

@@ -2,7 +2,8 @@
 //! a copy cell copies between a buffer local to the probing CPU (allocated and first-touched
 //! on the calling, already bound, thread) and a buffer bound to the device's node. `h2d`
 //! copies local -> node, `d2h` node -> local. This is what runs on a plain machine and in CI,
-//! and it measures the real cross-NUMA memory paths a host staging buffer takes.
+//! and it measures the real cross-NUMA memory paths a host staging buffer takes. Its
+//! same-device copy (`d2d`) copies between two buffers placed on the device's node.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -10,8 +11,8 @@ use std::time::Instant;
 use super::numa_memory::NodeBuffer;
 use super::pattern::{check_copy, fill_pattern};
 use super::{
-    check_staging_fits, Backend, CopyParams, DeviceInfo, Direction, HostMemory, HostStaging,
-    ProbeError,
+    check_staging_fits, Backend, CopyParams, DeviceCopyParams, DeviceInfo, Direction, HostMemory,
+    HostStaging, ProbeError,
 };
 use crate::topology::Topology;
 
@@ -68,6 +69,27 @@ impl Backend for HostBackend {
     fn staging(&self, params: &CopyParams) -> Result<Box<dyn HostStaging + '_>, ProbeError> {
         Ok(Box::new(self.staging_here(params)?))
     }
+
+    /// The host analogue of a same-device copy: memory to memory of one NUMA node, both
+    /// buffers placed (and verified) there, timed with the wall clock: the node's memory
+    /// bandwidth as the bound thread sees it.
+    fn measure_device_copy(
+        &self,
+        device: &str,
+        params: &DeviceCopyParams,
+    ) -> Result<f64, ProbeError> {
+        let node = self.node_of(device)?;
+        if params.size_bytes == 0 {
+            return Err(ProbeError::Timing("copy size is zero bytes".into()));
+        }
+        let len = usize::try_from(params.size_bytes).map_err(|_| ProbeError::Alloc {
+            bytes: params.size_bytes,
+            detail: "size does not fit in this address space".into(),
+        })?;
+        let mut src = placed_buffer(len, node)?;
+        let mut dst = placed_buffer(len, node)?;
+        time_copies(&mut src, &mut dst, params.warmup, params.iterations)
+    }
 }
 
 impl HostBackend {
@@ -106,61 +128,78 @@ impl HostStaging for LocalStaging<'_> {
     fn measure(&mut self, device: &str, params: &CopyParams) -> Result<f64, ProbeError> {
         let node = self.backend.node_of(device)?;
         check_staging_fits(self.local.len() as u64, self.host_memory, params)?;
-        if params.iterations == 0 {
-            return Err(ProbeError::Timing(
-                "zero timed iterations: nothing to measure".into(),
-            ));
-        }
         let len = self.local.len();
         let local = &mut self.local;
-        let mut remote = NodeBuffer::new(len, node)?;
-        let placed = remote.verify_placement()?;
-        if !placed.all_on_node() {
-            return Err(ProbeError::Placement {
-                node,
-                detail: placed.to_string(),
-            });
-        }
+        let mut remote = placed_buffer(len, node)?;
 
         let (src, dst) = match params.direction {
             Direction::H2d => (local, &mut remote),
             Direction::D2h => (&mut remote, local),
         };
-        fill_pattern(src.as_mut_slice());
-        let src = src.as_slice();
-        let dst = dst.as_mut_slice();
-
-        for _ in 0..params.warmup {
-            dst.copy_from_slice(black_box(src));
-            black_box(&mut *dst);
-        }
-        // Host copies are synchronous: when copy_from_slice returns, the bytes are written,
-        // so wall clock around the loop is the copy time. (Device backends time asynchronous
-        // copies with device events instead; wall clock there measures launch overhead.)
-        // black_box keeps the optimizer from merging or dropping the repeated copies.
-        let start = Instant::now();
-        for _ in 0..params.iterations {
-            dst.copy_from_slice(black_box(src));
-            black_box(&mut *dst);
-        }
-        let elapsed = start.elapsed().as_secs_f64();
-
-        check_copy(src, dst)?;
-        if elapsed <= 0.0 {
-            return Err(ProbeError::Timing(format!(
-                "{} copies of {len} bytes took no measurable time",
-                params.iterations
-            )));
-        }
-        let bytes = params.size_bytes as f64 * f64::from(params.iterations);
-        let bw = bytes / elapsed;
-        if !bw.is_finite() {
-            return Err(ProbeError::Timing(format!(
-                "bandwidth is not finite ({bytes} bytes in {elapsed} s)"
-            )));
-        }
-        Ok(bw)
+        time_copies(src, dst, params.warmup, params.iterations)
     }
+}
+
+/// Fill `src` with the pattern, copy it to `dst` `warmup` times untimed and `iterations`
+/// times timed, check the copy and return bytes per second.
+fn time_copies(
+    src: &mut NodeBuffer,
+    dst: &mut NodeBuffer,
+    warmup: u32,
+    iterations: u32,
+) -> Result<f64, ProbeError> {
+    if iterations == 0 {
+        return Err(ProbeError::Timing(
+            "zero timed iterations: nothing to measure".into(),
+        ));
+    }
+    let len = src.len();
+    fill_pattern(src.as_mut_slice());
+    let src = src.as_slice();
+    let dst = dst.as_mut_slice();
+
+    for _ in 0..warmup {
+        dst.copy_from_slice(black_box(src));
+        black_box(&mut *dst);
+    }
+    // Host copies are synchronous: when copy_from_slice returns, the bytes are written,
+    // so wall clock around the loop is the copy time. (Device backends time asynchronous
+    // copies with device events instead; wall clock there measures launch overhead.)
+    // black_box keeps the optimizer from merging or dropping the repeated copies.
+    let start = Instant::now();
+    for _ in 0..iterations {
+        dst.copy_from_slice(black_box(src));
+        black_box(&mut *dst);
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+
+    check_copy(src, dst)?;
+    if elapsed <= 0.0 {
+        return Err(ProbeError::Timing(format!(
+            "{iterations} copies of {len} bytes took no measurable time"
+        )));
+    }
+    let bytes = len as f64 * f64::from(iterations);
+    let bw = bytes / elapsed;
+    if !bw.is_finite() {
+        return Err(ProbeError::Timing(format!(
+            "bandwidth is not finite ({bytes} bytes in {elapsed} s)"
+        )));
+    }
+    Ok(bw)
+}
+
+/// A buffer of `len` bytes placed on `node`, every page verified there.
+fn placed_buffer(len: usize, node: u32) -> Result<NodeBuffer, ProbeError> {
+    let buffer = NodeBuffer::new(len, node)?;
+    let placed = buffer.verify_placement()?;
+    if !placed.all_on_node() {
+        return Err(ProbeError::Placement {
+            node,
+            detail: placed.to_string(),
+        });
+    }
+    Ok(buffer)
 }
 
 #[cfg(test)]
@@ -284,6 +323,31 @@ mod tests {
             b.measure_copy("numa0", &zero_size).unwrap_err().reason(),
             "timing"
         );
+    }
+
+    #[test]
+    fn same_device_copies_stay_on_the_node() {
+        let b = HostBackend::new(&topo(vec![node(0, true, vec![0]), node(1, false, vec![])]));
+        let p = DeviceCopyParams {
+            size_bytes: 1 << 20,
+            warmup: 1,
+            iterations: 3,
+        };
+        let bw = b.measure_device_copy("numa0", &p).unwrap();
+        assert!(bw.is_finite() && bw > 0.0, "{bw}");
+        assert_eq!(
+            b.measure_device_copy("numa1", &p).unwrap_err().reason(),
+            "unknown_device"
+        );
+        for bad in [
+            DeviceCopyParams { size_bytes: 0, ..p },
+            DeviceCopyParams { iterations: 0, ..p },
+        ] {
+            assert_eq!(
+                b.measure_device_copy("numa0", &bad).unwrap_err().reason(),
+                "timing"
+            );
+        }
     }
 
     #[test]

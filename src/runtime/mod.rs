@@ -18,6 +18,7 @@ mod pair_hold;
 mod pattern;
 pub mod peer_access;
 pub mod peer_copy;
+mod same_device_copy;
 pub mod select;
 pub mod telemetry;
 

@@ -7,6 +7,7 @@
 //! 2/60 = 3.3 % of one core, plus the cell in flight when the budget runs out.
 
 pub mod cell_loop;
+pub mod d2d_window;
 pub mod gate;
 pub mod metrics;
 pub mod pair_window;
@@ -26,9 +27,10 @@ use tokio::sync::watch;
 use crate::runtime::pair::{PairParams, PairProbe};
 use crate::runtime::telemetry::DeviceTelemetry;
 use crate::runtime::{Backend, HostMemory};
-use crate::store::{CellKey, SharedStore};
+use crate::store::{CellKey, D2dKey, SharedStore};
 use crate::topology::pci_link::DeviceLinks;
 use crate::topology::{Roots, Topology};
+use d2d_window::{D2dCell, D2dWindowSpec};
 use gate::{Closed, CpuGate, CpuTimes};
 use metrics::ProbeMetrics;
 use pair_window::PairWindowSpec;
@@ -201,6 +203,33 @@ impl Scheduler {
         }
     }
 
+    /// One same-device copy cell per device (`probe.d2d_size_mib`; none when it is 0), each
+    /// from a CPU of `probe.cpus` on the device's NUMA node (else the first of them), in a
+    /// fresh random order every window (so a budget that runs out does not always leave out
+    /// the same device).
+    fn d2d_cells<R: rand::Rng + ?Sized>(&self, rng: &mut R) -> Vec<D2dCell> {
+        use rand::seq::SliceRandom;
+        if self.probe.d2d_size_bytes == 0 {
+            return Vec::new();
+        }
+        let mut cells: Vec<D2dCell> = self
+            .backend
+            .devices()
+            .iter()
+            .filter_map(|d| {
+                Some(D2dCell {
+                    key: D2dKey {
+                        device: d.id.clone(),
+                        size_bytes: self.probe.d2d_size_bytes,
+                    },
+                    cpu: self.topology.cpu_near(d.numa_node, &self.affinity_cpus)?,
+                })
+            })
+            .collect();
+        cells.shuffle(rng);
+        cells
+    }
+
     async fn run_window(
         &self,
         gate: &CpuGate,
@@ -266,6 +295,12 @@ impl Scheduler {
                         .iter()
                         .map(|d| (d.id.as_str(), d.pci_bus_id.as_str())),
                 ),
+                d2d: D2dWindowSpec {
+                    cells: self.d2d_cells(&mut rng),
+                    warmup: self.probe.warmup,
+                    iterations: self.probe.iterations,
+                    keep: self.probe.samples_per_cell,
+                },
             };
             (spec, pair_spec)
         };

@@ -33,4 +33,6 @@ pub struct ProbeConfig {
     pub pairs: Vec<PairSelection>,
     pub pair_size_bytes: u64,
     pub pair_timeout: Duration,
+    /// Size of each device's same-device copy cell per window; 0: none.
+    pub d2d_size_bytes: u64,
 }

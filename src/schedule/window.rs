@@ -1,12 +1,15 @@
 //! One probe window, run on a dedicated thread: an affinity scan of the CPUs, then the
 //! planned copy cells until the time budget is spent, the idle gate closes, or chd is
-//! shutting down. Every result goes to the store as soon as it is measured.
+//! shutting down, then each device's same-device copy cell ([`super::d2d_window`]) in what
+//! is left of the budget (the copy cells leave it [`D2D_SHARE`]). Every result goes to the
+//! store as soon as it is measured.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use super::cell_loop::{self, Cells};
 pub use super::cell_loop::{WindowEnd, WindowReport};
+use super::d2d_window::{self, D2dWindowSpec};
 use super::metrics::ProbeMetrics;
 use crate::affinity;
 use crate::probe::h2d;
@@ -32,7 +35,13 @@ pub struct WindowSpec {
     /// Where each device's PCIe link is read, once per window right after its first
     /// measured cell (the link the copies ran over; an idle GPU lowers its link speed).
     pub links: DeviceLinks,
+    /// The same-device copy cells, run after the copy cells (none: the d2d probe is off).
+    pub d2d: D2dWindowSpec,
 }
+
+/// The share of a window's budget the copy cells leave to the same-device copy cells when
+/// there are any: one cheap cell per device.
+pub const D2D_SHARE: u32 = 8;
 
 /// A sample below this share of the node's typical cell (same size and direction) is
 /// suspect: it counts only after a re-measurement later in the window, in another order,
@@ -226,18 +235,36 @@ pub fn run(
         group: None,
         links_read: BTreeSet::new(),
     };
+    let h2d_budget = if spec.d2d.cells.is_empty() {
+        spec.budget
+    } else {
+        spec.budget - spec.budget / D2D_SHARE
+    };
     let report = cell_loop::run(
         "h2d",
         &spec.cells,
-        spec.budget,
+        h2d_budget,
         &mut cells,
         metrics,
         keep_going,
     );
-    // Release the last group's buffer and binding before the window's bookkeeping.
+    // Release the last group's buffer and binding before the window's bookkeeping (and
+    // before any same-device cell allocates).
     drop(cells);
     let elapsed = report.elapsed;
-    cell_loop::finish("h2d", report, elapsed, store, metrics)
+    let mut report = cell_loop::finish("h2d", report, elapsed, store, metrics);
+    if spec.d2d.cells.is_empty() || report.end == WindowEnd::Aborted {
+        return report;
+    }
+    let left = spec.budget.saturating_sub(report.elapsed);
+    let d2d = d2d_window::run(&spec.d2d, left, backend, store, metrics, keep_going);
+    report.measured += d2d.measured;
+    report.errors += d2d.errors;
+    report.elapsed += d2d.elapsed;
+    if d2d.end == WindowEnd::Aborted {
+        report.end = WindowEnd::Aborted;
+    }
+    report
 }
 
 fn run_affinity_scan(cpus: &[u32], store: &SharedStore, metrics: &ProbeMetrics) {
@@ -362,6 +389,7 @@ mod tests {
             host_memory: HostMemory::Pinned,
             keep: 5,
             links: Default::default(),
+            d2d: Default::default(),
         }
     }
 
@@ -530,6 +558,7 @@ mod tests {
             host_memory: HostMemory::Pinned,
             keep: 5,
             links: Default::default(),
+            d2d: Default::default(),
         };
         let shared = Arc::new(RwLock::new(store));
         let metrics = ProbeMetrics::default();

@@ -30,6 +30,14 @@ pub struct PairKey {
     pub cpu1: u32,
 }
 
+/// One same-device copy cell (HBM to HBM): a device and a size, measured from a CPU of the
+/// device's NUMA node.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct D2dKey {
+    pub device: String,
+    pub size_bytes: u64,
+}
+
 /// One measurement of a cell.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Sample {
@@ -107,6 +115,8 @@ pub struct Store {
     pub h2d: BTreeMap<CellKey, Cell>,
     /// Core-pair matrices, all configured pairs.
     pub pair: BTreeMap<PairKey, Cell>,
+    /// Same-device copy cells, one per device and size.
+    pub d2d: BTreeMap<D2dKey, Cell>,
     /// CPU id -> affinity verdict.
     pub bindable: BTreeMap<u32, Bindable>,
     /// Probe name -> unix time of the end of its last window that measured something.
@@ -132,6 +142,7 @@ impl Default for Store {
         Store {
             h2d: BTreeMap::new(),
             pair: BTreeMap::new(),
+            d2d: BTreeMap::new(),
             bindable: BTreeMap::new(),
             last_success: BTreeMap::new(),
             cpu_numa: BTreeMap::new(),
@@ -146,6 +157,7 @@ impl PartialEq for Store {
     fn eq(&self, other: &Store) -> bool {
         self.h2d == other.h2d
             && self.pair == other.pair
+            && self.d2d == other.d2d
             && self.bindable == other.bindable
             && self.last_success == other.last_success
             && self.cpu_numa == other.cpu_numa
@@ -191,6 +203,18 @@ impl Store {
         self.pair.entry(key).or_default().fail(at);
     }
 
+    /// [`Store::record_sample`] for a same-device copy cell.
+    pub fn record_d2d_sample(&mut self, key: D2dKey, sample: Sample, keep: usize) {
+        self.changed();
+        self.d2d.entry(key).or_default().push(sample, keep);
+    }
+
+    /// [`Store::record_error`] for a same-device copy cell.
+    pub fn record_d2d_error(&mut self, key: D2dKey, at: f64) {
+        self.changed();
+        self.d2d.entry(key).or_default().fail(at);
+    }
+
     /// Record the affinity verdicts of one scan.
     pub fn record_bindable(&mut self, results: &[(u32, bool)], at: f64) {
         self.changed();
@@ -228,15 +252,16 @@ impl Store {
     ) -> usize {
         self.changed();
         let before = self.h2d.len() + self.bindable.len();
-        let before = before + self.pair.len();
+        let before = before + self.pair.len() + self.d2d.len();
         self.h2d
             .retain(|k, _| cpu_exists(k.cpu) && device_exists(&k.device));
         self.pair.retain(|k, _| {
             cpu_exists(k.cpu0) && cpu_exists(k.cpu1) && k.pair.split(',').all(&device_exists)
         });
+        self.d2d.retain(|k, _| device_exists(&k.device));
         self.bindable.retain(|cpu, _| cpu_exists(*cpu));
         self.links.retain(|device, _| device_exists(device));
-        before - self.h2d.len() - self.bindable.len() - self.pair.len()
+        before - self.h2d.len() - self.bindable.len() - self.pair.len() - self.d2d.len()
     }
 
     /// Cells with at least one sample (cells that only ever failed are left out).
@@ -303,11 +328,17 @@ mod tests {
             cpu0: 0,
             cpu1: 1,
         };
-        let writes: [&dyn Fn(&mut Store); 7] = [
+        let d2d = D2dKey {
+            device: "0".into(),
+            size_bytes: 1,
+        };
+        let writes: [&dyn Fn(&mut Store); 9] = [
             &|s| s.record_sample(key(0, "0"), sample, 3),
             &|s| s.record_error(key(0, "0"), 2.0),
             &|s| s.record_pair_sample(pair.clone(), sample, 3),
             &|s| s.record_pair_error(pair.clone(), 2.0),
+            &|s| s.record_d2d_sample(d2d.clone(), sample, 3),
+            &|s| s.record_d2d_error(d2d.clone(), 2.0),
             &|s| s.record_bindable(&[(0, true)], 2.0),
             &|s| s.record_success("h2d", 2.0),
             &|s| {
@@ -345,8 +376,16 @@ mod tests {
         s.record_sample(key(7, "numa0"), sample, 5);
         s.record_sample(key(0, "numa3"), sample, 5);
         s.record_bindable(&[(0, true), (7, false)], 0.0);
+        for device in ["numa0", "numa3"] {
+            let key = D2dKey {
+                device: device.into(),
+                size_bytes: 1,
+            };
+            s.record_d2d_sample(key, sample, 5);
+        }
         let dropped = s.retain_known(|c| c < 4, |d| d == "numa0");
-        assert_eq!(dropped, 3);
+        assert_eq!(dropped, 4);
+        assert_eq!(s.d2d.len(), 1);
         assert_eq!(s.h2d.len(), 1);
         assert_eq!(s.bindable.len(), 1);
     }

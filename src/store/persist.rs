@@ -2,16 +2,16 @@
 //! every window and at start. A file that cannot be used is renamed aside with a warning
 //! (`state.json.v<N>-<unix time>` for a file of another format version,
 //! `state.json.corrupt-<unix time>` for anything else); it never stops chd. Version 1 files
-//! written before the pair probe (no `pair`, no `cpu_numa`) are read as they are: those
-//! fields default to empty.
+//! written before the pair probe (no `pair`, no `cpu_numa`) or the d2d probe (no `d2d`) are
+//! read as they are: those fields default to empty.
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
-use super::{Bindable, Cell, CellKey, PairKey, Sample, Store};
+use super::{Bindable, Cell, CellKey, D2dKey, PairKey, Sample, Store};
 use crate::format::state_file::{
-    self, BindableRecord, CopyCellRecord, History, PairCellRecord, SampleRecord, StateFile,
-    StateReadError, FORMAT_VERSION,
+    self, BindableRecord, CopyCellRecord, D2dCellRecord, History, PairCellRecord, SampleRecord,
+    StateFile, StateReadError, FORMAT_VERSION,
 };
 pub use crate::format::state_file::{state_path, StateWriteError as PersistError, STATE_FILE};
 
@@ -93,6 +93,15 @@ pub fn to_file(store: &Store, saved_at: f64) -> StateFile {
             })
             .collect(),
         cpu_numa: store.cpu_numa.clone(),
+        d2d: store
+            .d2d
+            .iter()
+            .map(|(key, c)| D2dCellRecord {
+                device: key.device.clone(),
+                size_bytes: key.size_bytes,
+                history: history(c),
+            })
+            .collect(),
     }
 }
 
@@ -131,6 +140,13 @@ pub fn from_file(file: StateFile) -> Result<Store, StateReadError> {
             cpu1: c.cpu1,
         };
         store.pair.insert(key, cell(c.history));
+    }
+    for c in file.d2d {
+        let key = D2dKey {
+            device: c.device,
+            size_bytes: c.size_bytes,
+        };
+        store.d2d.insert(key, cell(c.history));
     }
     store.last_success = file.last_success;
     store.cpu_numa = file.cpu_numa;
@@ -232,7 +248,30 @@ mod tests {
             },
             5,
         );
+        s.record_d2d_sample(
+            D2dKey {
+                device: "numa0".into(),
+                size_bytes: 64 << 20,
+            },
+            Sample {
+                bytes_per_second: 9e9,
+                at: 100.0,
+            },
+            5,
+        );
         s
+    }
+
+    #[test]
+    fn a_file_from_before_the_d2d_probe_loads_without_d2d_cells() {
+        let mut file = to_file(&sample_store(), 1.0);
+        assert_eq!(file.d2d.len(), 1);
+        file.d2d.clear();
+        let text = String::from_utf8(state_file::encode(&file).unwrap()).unwrap();
+        assert!(!text.contains("\"d2d\""), "{text}");
+        let store = from_file(state_file::decode(text.as_bytes()).unwrap()).unwrap();
+        assert!(store.d2d.is_empty());
+        assert_eq!(store.h2d.len(), 4);
     }
 
     #[test]

@@ -119,6 +119,19 @@ impl Topology {
         self.cpus.iter().filter(|c| c.allowed)
     }
 
+    /// The CPU of `candidates` (in their order) a device on `numa_node` is probed from where
+    /// one CPU must do (its same-device copies): the first one on that node, else (no node,
+    /// or no candidate on it) the first candidate.
+    pub fn cpu_near(&self, numa_node: Option<u32>, candidates: &[u32]) -> Option<u32> {
+        let on_node = numa_node.and_then(|n| {
+            candidates
+                .iter()
+                .copied()
+                .find(|&c| self.cpu(c).and_then(|cpu| cpu.numa_node) == Some(n))
+        });
+        on_node.or_else(|| candidates.first().copied())
+    }
+
     /// NUMA nodes that have memory (the host backend's "devices").
     pub fn memory_nodes(&self) -> impl Iterator<Item = &NumaNode> {
         self.numa_nodes.iter().filter(|n| n.has_memory)

@@ -11,10 +11,11 @@ use crate::common::{assert_ok, records};
 use crate::fake;
 use crate::xlsx::zip_names;
 
-const ENV: [(&str, &str); 3] = [
+const ENV: [(&str, &str); 4] = [
     ("CHD_FAKE_DEVICE_COUNT", "3"),
     ("CHD_FAKE_GEMM_TFLOPS", "50;1=20"),
     ("CHD_FAKE_H2D_GBPS", "50;2=25"),
+    ("CHD_FAKE_D2D_GBPS", "400;0=240"),
 ];
 
 fn basics(dir: &str, extra: &[&str]) -> Vec<String> {
@@ -52,8 +53,6 @@ fn the_table_names_the_planted_weak_devices_under_each_load() {
     let args = basics(
         out_dir,
         &[
-            "--ops",
-            "matmul,h2d,allgather",
             "--load",
             "idle",
             "--load",
@@ -80,6 +79,8 @@ fn the_table_names_the_planted_weak_devices_under_each_load() {
             "matmul (SGEMM), device: device 1 at 10.0 TFLOPS, 0.40 x device 0 (25.0)",
             "H2D copy, idle: device 2 at 25.0 GB/s, 0.50 x device 0 (50.0)",
             "H2D copy, device: device 2 at 12.5 GB/s, 0.50 x device 0 (25.0)",
+            "D2D copy (same device), idle: device 0 at 240.0 GB/s, 0.60 x device 1 (400.0)",
+            "D2D copy (same device), device: device 0 at 120.0 GB/s, 0.60 x device 1 (200.0)",
         ],
         "{stdout}"
     );
@@ -89,7 +90,8 @@ fn the_table_names_the_planted_weak_devices_under_each_load() {
         "| H2D copy | GB/s | device | 12.5 (device 2) | 25.0 (device 0) | 0.50 | 3 | - |",
         // Pairs 0,1 and 1,2: every device once, the allgather not slowed by the gemms.
         "| allgather (2 ranks) | GB/s | device | 13.7 (device 0) | 13.7 (device 0) | 1.00 | 3 | - |",
-        "| 1 | 20.0 | 50.0 | 13.7 | 10.0 | 25.0 | 13.7 |",
+        "| D2D copy (same device) | GB/s | idle | 240.0 (device 0) | 400.0 (device 1) | 0.60 | 3 | - |",
+        "| 1 | 20.0 | 50.0 | 400.0 | 13.7 | 10.0 | 25.0 | 200.0 | 13.7 |",
     ] {
         assert!(summary.contains(row), "{row}\n{summary}");
     }
@@ -97,8 +99,8 @@ fn the_table_names_the_planted_weak_devices_under_each_load() {
     assert!(!summary.contains("## H2D"), "{summary}");
     let csv = std::fs::read_to_string(dir.path().join("basics.csv")).unwrap();
     let lines: Vec<&str> = csv.lines().collect();
-    // Per load: 3 matmul + 3 h2d + 2 allgather pairs.
-    assert_eq!(lines.len(), 1 + 2 * 8, "{csv}");
+    // Per load: 3 matmul + 3 h2d + 3 d2d + 2 allgather pairs.
+    assert_eq!(lines.len(), 1 + 2 * 11, "{csv}");
     assert_eq!(lines[1], "idle,matmul,TFLOPS,0,0,0,50.000,2,0,", "{csv}");
     assert!(
         lines.contains(&"device,h2d,GB/s,2,0,0,12.500,2,0,"),
@@ -116,7 +118,7 @@ fn the_table_names_the_planted_weak_devices_under_each_load() {
         .collect();
     assert_eq!(sheets.len(), 3, "summary, cells, basics: {sheets:?}");
     // Every sample was recorded once, each device on a CPU of its own node.
-    assert_eq!(records(dir.path()).len(), 2 * 2 * 8);
+    assert_eq!(records(dir.path()).len(), 2 * 2 * 11);
     let run: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("run.json")).unwrap())
             .unwrap();
@@ -135,20 +137,11 @@ fn the_table_names_the_planted_weak_devices_under_each_load() {
 #[test]
 fn what_a_backend_cannot_measure_is_said_not_shown_as_zeros() {
     let lib = fake::fake_runtime_path();
-    // acl: no matmul (cuBLAS is CUDA's); H2D and the HCCL allgather are measured.
+    // acl: no matmul (cuBLAS is CUDA's); H2D, D2D and the HCCL allgather are measured.
     let dir = tempfile::tempdir().unwrap();
     let args = basics(
         dir.path().to_str().unwrap(),
-        &[
-            "--ops",
-            "matmul,h2d,allgather",
-            "--backend",
-            "acl",
-            "--acl-runtime",
-            lib,
-            "--hccl",
-            lib,
-        ],
+        &["--backend", "acl", "--acl-runtime", lib, "--hccl", lib],
     );
     let out = run(&args, &[("CHD_FAKE_DEVICE_COUNT", "2")]);
     assert_ok(&out);
@@ -169,14 +162,15 @@ fn what_a_backend_cannot_measure_is_said_not_shown_as_zeros() {
         "{summary}"
     );
     assert!(summary.contains("| H2D copy | GB/s | idle |"), "{summary}");
+    assert!(
+        summary.contains("| D2D copy (same device) | GB/s | idle | 400.0 (device 0) |"),
+        "{summary}"
+    );
 
     // The host backend: one device per NUMA node here, no matmul; an allgather needs a
     // collective library.
     let dir = tempfile::tempdir().unwrap();
-    let args = basics(
-        dir.path().to_str().unwrap(),
-        &["--ops", "matmul,h2d,allgather", "--backend", "host"],
-    );
+    let args = basics(dir.path().to_str().unwrap(), &["--backend", "host"]);
     let out = run(&args, &[]);
     assert_ok(&out);
     let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
@@ -191,6 +185,12 @@ fn what_a_backend_cannot_measure_is_said_not_shown_as_zeros() {
         "{summary}"
     );
     assert!(summary.contains("| H2D copy | GB/s | idle |"), "{summary}");
+    // The host backend's same-device copy: between two buffers of the node.
+    assert!(
+        summary.contains("| D2D copy (same device) | GB/s | idle |"),
+        "{summary}"
+    );
+    assert!(!summary.contains("not supported"), "{summary}");
 }
 
 #[test]

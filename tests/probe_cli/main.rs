@@ -1,7 +1,8 @@
 //! `chd probe` end to end through the real binary: a run directory with its report on this
 //! machine (host backend), resume after SIGKILL and after Ctrl-C with no sample measured
 //! twice or lost, load profiles, a planted slow device through the fake CUDA runtime, the
-//! affinity probe, size curves (`chd probe sweep`), and the errors a user can make.
+//! affinity probe, same-device copies (`probe d2d`), size curves (`chd probe sweep`), and the
+//! errors a user can make.
 
 #[path = "../support/chd_process.rs"]
 mod chd_process;
@@ -12,6 +13,7 @@ mod xlsx;
 
 mod basics;
 mod common;
+mod d2d;
 mod fake_cuda;
 mod host;
 mod p2p;

@@ -14,6 +14,9 @@ pub const DEFAULT_DEVICE_COUNT: usize = 8;
 pub const MAX_DEVICE_COUNT: usize = 240;
 /// Default host<->device bandwidth in GB/s (1e9 bytes per second).
 pub const DEFAULT_GBPS: f64 = 58.9;
+/// Default same-device device-to-device rate, GB/s (`CHD_FAKE_D2D_GBPS`): HBM to HBM, in the
+/// 240-420 GB/s range calibration runs measured across ranks of one node.
+pub const DEFAULT_D2D_GBPS: f64 = 400.0;
 /// Default device name (`CHD_FAKE_DEVICE_NAME`).
 pub const DEFAULT_DEVICE_NAME: &str = "Fake H200";
 /// Default device memory size: 141 GiB.
@@ -162,6 +165,10 @@ pub struct Config {
     pub default_gbps: f64,
     /// Per-device bandwidth overrides from `CHD_FAKE_H2D_GBPS`.
     pub device_gbps: Vec<(usize, f64)>,
+    /// Default same-device device-to-device rate from `CHD_FAKE_D2D_GBPS`.
+    pub default_d2d_gbps: f64,
+    /// Per-device same-device rate overrides from `CHD_FAKE_D2D_GBPS`.
+    pub device_d2d_gbps: Vec<(usize, f64)>,
     pub slow_cpus: Vec<SlowCpuRule>,
     pub fail_devices: BTreeSet<usize>,
     /// Devices whose utilization and process queries fail (`CHD_FAKE_TELEMETRY_FAIL_DEVICES`).
@@ -240,6 +247,8 @@ impl Default for Config {
             device_count: DEFAULT_DEVICE_COUNT,
             default_gbps: DEFAULT_GBPS,
             device_gbps: Vec::new(),
+            default_d2d_gbps: DEFAULT_D2D_GBPS,
+            device_d2d_gbps: Vec::new(),
             slow_cpus: Vec::new(),
             fail_devices: BTreeSet::new(),
             telemetry_fail_devices: BTreeSet::new(),
@@ -341,7 +350,13 @@ pub fn parse_device_list(text: &str) -> Result<BTreeSet<usize>, String> {
 
 /// Parses `CHD_FAKE_H2D_GBPS`: `58.9;0=12.3;1=35` -> (default, overrides).
 pub fn parse_h2d_gbps(text: &str) -> Result<(f64, Vec<(usize, f64)>), String> {
-    let mut default = DEFAULT_GBPS;
+    parse_device_rates(text, DEFAULT_GBPS)
+}
+
+/// Parses a `DEFAULT;DEV=GBPS;...` rate list (`CHD_FAKE_H2D_GBPS`, `CHD_FAKE_D2D_GBPS`);
+/// without a bare number the default stays `default`.
+pub fn parse_device_rates(text: &str, default: f64) -> Result<(f64, Vec<(usize, f64)>), String> {
+    let mut default = default;
     let mut overrides = Vec::new();
     for part in text.split(';').map(str::trim).filter(|p| !p.is_empty()) {
         match part.split_once('=') {
@@ -570,6 +585,10 @@ impl Config {
             (cfg.default_gbps, cfg.device_gbps) = parse_h2d_gbps(v)?;
             Ok(())
         });
+        field("CHD_FAKE_D2D_GBPS", "400 for every device", &mut |v| {
+            (cfg.default_d2d_gbps, cfg.device_d2d_gbps) = parse_device_rates(v, DEFAULT_D2D_GBPS)?;
+            Ok(())
+        });
         field("CHD_FAKE_SLOW_CPUS", "none", &mut |v| {
             cfg.slow_cpus = parse_slow_cpus(v)?;
             Ok(())
@@ -733,6 +752,16 @@ impl Config {
             .rev()
             .find(|(d, _)| *d == device)
             .map_or(self.default_gbps, |&(_, g)| g)
+    }
+
+    /// Same-device device-to-device bandwidth in GB/s on `device` (no CPU rule applies: the
+    /// copy never leaves the device).
+    pub fn d2d_gbps(&self, device: usize) -> f64 {
+        self.device_d2d_gbps
+            .iter()
+            .rev()
+            .find(|(d, _)| *d == device)
+            .map_or(self.default_d2d_gbps, |&(_, g)| g)
     }
 
     /// Pair bus bandwidth in GB/s contributed by collective rank `rank` running on `cpu`: the
@@ -931,6 +960,24 @@ mod tests {
         assert_eq!(cfg.gbps(3, Some(7)), 20.0);
         assert_eq!(cfg.gbps(3, Some(16)), 20.0);
         assert_eq!(cfg.gbps(3, Some(8)), 50.0);
+    }
+
+    #[test]
+    fn same_device_rates_are_their_own() {
+        let (cfg, warnings) = from(&[
+            ("CHD_FAKE_H2D_GBPS", "50;1=35"),
+            ("CHD_FAKE_D2D_GBPS", "3=120; 1=300"),
+            ("CHD_FAKE_SLOW_CPUS", "3@0-7=2"),
+        ]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(cfg.d2d_gbps(0), DEFAULT_D2D_GBPS);
+        assert_eq!(cfg.d2d_gbps(1), 300.0);
+        assert_eq!(cfg.d2d_gbps(3), 120.0);
+        let (cfg, _) = from(&[("CHD_FAKE_D2D_GBPS", "250;2=90")]);
+        assert_eq!((cfg.d2d_gbps(0), cfg.d2d_gbps(2)), (250.0, 90.0));
+        let (cfg, warnings) = from(&[("CHD_FAKE_D2D_GBPS", "0=-5")]);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert_eq!(cfg.d2d_gbps(0), DEFAULT_D2D_GBPS);
     }
 
     #[test]

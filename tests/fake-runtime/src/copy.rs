@@ -8,11 +8,12 @@
 //! applies) only when the device issuing it has peer access to the other device (see
 //! [`peer_route`]); without it CUDA stages the copy through host memory at
 //! `CHD_FAKE_STAGED_GBPS`, and ACL refuses it. Peer copies obey `CHD_FAKE_PAIR_FAIL` and
-//! `CHD_FAKE_PAIR_HANG_MS`. Everything else runs
-//! at the `CHD_FAKE_SLOW_CPUS` / `CHD_FAKE_H2D_GBPS` rate of the device it is timed on, times
-//! `CHD_FAKE_LOAD_COPY_FACTOR` while a cuBLAS gemm is in flight on that device. Every timed
-//! copy also takes `CHD_FAKE_COPY_LATENCY_US` and runs at its size's `CHD_FAKE_SIZE_DIP`
-//! factor (see `Config::copy_ns`).
+//! `CHD_FAKE_PAIR_HANG_MS`. A same-device device-to-device copy runs at the device's
+//! `CHD_FAKE_D2D_GBPS` rate; host <-> device copies at the `CHD_FAKE_SLOW_CPUS` /
+//! `CHD_FAKE_H2D_GBPS` rate of the device they are timed on; both times
+//! `CHD_FAKE_LOAD_COPY_FACTOR` while a cuBLAS gemm is in flight on that device.
+//! Every timed copy also takes `CHD_FAKE_COPY_LATENCY_US` and runs at its size's
+//! `CHD_FAKE_SIZE_DIP` factor (see `Config::copy_ns`).
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -223,9 +224,10 @@ pub unsafe fn copy(
             ),
             // Host-staged: device to pinned host memory, then host to the other device.
             Some(_) => cfg.staged_gbps,
-            // A gemm in flight on the device (cuBLAS) slows its own copies.
-            None if crate::cublas::loaded(dev) => cfg.gbps(dev, cpu) * cfg.load_copy_factor,
-            None => cfg.gbps(dev, cpu),
+            // Same-device device-to-device (HBM to HBM): the device's own rate, whatever
+            // the CPU; host <-> device: the CPU rules, else the device's H2D rate.
+            None if other == Some(dev) => cfg.d2d_gbps(dev) * load_factor(dev),
+            None => cfg.gbps(dev, cpu) * load_factor(dev),
         };
         // bytes / (GB/s) = nanoseconds, plus the fixed cost of a copy, with the size's dip.
         let ns = cfg.copy_ns(count as u64, gbps);
@@ -250,6 +252,15 @@ pub unsafe fn copy(
         }
     }
     Ok(())
+}
+
+/// A gemm in flight on `device` (cuBLAS) slows its own copies by `CHD_FAKE_LOAD_COPY_FACTOR`.
+fn load_factor(device: usize) -> f64 {
+    if crate::cublas::loaded(device) {
+        config::get().load_copy_factor
+    } else {
+        1.0
+    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! cuBLAS role: a gemm advances its stream's clock by flops / CHD_FAKE_GEMM_TFLOPS, and while
-//! a gemm is in flight on a device its copies run at CHD_FAKE_LOAD_COPY_FACTOR x their rate;
+//! a gemm is in flight on a device its copies (same-device device-to-device ones included)
+//! run at CHD_FAKE_LOAD_COPY_FACTOR x their rate;
 //! other devices, and the device after the handle is destroyed, are unaffected.
 
 mod common;
@@ -15,6 +16,7 @@ use common::{assert_close, expected_ms};
 const ENV: &[(&str, &str)] = &[
     ("CHD_FAKE_DEVICE_COUNT", "2"),
     ("CHD_FAKE_H2D_GBPS", "40"),
+    ("CHD_FAKE_D2D_GBPS", "200"),
     ("CHD_FAKE_GEMM_TFLOPS", "10"),
     ("CHD_FAKE_LOAD_COPY_FACTOR", "0.25"),
 ];
@@ -46,6 +48,32 @@ fn copy_ms(device: i32) -> f32 {
         assert_eq!(cudaEventDestroy(end), CUDA_SUCCESS);
         assert_eq!(cudaStreamDestroy(stream), CUDA_SUCCESS);
         assert_eq!(cudaFree(dev), CUDA_SUCCESS);
+    }
+    ms
+}
+
+/// Milliseconds one same-device device-to-device copy of `COPY` bytes takes on `device`.
+fn d2d_ms(device: i32) -> f32 {
+    let (mut a, mut b, mut stream, mut start, mut end) =
+        (null_mut(), null_mut(), null_mut(), null_mut(), null_mut());
+    let mut ms = 0f32;
+    // SAFETY: valid out-pointers; both buffers are live device allocations of COPY bytes.
+    unsafe {
+        assert_eq!(cudaSetDevice(device), CUDA_SUCCESS);
+        assert_eq!(cudaMalloc(&mut a, COPY), CUDA_SUCCESS);
+        assert_eq!(cudaMalloc(&mut b, COPY), CUDA_SUCCESS);
+        assert_eq!(cudaStreamCreate(&mut stream), CUDA_SUCCESS);
+        assert_eq!(cudaEventCreate(&mut start), CUDA_SUCCESS);
+        assert_eq!(cudaEventCreate(&mut end), CUDA_SUCCESS);
+        assert_eq!(cudaEventRecord(start, stream), CUDA_SUCCESS);
+        assert_eq!(cudaMemcpyAsync(b, a, COPY, 3, stream), CUDA_SUCCESS);
+        assert_eq!(cudaEventRecord(end, stream), CUDA_SUCCESS);
+        assert_eq!(cudaEventElapsedTime(&mut ms, start, end), CUDA_SUCCESS);
+        assert_eq!(cudaEventDestroy(start), CUDA_SUCCESS);
+        assert_eq!(cudaEventDestroy(end), CUDA_SUCCESS);
+        assert_eq!(cudaStreamDestroy(stream), CUDA_SUCCESS);
+        assert_eq!(cudaFree(a), CUDA_SUCCESS);
+        assert_eq!(cudaFree(b), CUDA_SUCCESS);
     }
     ms
 }
@@ -154,6 +182,9 @@ fn a_gemm_takes_its_flops_and_slows_copies_on_its_device_only() {
     );
     assert_close(copy_ms(1), full / 0.25);
     assert_close(copy_ms(0), full);
+    // Same-device copies (at their own CHD_FAKE_D2D_GBPS rate) slow down the same way.
+    assert_close(d2d_ms(1), expected_ms(COPY, 200.0) / 0.25);
+    assert_close(d2d_ms(0), expected_ms(COPY, 200.0));
     // In flight for 100 ms of wall time after the last gemm only.
     std::thread::sleep(IN_FLIGHT + std::time::Duration::from_millis(20));
     assert_close(copy_ms(1), full);

@@ -13,6 +13,7 @@ use common::{assert_close, expected_ms, pattern};
 const ENV: &[(&str, &str)] = &[
     ("CHD_FAKE_DEVICE_COUNT", "8"),
     ("CHD_FAKE_H2D_GBPS", "58.9;1=12.3;3=35"),
+    ("CHD_FAKE_D2D_GBPS", "1=250"),
     ("CHD_FAKE_FAIL_DEVICES", "5"),
     ("CHD_FAKE_PCI_BUS_IDS", "0000:1a:00.0"),
 ];
@@ -174,14 +175,15 @@ fn per_device_bandwidth_override() {
         timed_copy(b3.host, b3.dev, MIB64, CUDA_MEMCPY_DEVICE_TO_HOST),
         expected_ms(MIB64, 35.0),
     );
-    // Device-to-device on one device is timed at that device's rate; across devices at the
+    // Device-to-device on one device is timed at that device's CHD_FAKE_D2D_GBPS rate (not
+    // its H2D rate); across devices at the
     // pair rate (CHD_FAKE_PAIR_GBPS, default 13.7) with peer access, host-staged
     // (CHD_FAKE_STAGED_GBPS, default 4) without. Each counts for both devices.
     let (c1, c3) = (chd_fake_copies(1), chd_fake_copies(3));
     let b1b = Buffers::new(1, MIB64);
     assert_close(
         timed_copy(b1b.dev, b1.dev, MIB64, CUDA_MEMCPY_DEVICE_TO_DEVICE),
-        expected_ms(MIB64, 12.3),
+        expected_ms(MIB64, 250.0),
     );
     assert_close(
         timed_copy(b3.dev, b1.dev, MIB64, CUDA_MEMCPY_DEVICE_TO_DEVICE),

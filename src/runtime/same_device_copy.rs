@@ -1,0 +1,116 @@
+//! Timing same-device copies (device memory to device memory of one device: HBM to HBM)
+//! through any stream-and-event runtime (CUDA, ACL), with the guards of [`device_copy`]. Two
+//! device allocations of the cell's size on the device, a small pinned host buffer that
+//! stages the check pattern into the source and reads the destination back, events around
+//! `iterations` async device-to-device copies after `warmup` untimed ones. Everything is
+//! released on every path, the stream synchronized first (it is declared last).
+//!
+//! Checked against: the CUDA Runtime API reference, `cudaMemcpyAsync` ("the memory areas may
+//! not overlap": two allocations; kind `cudaMemcpyDeviceToDevice`), and CANN's
+//! `aclrtMemcpyAsync` (7.0.0 / 8.0.RC3 application development guides): kind
+//! `ACL_MEMCPY_DEVICE_TO_DEVICE` covers a copy "within a device or between devices", peer
+//! access is a precondition only between devices, addresses must be 64-byte aligned
+//! (`aclrtMalloc` and `aclrtMallocHost` memory is), host memory of an async copy must come
+//! from `aclrtMallocHost`, and the stream must be synchronized before the copy is known done.
+//!
+//! [`device_copy`]: super::device_copy
+
+use super::device_copy::{
+    alloc_error, copy_error, guard, stream_guard, timing_error, unless_lost, DeviceApi, HostBuffer,
+};
+use super::pattern::{check_copy, fill_pattern};
+use super::{DeviceCopyParams, Direction, HostMemory, ProbeError};
+
+/// Bytes of the source the pattern check covers (the head of the buffers).
+const CHECK_BYTES: usize = 1 << 20;
+
+/// Measure one same-device copy cell on `device`: bytes of one copy times `iterations` over
+/// the time the events measured around them.
+pub(crate) fn measure<A: DeviceApi + ?Sized>(
+    api: &A,
+    device: i32,
+    params: &DeviceCopyParams,
+) -> Result<f64, ProbeError> {
+    let bytes = usize::try_from(params.size_bytes)
+        .map_err(|_| ProbeError::Timing(format!("{} bytes do not fit", params.size_bytes)))?;
+    if bytes == 0 || params.iterations == 0 {
+        return Err(ProbeError::Timing(
+            "a cell needs a size and at least one iteration".into(),
+        ));
+    }
+    let copy_error = unless_lost(api, copy_error);
+    let timing_error = unless_lost(api, timing_error);
+    let alloc_error = |bytes| unless_lost(api, alloc_error(bytes));
+    api.set_device(device)
+        .map_err(|e| ProbeError::Device(e.to_string()))?;
+    let head = bytes.min(CHECK_BYTES);
+    let src = guard(api, api.device_alloc(bytes), A::device_free).map_err(alloc_error(bytes))?;
+    let dst = guard(api, api.device_alloc(bytes), A::device_free).map_err(alloc_error(bytes))?;
+    let mut host = HostBuffer::new(api, head, HostMemory::Pinned).map_err(alloc_error(head))?;
+    let start = guard(api, api.event_create(), A::event_destroy).map_err(&timing_error)?;
+    let end = guard(api, api.event_create(), A::event_destroy).map_err(&timing_error)?;
+    // Last, so it is synchronized and destroyed before the events and buffers go.
+    let stream = stream_guard(api).map_err(&timing_error)?;
+
+    // Device memory is not zeroed: clear the destination's head (the host buffer is zeros
+    // after `HostBuffer::new`), then stage the pattern into the source's head.
+    let mut expected = vec![0u8; head];
+    fill_pattern(&mut expected);
+    api.copy_async(
+        dst.handle,
+        host.as_handle(),
+        head,
+        Direction::H2d,
+        stream.handle,
+    )
+    .map_err(&copy_error)?;
+    api.stream_synchronize(stream.handle).map_err(&copy_error)?;
+    host.as_mut_slice().copy_from_slice(&expected);
+    api.copy_async(
+        src.handle,
+        host.as_handle(),
+        head,
+        Direction::H2d,
+        stream.handle,
+    )
+    .map_err(&copy_error)?;
+    api.stream_synchronize(stream.handle).map_err(&copy_error)?;
+
+    for _ in 0..params.warmup {
+        api.copy_device_async(dst.handle, src.handle, bytes, stream.handle)
+            .map_err(&copy_error)?;
+    }
+    api.stream_synchronize(stream.handle).map_err(&copy_error)?;
+    api.event_record(start.handle, stream.handle)
+        .map_err(&timing_error)?;
+    for _ in 0..params.iterations {
+        api.copy_device_async(dst.handle, src.handle, bytes, stream.handle)
+            .map_err(&copy_error)?;
+    }
+    api.event_record(end.handle, stream.handle)
+        .map_err(&timing_error)?;
+    api.event_synchronize(end.handle).map_err(&timing_error)?;
+    let ms = api
+        .event_elapsed_ms(start.handle, end.handle)
+        .map_err(&timing_error)?;
+    if !(ms.is_finite() && ms > 0.0) {
+        return Err(ProbeError::Timing(format!(
+            "device events measured {ms} ms for {} copies",
+            params.iterations
+        )));
+    }
+
+    // Read the destination's head back over the (cleared) host buffer and compare.
+    host.as_mut_slice().fill(0);
+    api.copy_async(
+        host.as_handle(),
+        dst.handle,
+        head,
+        Direction::D2h,
+        stream.handle,
+    )
+    .map_err(&copy_error)?;
+    api.stream_synchronize(stream.handle).map_err(&copy_error)?;
+    check_copy(&expected, host.as_mut_slice())?;
+    Ok(bytes as f64 * f64::from(params.iterations) / (f64::from(ms) / 1e3))
+}
