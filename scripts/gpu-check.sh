@@ -2,11 +2,15 @@
 # Checks chd's real CUDA path on this machine's NVIDIA GPUs against a reference measured in the
 # same run, on the same CPUs, with CUDA events, by an independent CUDA program
 # (scripts/gpu-check/h2d_ref.cu): H2D and D2H, pinned and pageable, 64 and 256 MiB, a sample of
-# CPUs (2 per NUMA node) x every GPU; with two or more GPUs also the peer-copy pair path (and
-# NCCL's allgather, shown without a reference). Prints one table, a row per path, GPU, size
-# and memory: chd's and the reference's median GB/s and their ratio. Exits 1 when a row's
-# median ratio is off 1 by more than TOLERANCE (5 %), a cell failed or a row is missing.
-# Every step runs under a timeout and the whole check under TIME_LIMIT (270 s).
+# CPUs (2 per NUMA node) x every GPU, and each GPU's same-device copy (chd probe d2d); with two
+# or more GPUs also the peer-copy pair path, every ordered pair's peer copy (chd probe p2p)
+# and NCCL's allgather (shown without a reference). Prints one table, a row per path, GPU,
+# size and memory: chd's and the reference's median GB/s and their ratio. Exits 1 when a row's
+# median ratio is off 1 by more than TOLERANCE (5 %), a cell failed or a row is missing. Then a
+# short size sweep (chd probe sweep, SWEEP_FROM..SWEEP_TO) and the basic validation table (chd
+# probe basics: matmul TFLOPS, H2D, D2D, allgather) are printed without a reference; either
+# failing fails the check. Every step runs under a timeout and the whole check under
+# TIME_LIMIT (270 s).
 #
 #   scripts/gpu-check.sh                    # on a machine with NVIDIA GPUs and their driver
 #   scripts/gpu-check.sh --bundle [DIR]     # on a machine with cargo and PyPI, no GPU needed:
@@ -30,7 +34,8 @@
 #
 # Environment: CPUS (chd --cpus selection, default per-node:2), SIZES (MiB, default 64,256),
 # SAMPLES (default 3), ITERATIONS (10), WARMUP (2), TOLERANCE (0.05), PAIR_CPUS (per-node:1),
-# PAIR_SIZE (MiB, 64), TIME_LIMIT (s, 270), GPU_CHECK_OUT (a folder: gets the table and a
+# PAIR_SIZE (MiB, 64), SWEEP_FROM / SWEEP_TO (1MiB / 256MiB), BASICS_SIZE (MiB, 64),
+# MATRIX_SIDE (4096), TIME_LIMIT (s, 270), GPU_CHECK_OUT (a folder: gets the table and a
 # tarball of chd's CSVs, the reference's output and every log), GPU_CHECK_BUNDLE
 # (target/gpu-check-bundle).
 # Fake mode (GPU_CHECK_FAKE=1): GPUs and libraries are the fake runtime's
@@ -53,6 +58,10 @@ WARMUP=${WARMUP:-2}
 TOLERANCE=${TOLERANCE:-0.05}
 PAIR_CPUS=${PAIR_CPUS:-per-node:1}
 PAIR_SIZE=${PAIR_SIZE:-64}
+SWEEP_FROM=${SWEEP_FROM:-1MiB}
+SWEEP_TO=${SWEEP_TO:-256MiB}
+BASICS_SIZE=${BASICS_SIZE:-64}
+MATRIX_SIDE=${MATRIX_SIDE:-4096}
 TIME_LIMIT=${TIME_LIMIT:-270}
 BUNDLE=${GPU_CHECK_BUNDLE:-target/gpu-check-bundle}
 FAKE=${GPU_CHECK_FAKE:-}
@@ -276,6 +285,7 @@ cells() {
         cpu = cpu "," $col["peer_cpu"]; sub(":", ",", dev); mem = "device"
         if (path == "peer-copy") path = "p2p"
       }
+      if ($col["matrix"] == "p2p") path = "peer"
       bps = $col["bytes_per_second"]; if (bps == "") bps = "-"
       print path, cpu, dev, $col["size_bytes"], mem, bps, $col["failed"]
     }'
@@ -292,6 +302,20 @@ if [ -s "$work/ref.in" ]; then
     || failed $? "the reference" "$work/ref.log"
   grep '^h2d_ref: CUDA' "$work/ref.log" | sed 's/^h2d_ref/reference/' || true
 fi
+
+# ---- same-device copies: chd probe d2d, then the reference on the same cells ----
+echo "d2d: chd probe d2d (sizes $SIZES MiB, $SAMPLES samples per cell)"
+step 60 "chd probe d2d" "$chd" probe d2d "${runtime_args[@]}" --sizes "$SIZES" \
+  --repeats "$SAMPLES" --iterations "$ITERATIONS" --warmup "$WARMUP" --no-progress-bar --format csv \
+  > "$work/d2d.csv" 2> "$work/d2d.log" || failed $? "chd probe d2d" "$work/d2d.log"
+cells "$work/d2d.csv" > "$work/d2d.cells" 2>/dev/null || true
+awk -v it="$ITERATIONS" -v wu="$WARMUP" -v n="$SAMPLES" '
+  { for (i = 0; i < n; i++) print "d2d", $2, $3, $4 / 1048576, it, wu }' "$work/d2d.cells" > "$work/d2d.in"
+if [ -s "$work/d2d.in" ]; then
+  step 60 "reference (d2d)" "${ref_env[@]}" "$ref" < "$work/d2d.in" >> "$work/ref.out" 2>> "$work/ref.log" \
+    || failed $? "the reference (d2d)" "$work/ref.log"
+fi
+cat "$work/d2d.cells" >> "$work/chd.cells"
 
 # ---- the pair path, with two GPUs ----
 if [ "$ngpu" -ge 2 ]; then
@@ -317,16 +341,33 @@ if [ "$ngpu" -ge 2 ]; then
     cells "$work/nccl.csv" >> "$work/pair.cells" 2>/dev/null || true
   fi
   cat "$work/pair.cells" >> "$work/chd.cells"
+  echo "p2p: chd probe p2p, every ordered pair of the $ngpu GPUs ($PAIR_SIZE MiB)"
+  step 60 "chd probe p2p" "$chd" probe p2p "${runtime_args[@]}" --size "$PAIR_SIZE" \
+    --repeats "$SAMPLES" --iterations "$ITERATIONS" --warmup "$WARMUP" --no-progress-bar --format csv \
+    > "$work/p2p.csv" 2> "$work/p2p.log" || failed $? "chd probe p2p" "$work/p2p.log"
+  cells "$work/p2p.csv" > "$work/p2p.cells" 2>/dev/null || true
+  awk -v it="$ITERATIONS" -v wu="$WARMUP" -v n="$SAMPLES" '
+    { split($3, d, ">"); for (i = 0; i < n; i++) print "peer", $2, d[1], d[2], $4 / 1048576, it, wu }' \
+    "$work/p2p.cells" > "$work/p2p.in"
+  if [ -s "$work/p2p.in" ]; then
+    step 60 "reference (peer)" "${ref_env[@]}" "$ref" < "$work/p2p.in" >> "$work/ref.out" 2>> "$work/ref.log" \
+      || failed $? "the reference (peer)" "$work/ref.log"
+  fi
+  cat "$work/p2p.cells" >> "$work/chd.cells"
 else
   echo "pair: this machine has $ngpu GPU; the pair path needs two: no pair rows"
 fi
 
 # ---- one table ----
-expected_rows=$((ngpu * $(tr ',' '\n' <<< "$SIZES" | grep -c .) * 4))
+nsizes=$(tr ',' '\n' <<< "$SIZES" | grep -c .)
+expected_rows=$((ngpu * nsizes * 4))
+expected_d2d=$((ngpu * nsizes))
+expected_peer=$((ngpu * (ngpu - 1)))
 verdict=0
 expected_pair=0
 [ "$ngpu" -lt 2 ] || expected_pair=1
-awk -v tol="$TOLERANCE" -v expected="$expected_rows" -v expected_pair="$expected_pair" '
+awk -v tol="$TOLERANCE" -v expected="$expected_rows" -v expected_pair="$expected_pair" \
+  -v expected_d2d="$expected_d2d" -v expected_peer="$expected_peer" '
   function median(list,    v, n, i, j, t) {
     n = split(list, v, " ")
     if (n == 0) return ""
@@ -349,7 +390,7 @@ awk -v tol="$TOLERANCE" -v expected="$expected_rows" -v expected_pair="$expected
     key = $1 " " $2 " " $3 " " $4 " " $5
     g = $1 " " $3 " " $4 " " $5
     if (!(g in cells)) {
-      rank = ($1 == "h2d") ? 1 : ($1 == "d2h") ? 2 : ($1 == "p2p") ? 3 : 4
+      rank = ($1 == "h2d") ? 1 : ($1 == "d2h") ? 2 : ($1 == "d2d") ? 3 : ($1 == "p2p") ? 4 : ($1 == "peer") ? 5 : 6
       order[++ngroups] = g
       sortkey[g] = sprintf("%d %8s %015d %d", rank, $3, $4, ($5 == "pinned") ? 1 : 2)
       path[g] = $1; gpu[g] = $3; mib[g] = $4 / 1048576; mem[g] = $5
@@ -367,11 +408,13 @@ awk -v tol="$TOLERANCE" -v expected="$expected_rows" -v expected_pair="$expected
     for (i = 1; i <= ngroups; i++) for (j = i + 1; j <= ngroups; j++)
       if (sortkey[order[j]] < sortkey[order[i]]) { t = order[i]; order[i] = order[j]; order[j] = t }
     printf "%-9s %-5s %5s %-8s %5s %9s %9s %7s %-13s %s\n", "path", "gpu", "MiB", "memory", "cells", "chd GB/s", "ref GB/s", "ratio", "ratio range", "verdict"
-    bad = 0; hostrows = 0; pairrows = 0
+    bad = 0; hostrows = 0; pairrows = 0; d2drows = 0; peerrows = 0
     for (i = 1; i <= ngroups; i++) {
       g = order[i]
       if (path[g] == "h2d" || path[g] == "d2h") hostrows++
       if (path[g] == "p2p") pairrows++
+      if (path[g] == "d2d") d2drows++
+      if (path[g] == "peer") peerrows++
       c = median(chd[g])
       cs = (c == "") ? "-" : sprintf("%.2f", c / 1e9)
       if (path[g] == "allgather") {
@@ -394,13 +437,40 @@ awk -v tol="$TOLERANCE" -v expected="$expected_rows" -v expected_pair="$expected
     }
     if (expected_pair && !pairrows) { print "expected a p2p row (this machine has two or more GPUs), got none"; bad = 1 }
     if (hostrows != expected) { printf "expected %d h2d/d2h rows (GPUs x sizes x 2 directions x 2 memory kinds), got %d\n", expected, hostrows; bad = 1 }
+    if (d2drows != expected_d2d) { printf "expected %d d2d rows (GPUs x sizes), got %d\n", expected_d2d, d2drows; bad = 1 }
+    if (peerrows != expected_peer) { printf "expected %d peer rows (ordered GPU pairs), got %d\n", expected_peer, peerrows; bad = 1 }
     exit bad
   }' "$work/ref.out" "$work/chd.cells" > "$work/table.txt" || verdict=1
 [ "$chd_rc" -eq 0 ] || verdict=1
+
+# ---- a short size sweep and the basic validation table, without a reference ----
+ops=h2d,d2h,d2d
+[ "$ngpu" -lt 2 ] || [ "${nccl:-}" = none ] || ops=$ops,allgather
+sweep_args=(probe sweep "${runtime_args[@]}" --from "$SWEEP_FROM" --to "$SWEEP_TO" --ops "$ops"
+  --repeats "$SAMPLES" --iterations "$ITERATIONS" --warmup "$WARMUP" --no-progress-bar)
+[ "$ngpu" -lt 2 ] || sweep_args+=("${pair_nccl_args[@]}")
+step 60 "chd probe sweep" "$chd" "${sweep_args[@]}" > "$work/sweep.txt" 2> "$work/sweep.log" \
+  || { failed $? "chd probe sweep" "$work/sweep.log"; verdict=1; }
+basics_args=(probe basics "${runtime_args[@]}" --size "$BASICS_SIZE" --matrix-side "$MATRIX_SIDE"
+  --repeats "$SAMPLES" --iterations "$ITERATIONS" --warmup "$WARMUP" --no-progress-bar)
+[ "$ngpu" -lt 2 ] || basics_args+=("${pair_nccl_args[@]}")
+step 60 "chd probe basics" "$chd" "${basics_args[@]}" > "$work/basics.txt" 2> "$work/basics.log" \
+  || { failed $? "chd probe basics" "$work/basics.log"; verdict=1; }
 [ -z "$out_of_time" ] || verdict=1
 echo
 cat "$work/table.txt"
 echo
+if [ -s "$work/sweep.txt" ]; then
+  echo "size sweep (chd probe sweep, $SWEEP_FROM..$SWEEP_TO, no reference):"
+  cat "$work/sweep.txt"
+  echo
+fi
+if [ -s "$work/basics.txt" ]; then
+  echo "basic validation (chd probe basics, no reference):"
+  cat "$work/basics.txt"
+  grep -h '^note: .* not measured' "$work/basics.log" || true
+  echo
+fi
 if [ "$verdict" -eq 0 ]; then
   echo "gpu-check: PASS: every row within $(awk -v t="$TOLERANCE" 'BEGIN { print t * 100 }')% of the reference ($(($(date +%s) - start)) s)"
 else

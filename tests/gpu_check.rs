@@ -40,6 +40,10 @@ fn gpu_check(args: &[&str], env: &[(&str, &str)]) -> Output {
         .env("CHD_BIN", chd_bin())
         .env("SIZES", "1,4")
         .env("PAIR_SIZE", "1")
+        .env("SWEEP_FROM", "1MiB")
+        .env("SWEEP_TO", "4MiB")
+        .env("BASICS_SIZE", "1")
+        .env("MATRIX_SIDE", "256")
         .env("TIME_LIMIT", "120")
         .env("RUST_LOG", "warn")
         .envs(env.iter().copied())
@@ -101,6 +105,17 @@ fn host_rows(gpus: &[&str]) -> Vec<[String; 4]> {
     want
 }
 
+/// The same-device copy rows expected for `gpus` x 1 and 4 MiB.
+fn d2d_rows(gpus: &[&str]) -> Vec<[String; 4]> {
+    let mut want = Vec::new();
+    for gpu in gpus {
+        for mib in ["1", "4"] {
+            want.push(["d2d", gpu, mib, "device"].map(String::from));
+        }
+    }
+    want
+}
+
 #[test]
 fn shellcheck_passes_on_every_script() {
     let scripts = [
@@ -154,6 +169,21 @@ fn gpu_check_on_the_fake_with_nvcc_13_0_88_prints_one_table_and_passes() {
             "ok",
         ]);
     }
+    let d2d = d2d_rows(&["0", "1"]);
+    for [path, gpu, mib, memory] in &d2d {
+        want.push(vec![
+            path,
+            gpu,
+            mib,
+            memory,
+            "1",
+            "400.00",
+            "400.00",
+            "1.000",
+            "1.000-1.000",
+            "ok",
+        ]);
+    }
     want.push(vec![
         "p2p",
         "0,1",
@@ -169,6 +199,23 @@ fn gpu_check_on_the_fake_with_nvcc_13_0_88_prints_one_table_and_passes() {
         "peer",
         "access)",
     ]);
+    for pair in ["0>1", "1>0"] {
+        want.push(vec![
+            "peer",
+            pair,
+            "1",
+            "device",
+            "1",
+            "13.70",
+            "13.70",
+            "1.000",
+            "1.000-1.000",
+            "ok",
+            "(reference:",
+            "peer",
+            "access)",
+        ]);
+    }
     want.push(vec![
         "allgather",
         "0,1",
@@ -189,18 +236,42 @@ fn gpu_check_on_the_fake_with_nvcc_13_0_88_prints_one_table_and_passes() {
             .any(|l| l.starts_with("gpu-check: PASS: every row within 5% of the reference")),
         "{all}"
     );
+    // The sweep and the basic validation table follow, without a reference.
+    for line in [
+        "size sweep (chd probe sweep, 1MiB..4MiB, no reference):",
+        "basic validation (chd probe basics, no reference):",
+    ] {
+        assert!(all.contains(line), "{line}: {all}");
+    }
+    let sweep_rows = all
+        .lines()
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() >= 4
+                && ["h2d", "d2h", "d2d", "allgather"].contains(&f[0])
+                && f[2].ends_with("MiB")
+        })
+        .count();
+    // 4 operations x 2 devices x 1, 2, 4 MiB.
+    assert_eq!(sweep_rows, 4 * 2 * 3, "{all}");
+    assert!(
+        all.lines()
+            .any(|l| l.starts_with("matmul (SGEMM)") && l.contains("50.0 (dev 0)")),
+        "{all}"
+    );
 }
 
 #[test]
 fn gpu_check_fails_on_the_rows_where_chd_and_the_reference_disagree() {
-    // The reference alone sees device 1 and the pair link at half the rate chd sees.
+    // The reference alone sees device 1 (its copies to and from the host and within it) and
+    // the pair link at half the rate chd sees.
     let out = gpu_check(
         &[],
         &[
             ("CHD_FAKE_DEVICE_COUNT", "2"),
             (
                 "GPU_CHECK_REF_ENV",
-                "CHD_FAKE_H2D_GBPS=58.9;1=29.45 CHD_FAKE_PAIR_GBPS=6.85",
+                "CHD_FAKE_H2D_GBPS=58.9;1=29.45 CHD_FAKE_D2D_GBPS=400;1=200 CHD_FAKE_PAIR_GBPS=6.85",
             ),
         ],
     );
@@ -210,7 +281,7 @@ fn gpu_check_fails_on_the_rows_where_chd_and_the_reference_disagree() {
         let verdict = row[9..].join(" ");
         match (row[0], row[1]) {
             ("allgather", _) => assert_eq!(verdict, "no reference (NCCL)", "{all}"),
-            ("p2p", _) | (_, "1") => {
+            ("p2p" | "peer", _) | (_, "1") => {
                 assert_eq!(row[7], "2.000", "{all}");
                 assert!(verdict.starts_with("FAIL: off by more than 5%"), "{all}");
             }
@@ -239,7 +310,9 @@ fn gpu_check_on_one_gpu_says_there_is_no_pair_path() {
         .iter()
         .map(|r| [r[0], r[1], r[2], r[3]].map(String::from))
         .collect();
-    assert_eq!(got, host_rows(&["0"]), "{all}");
+    let mut want = host_rows(&["0"]);
+    want.extend(d2d_rows(&["0"]));
+    assert_eq!(got, want, "{all}");
 }
 
 #[test]
@@ -399,9 +472,17 @@ fn a_bundle_holds_chd_a_static_reference_and_libcudart_13_and_is_used_when_carri
         "{all}"
     );
     let rows = rows(&all);
-    assert_eq!(rows.len(), 4, "{all}");
+    assert_eq!(
+        rows.len(),
+        4 + 1,
+        "h2d/d2h x pinned/pageable and d2d: {all}"
+    );
     for r in rows {
-        assert_eq!(r[5], "58.90", "{all}");
+        assert_eq!(
+            r[5],
+            if r[0] == "d2d" { "400.00" } else { "58.90" },
+            "{all}"
+        );
         assert_eq!(r[9..].join(" "), "FAIL: 1 cells without reference", "{all}");
     }
 }

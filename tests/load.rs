@@ -631,6 +631,10 @@ fn run_case(cells: bool) {
             "200",
             "--cells",
             if cells { "true" } else { "false" },
+            // The whole budget to the copy cells, as the comparison of unloaded and loaded
+            // cells needs (the same-device copies take a quarter of it and are not compared).
+            "--d2d-size",
+            "0",
             "--backend",
             "cuda",
             "--cuda-runtime",
