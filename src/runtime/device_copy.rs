@@ -215,6 +215,41 @@ pub(crate) fn timing_error(e: ApiError) -> ProbeError {
 
 /// Measure one cell on the calling thread: bytes per second of `params` on `device`, with a
 /// host buffer allocated for this cell alone.
+/// Milliseconds of `iterations` device-to-device copies of `bytes` from `src` to `dst` on
+/// `stream` (the devices may differ: a peer copy), between `start` and `end` recorded on that
+/// stream, after `warmup` untimed ones (synchronized before the first event). `on_copy` and
+/// `on_timing` map a failed copy or event call; events that measure no time are a timing
+/// error. The copy routine the same-device and the peer copy cells share.
+pub(crate) fn time_device_copies<A: DeviceApi + ?Sized>(
+    api: &A,
+    (dst, src, bytes): (Handle, Handle, usize),
+    stream: Handle,
+    (start, end): (Handle, Handle),
+    (warmup, iterations): (u32, u32),
+    on_copy: &dyn Fn(ApiError) -> ProbeError,
+    on_timing: &dyn Fn(ApiError) -> ProbeError,
+) -> Result<f32, ProbeError> {
+    for _ in 0..warmup {
+        api.copy_device_async(dst, src, bytes, stream)
+            .map_err(on_copy)?;
+    }
+    api.stream_synchronize(stream).map_err(on_copy)?;
+    api.event_record(start, stream).map_err(on_timing)?;
+    for _ in 0..iterations {
+        api.copy_device_async(dst, src, bytes, stream)
+            .map_err(on_copy)?;
+    }
+    api.event_record(end, stream).map_err(on_timing)?;
+    api.event_synchronize(end).map_err(on_timing)?;
+    let ms = api.event_elapsed_ms(start, end).map_err(on_timing)?;
+    if !(ms.is_finite() && ms > 0.0) {
+        return Err(ProbeError::Timing(format!(
+            "device events measured {ms} ms for {iterations} copies"
+        )));
+    }
+    Ok(ms)
+}
+
 pub(crate) fn measure<A: DeviceApi + ?Sized>(
     api: &A,
     device: i32,

@@ -16,7 +16,8 @@
 //! [`device_copy`]: super::device_copy
 
 use super::device_copy::{
-    alloc_error, copy_error, guard, stream_guard, timing_error, unless_lost, DeviceApi, HostBuffer,
+    alloc_error, copy_error, guard, stream_guard, time_device_copies, timing_error, unless_lost,
+    DeviceApi, HostBuffer,
 };
 use super::pattern::{check_copy, fill_pattern};
 use super::{DeviceCopyParams, Direction, HostMemory, ProbeError};
@@ -76,29 +77,15 @@ pub(crate) fn measure<A: DeviceApi + ?Sized>(
     .map_err(&copy_error)?;
     api.stream_synchronize(stream.handle).map_err(&copy_error)?;
 
-    for _ in 0..params.warmup {
-        api.copy_device_async(dst.handle, src.handle, bytes, stream.handle)
-            .map_err(&copy_error)?;
-    }
-    api.stream_synchronize(stream.handle).map_err(&copy_error)?;
-    api.event_record(start.handle, stream.handle)
-        .map_err(&timing_error)?;
-    for _ in 0..params.iterations {
-        api.copy_device_async(dst.handle, src.handle, bytes, stream.handle)
-            .map_err(&copy_error)?;
-    }
-    api.event_record(end.handle, stream.handle)
-        .map_err(&timing_error)?;
-    api.event_synchronize(end.handle).map_err(&timing_error)?;
-    let ms = api
-        .event_elapsed_ms(start.handle, end.handle)
-        .map_err(&timing_error)?;
-    if !(ms.is_finite() && ms > 0.0) {
-        return Err(ProbeError::Timing(format!(
-            "device events measured {ms} ms for {} copies",
-            params.iterations
-        )));
-    }
+    let ms = time_device_copies(
+        api,
+        (dst.handle, src.handle, bytes),
+        stream.handle,
+        (start.handle, end.handle),
+        (params.warmup, params.iterations),
+        &copy_error,
+        &timing_error,
+    )?;
 
     // Read the destination's head back over the (cleared) host buffer and compare.
     host.as_mut_slice().fill(0);
