@@ -4,7 +4,8 @@
 //! access to the other one; without it CUDA stages the copy through host memory
 //! (`CHD_FAKE_STAGED_GBPS`) and ACL refuses it (CANN: enable peer access before copying
 //! between devices). `CHD_FAKE_NO_PEER` pairs answer 0 to `*CanAccessPeer` and cannot enable
-//! it. Same-device device-to-device runs at the device's `CHD_FAKE_H2D_GBPS` rate.
+//! it. Same-device device-to-device runs at the device's `CHD_FAKE_D2D_GBPS` rate (not its
+//! `CHD_FAKE_H2D_GBPS` one).
 
 mod common;
 
@@ -25,6 +26,7 @@ fn setup() -> std::sync::MutexGuard<'static, ()> {
         ("CHD_FAKE_STAGED_GBPS", "3"),
         ("CHD_FAKE_NO_PEER", "0,3"),
         ("CHD_FAKE_H2D_GBPS", "58.9;1=12.3"),
+        ("CHD_FAKE_D2D_GBPS", "400;1=150"),
     ])
 }
 
@@ -141,12 +143,12 @@ fn cuda_peer_copies_are_host_staged_until_peer_access_is_enabled() {
             b.stream,
         )
     });
-    assert_close(ms, expected_ms(MIB32, 12.3));
+    assert_close(ms, expected_ms(MIB32, 150.0));
     // SAFETY: as above.
     let ms = cuda_ms(b.stream, || unsafe {
         cudaMemcpyPeerAsync(b.recv, 1, b.send, 1, MIB32, b.stream)
     });
-    assert_close(ms, expected_ms(MIB32, 12.3));
+    assert_close(ms, expected_ms(MIB32, 150.0));
 
     // Disabled again: staged again.
     common::cuda_peer_access(0, 1, false);
@@ -270,7 +272,7 @@ fn acl_peer_copies_need_peer_access() {
     // Same device needs nothing.
     assert_close(
         acl_ms(b.stream, b.recv, b.send, MIB32).unwrap(),
-        expected_ms(MIB32, 12.3),
+        expected_ms(MIB32, 150.0),
     );
 
     common::acl_peer_access(1, 2, true);
