@@ -223,9 +223,10 @@ pub enum ProbeCommand {
     /// to --to, each point measured --repeats times with the event timing of probe h2d.
     ///
     /// The CPU (--cpu) defaults to the first CPU of the first device's NUMA node; allgather
-    /// runs rank 0 there and rank 1 on the first CPU of the peer's NUMA node, the peer being
+    /// runs rank 0 there and rank 1 on the first other CPU of the peer's NUMA node, the peer being
     /// --peer or each device's farthest device by PCI topology (skipped, with a note, when
-    /// there is one device or no collective library). A point's value is the median of its
+    /// there is one device or no pair probe opens; without NCCL/HCCL its points are peer
+    /// copies, as in probe pair). A point's value is the median of its
     /// samples and its spread (max - min) / median; the report flags points whose spread is
     /// wide (re-measure), dips (a point well below the curve on both sides) and each curve's
     /// plateau (the smallest size from which it stays within 5 % of its maximum). An operation
