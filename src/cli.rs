@@ -491,7 +491,8 @@ pub struct P2pArgs {
     pub run: RunArgs,
 }
 
-/// The flags `probe h2d` and `probe pair` share with the same help, last in both.
+/// The flags every `chd probe` matrix subcommand (h2d, pair, d2d, p2p, sweep, basics) shares
+/// with the same help, last in each.
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Run directory: stream samples to DIR/cells.jsonl and write the report there.
