@@ -1,13 +1,13 @@
 //! One ordered peer copy cell (`chd probe p2p`): `iterations` timed device-to-device copies
 //! from a buffer on `src` to a buffer on `dst`, issued by one thread on a stream of `src`,
 //! after `warmup` untimed ones, timed with events on that stream. Peer access is opened
-//! before ([`PeerLink::open`]: queried and enabled both ways) and closed after (what chd
+//! before (`PeerLink::open`: queried and enabled both ways) and closed after (what chd
 //! enabled is disabled again), whatever happened between; every buffer, event and the
 //! stream are released on every path (RAII guards; the stream is synchronized first).
 //!
 //! The copy is `cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream)` /
 //! `aclrtMemcpyAsync(dst, n, src, n, ACL_MEMCPY_DEVICE_TO_DEVICE, stream)` through
-//! [`DeviceApi::copy_device_async`]. Checked against the CUDA Runtime API reference:
+//! `DeviceApi::copy_device_async`. Checked against the CUDA Runtime API reference:
 //! `cudaMemcpyPeerAsync` "Copies memory from one device to memory on another device", and the
 //! Unified Addressing module says that with unified addressing (every 64-bit process on
 //! compute capability 2.0+) "it is not necessary to specify information about the pointers
