@@ -207,17 +207,41 @@ pub enum ProbeCommand {
     /// is written to DIR. A cell whose collective fails or exceeds --timeout is recorded as
     /// failed, and the run exits non-zero.
     Pair(Box<PairArgs>),
-    /// The basic validation table, the one to read first to see whether a node is sane at
-    /// all: per device, from a CPU of its NUMA node, matmul TFLOPS (cuBLAS SGEMM), H2D and
-    /// same-device D2D GB/s, and the 2-rank allgather of its pair (consecutive devices: 0,1
-    /// 2,3 ...), each under every --load profile; per measurement and profile the slowest
-    /// and the fastest device, and a finding when the slowest is below 0.8 x the fastest.
+    /// Same-device copies (device memory to device memory of one device: HBM to HBM on an
+    /// accelerator; on the host backend between two buffers of the NUMA node): per device and
+    /// size, each device measured from one CPU of its NUMA node (recorded in run.json and the
+    /// report), each cell --repeats times (every pass in a fresh random order), under each
+    /// --load profile. Bytes of one copy over its time, as nvbandwidth counts them.
     ///
-    /// What the backend cannot measure (matmul without cuBLAS, e.g. on acl; allgather with
-    /// one device) is said in the report, never shown as zeros. With --out DIR the samples
-    /// stream to DIR/cells.jsonl, --resume continues, and the report (summary.md "Basic
-    /// validation", basics.csv, report.xlsx) is written there.
-    Basics(Box<BasicsArgs>),
+    /// With --out DIR every sample is appended to DIR/cells.jsonl as it is measured (the plan
+    /// is in DIR/run.json); Ctrl-C stops after the cell in flight and keeps what was measured;
+    /// --resume continues exactly where the run stopped; at the end the report (summary.md
+    /// with each device's median, its ratio to the node's typical device and the slow devices
+    /// flagged, cells.csv, report.xlsx) is written to DIR. A device whose copies fail costs
+    /// only its cells; the run then exits non-zero.
+    D2d(Box<D2dArgs>),
+    /// The ordered device x device peer copy matrix: every ordered pair SRC>DST of the
+    /// selected devices, with each pair's PCIe path class (PIX, PXB, PHB, NODE, SYS).
+    ///
+    /// One thread (bound to --cpu) copies --size bytes from a buffer on SRC to a buffer on DST
+    /// on a stream of SRC, timed with device events; each pair measured --repeats times (every
+    /// pass in a fresh random order). Peer access is enabled for the
+    /// pair where the runtime allows and disabled again after it; a CUDA pair whose peer
+    /// access is refused is still measured, staged through host memory, and recorded as
+    /// method copy-staged; an ACL pair whose peer access is refused fails with the refusal.
+    /// Each pair gets its PCIe path class from the sysfs PCI tree, as nvidia-smi topo -m
+    /// names them: PIX (one PCIe switch), PXB (several switches below one host bridge), PHB
+    /// (through a host bridge), NODE (host bridges of one NUMA node), SYS (across the CPU
+    /// interconnect), unknown (no PCI path).
+    ///
+    /// With --out DIR every sample is appended to DIR/cells.jsonl as it is measured (the plan,
+    /// path classes and methods are in DIR/run.json; cells are labelled SRC>DST, e.g. 0>5);
+    /// Ctrl-C stops after the cell in flight; --resume continues where the run stopped; at the
+    /// end the report is written to DIR: summary.md (medians per path class, pairs below 0.7 x
+    /// their class median, failed pairs), p2p.csv, cells.csv, p2p_<size>.png (source x
+    /// destination heatmap), report.xlsx. A failed pair costs only its cells; the run then
+    /// exits non-zero.
+    P2p(Box<P2pArgs>),
     /// Size curves: from one CPU to each device, every operation (--ops: h2d, d2h, d2d
     /// same-device copy, allgather of the device with its peer) at sizes doubling from --from
     /// to --to, each point measured --repeats times with the event timing of probe h2d.
@@ -237,39 +261,17 @@ pub enum ProbeCommand {
     /// size), sweep.png (GB/s over a log2 size axis) and summary.md are written to DIR, and
     /// chd report DIR writes them again.
     Sweep(Box<SweepArgs>),
-    /// The ordered device x device peer copy matrix: for every ordered pair SRC>DST of the
-    /// selected devices, one thread (bound to --cpu) copies --size bytes from a buffer on SRC
-    /// to a buffer on DST on a stream of SRC, timed with device events; each pair measured
-    /// --repeats times (every pass in a fresh random order). Peer access is enabled for the
-    /// pair where the runtime allows and disabled again after it; a CUDA pair whose peer
-    /// access is refused is still measured, staged through host memory, and recorded as
-    /// method copy-staged; an ACL pair whose peer access is refused fails with the refusal.
-    /// Each pair gets its PCIe path class from the sysfs PCI tree, as nvidia-smi topo -m
-    /// names them: PIX (one PCIe switch), PXB (several switches below one host bridge), PHB
-    /// (through a host bridge), NODE (host bridges of one NUMA node), SYS (across the CPU
-    /// interconnect), unknown (no PCI path).
+    /// The basic validation table, the one to read first to see whether a node is sane at
+    /// all: per device, from a CPU of its NUMA node, matmul TFLOPS (cuBLAS SGEMM), H2D and
+    /// same-device D2D GB/s, and the 2-rank allgather of its pair (consecutive devices: 0,1
+    /// 2,3 ...), each under every --load profile; per measurement and profile the slowest
+    /// and the fastest device, and a finding when the slowest is below 0.8 x the fastest.
     ///
-    /// With --out DIR every sample is appended to DIR/cells.jsonl as it is measured (the plan,
-    /// path classes and methods are in DIR/run.json; cells are labelled SRC>DST, e.g. 0>5);
-    /// Ctrl-C stops after the cell in flight; --resume continues where the run stopped; at the
-    /// end the report is written to DIR: summary.md (medians per path class, pairs below 0.7 x
-    /// their class median, failed pairs), p2p.csv, cells.csv, p2p_<size>.png (source x
-    /// destination heatmap), report.xlsx. A failed pair costs only its cells; the run then
-    /// exits non-zero.
-    P2p(Box<P2pArgs>),
-    /// Same-device copies (device memory to device memory of one device: HBM to HBM on an
-    /// accelerator; on the host backend between two buffers of the NUMA node): per device and
-    /// size, each device measured from one CPU of its NUMA node (recorded in run.json and the
-    /// report), each cell --repeats times (every pass in a fresh random order), under each
-    /// --load profile. Bytes of one copy over its time, as nvbandwidth counts them.
-    ///
-    /// With --out DIR every sample is appended to DIR/cells.jsonl as it is measured (the plan
-    /// is in DIR/run.json); Ctrl-C stops after the cell in flight and keeps what was measured;
-    /// --resume continues exactly where the run stopped; at the end the report (summary.md
-    /// with each device's median, its ratio to the node's typical device and the slow devices
-    /// flagged, cells.csv, report.xlsx) is written to DIR. A device whose copies fail costs
-    /// only its cells; the run then exits non-zero.
-    D2d(Box<D2dArgs>),
+    /// What the backend cannot measure (matmul without cuBLAS, e.g. on acl; allgather with
+    /// one device) is said in the report, never shown as zeros. With --out DIR the samples
+    /// stream to DIR/cells.jsonl, --resume continues, and the report (summary.md "Basic
+    /// validation", basics.csv, report.xlsx) is written there.
+    Basics(Box<BasicsArgs>),
     /// Which CPUs a thread can really be bound to (bind, read back, restore), e.g. inside a
     /// container whose cpuset lists cores it cannot use.
     Affinity(AffinityArgs),
