@@ -17,6 +17,8 @@ const LATENCY_MS: f64 = 0.020;
 fn setup() -> std::sync::MutexGuard<'static, ()> {
     common::setup(&[
         ("CHD_FAKE_H2D_GBPS", "10"),
+        // Same-device copies have a rate of their own: the same here, so one curve fits all.
+        ("CHD_FAKE_D2D_GBPS", "10"),
         ("CHD_FAKE_COPY_LATENCY_US", "20"),
         ("CHD_FAKE_SIZE_DIP", "2MiB=0.25"),
     ])
