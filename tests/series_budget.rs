@@ -207,6 +207,7 @@ fn scrape(shape: Shape, cells: bool) -> String {
         cells,
         pairs: Vec::new(),
         pair_cells: false,
+        p2p_paths: Default::default(),
     }));
     encode(&registry, Format::Prometheus).expect("encode")
 }

@@ -1,8 +1,10 @@
 //! One probe window, run on a dedicated thread: an affinity scan of the CPUs, then the
 //! planned copy cells until the time budget is spent, the idle gate closes, or chd is
 //! shutting down, then each device's same-device copy cell ([`super::d2d_window`]) in what
-//! is left of the budget (the copy cells leave it [`D2D_SHARE`]). Every result goes to the
-//! store as soon as it is measured.
+//! is left of the budget (the copy cells leave it [`D2D_SHARE`]), then one ordered device
+//! pair's peer copy cell ([`super::p2p_window`]) in what is left after those (the d2d cells
+//! leave it [`P2P_SHARE`] of the budget). Every result goes to the store as soon as it is
+//! measured.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -11,6 +13,7 @@ use super::cell_loop::{self, Cells};
 pub use super::cell_loop::{WindowEnd, WindowReport};
 use super::d2d_window::{self, D2dWindowSpec};
 use super::metrics::ProbeMetrics;
+use super::p2p_window::{self, P2pWindowSpec};
 use crate::affinity;
 use crate::probe::h2d;
 use crate::runtime::{Backend, Direction, HostMemory, ProbeError};
@@ -37,11 +40,17 @@ pub struct WindowSpec {
     pub links: DeviceLinks,
     /// The same-device copy cells, run after the copy cells (none: the d2d probe is off).
     pub d2d: D2dWindowSpec,
+    /// The window's one peer copy cell, run last (none: the p2p probe is off).
+    pub p2p: P2pWindowSpec,
 }
 
 /// The share of a window's budget the copy cells leave to the same-device copy cells when
 /// there are any: one cheap cell per device.
 pub const D2D_SHARE: u32 = 8;
+
+/// The share of a window's budget the same-device cells leave to the peer copy cell when
+/// there is one (the copy cells leave both together [`D2D_SHARE`]).
+pub const P2P_SHARE: u32 = 16;
 
 /// A sample below this share of the node's typical cell (same size and direction) is
 /// suspect: it counts only after a re-measurement later in the window, in another order,
@@ -235,7 +244,8 @@ pub fn run(
         group: None,
         links_read: BTreeSet::new(),
     };
-    let h2d_budget = if spec.d2d.cells.is_empty() {
+    let has_p2p = spec.p2p.cell.is_some();
+    let h2d_budget = if spec.d2d.cells.is_empty() && !has_p2p {
         spec.budget
     } else {
         spec.budget - spec.budget / D2D_SHARE
@@ -253,18 +263,32 @@ pub fn run(
     drop(cells);
     let elapsed = report.elapsed;
     let mut report = cell_loop::finish("h2d", report, elapsed, store, metrics);
-    if spec.d2d.cells.is_empty() || report.end == WindowEnd::Aborted {
-        return report;
+    if !spec.d2d.cells.is_empty() && report.end != WindowEnd::Aborted {
+        let reserve = if has_p2p {
+            spec.budget / P2P_SHARE
+        } else {
+            Duration::ZERO
+        };
+        let left = spec.budget.saturating_sub(report.elapsed + reserve);
+        let d2d = d2d_window::run(&spec.d2d, left, backend, store, metrics, keep_going);
+        add(&mut report, &d2d);
     }
-    let left = spec.budget.saturating_sub(report.elapsed);
-    let d2d = d2d_window::run(&spec.d2d, left, backend, store, metrics, keep_going);
-    report.measured += d2d.measured;
-    report.errors += d2d.errors;
-    report.elapsed += d2d.elapsed;
-    if d2d.end == WindowEnd::Aborted {
-        report.end = WindowEnd::Aborted;
+    if has_p2p && report.end != WindowEnd::Aborted {
+        let left = spec.budget.saturating_sub(report.elapsed);
+        let p2p = p2p_window::run(&spec.p2p, left, backend, store, metrics, keep_going);
+        add(&mut report, &p2p);
     }
     report
+}
+
+/// Fold a later part of the window into the window's report.
+fn add(report: &mut WindowReport, part: &WindowReport) {
+    report.measured += part.measured;
+    report.errors += part.errors;
+    report.elapsed += part.elapsed;
+    if part.end == WindowEnd::Aborted {
+        report.end = WindowEnd::Aborted;
+    }
 }
 
 fn run_affinity_scan(cpus: &[u32], store: &SharedStore, metrics: &ProbeMetrics) {
@@ -390,6 +414,7 @@ mod tests {
             keep: 5,
             links: Default::default(),
             d2d: Default::default(),
+            p2p: Default::default(),
         }
     }
 
@@ -559,6 +584,7 @@ mod tests {
             keep: 5,
             links: Default::default(),
             d2d: Default::default(),
+            p2p: Default::default(),
         };
         let shared = Arc::new(RwLock::new(store));
         let metrics = ProbeMetrics::default();
