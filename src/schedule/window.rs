@@ -648,4 +648,156 @@ mod tests {
         assert_eq!(samples(&store, "x"), vec![1e9]);
         assert_eq!(rechecks(&m, "rejected"), 0);
     }
+
+    /// Logs every measurement in order; each copy cell takes `copy_time`.
+    struct Ordered {
+        copy_time: Duration,
+        log: Mutex<Vec<String>>,
+    }
+
+    impl Backend for Ordered {
+        fn name(&self) -> &'static str {
+            "ordered"
+        }
+        fn devices(&self) -> &[DeviceInfo] {
+            &[]
+        }
+        fn measure_copy(&self, device: &str, _: &CopyParams) -> Result<f64, ProbeError> {
+            std::thread::sleep(self.copy_time);
+            self.log.lock().unwrap().push(format!("h2d {device}"));
+            Ok(50e9)
+        }
+        fn measure_device_copy(
+            &self,
+            device: &str,
+            _: &crate::runtime::DeviceCopyParams,
+        ) -> Result<f64, ProbeError> {
+            self.log.lock().unwrap().push(format!("d2d {device}"));
+            Ok(400e9)
+        }
+        fn measure_peer_copy(
+            &self,
+            src: &str,
+            dst: &str,
+            params: &crate::runtime::DeviceCopyParams,
+        ) -> Result<crate::runtime::PeerCopy, ProbeError> {
+            assert_eq!(params.size_bytes, 4 << 20);
+            self.log.lock().unwrap().push(format!("p2p {src}>{dst}"));
+            Ok(crate::runtime::PeerCopy {
+                bytes_per_second: 20e9,
+                method: "copy",
+            })
+        }
+    }
+
+    fn with_p2p(cells: Vec<CellKey>, budget: Duration) -> WindowSpec {
+        let cpu = crate::affinity::current_cpus().unwrap()[0];
+        let mut spec = spec_of(cells, budget);
+        spec.d2d = D2dWindowSpec {
+            cells: vec![super::d2d_window::D2dCell {
+                key: crate::store::D2dKey {
+                    device: "a".into(),
+                    size_bytes: 1 << 20,
+                },
+                cpu,
+            }],
+            warmup: 0,
+            iterations: 1,
+            keep: 5,
+        };
+        spec.p2p = P2pWindowSpec {
+            cell: Some(super::p2p_window::P2pCell {
+                key: crate::store::P2pKey {
+                    src: "a".into(),
+                    dst: "b".into(),
+                },
+                cpu,
+            }),
+            size_bytes: 4 << 20,
+            warmup: 0,
+            iterations: 1,
+            keep: 5,
+        };
+        spec
+    }
+
+    fn run_ordered(
+        copy_time: Duration,
+        spec: &WindowSpec,
+        keep_going: &mut dyn FnMut() -> bool,
+    ) -> (WindowReport, Vec<String>, Store) {
+        let backend = Ordered {
+            copy_time,
+            log: Mutex::new(vec![]),
+        };
+        let shared = Arc::new(RwLock::new(Store::default()));
+        let metrics = ProbeMetrics::default();
+        let report = run(spec, &backend, &shared, &metrics, keep_going);
+        let store = shared.read().unwrap().clone();
+        (report, backend.log.into_inner().unwrap(), store)
+    }
+
+    #[test]
+    fn the_peer_copy_cell_runs_last_after_the_copy_and_same_device_cells() {
+        let spec = with_p2p(group_cells(&["a", "b"], &[1 << 20]), Duration::from_secs(5));
+        let (report, log, store) = run_ordered(Duration::ZERO, &spec, &mut || true);
+        assert_eq!(report.measured, 4, "{log:?}");
+        assert_eq!(log.len(), 4);
+        assert!(log[..2].iter().all(|l| l.starts_with("h2d")), "{log:?}");
+        assert_eq!(log[2..], ["d2d a".to_string(), "p2p a>b".to_string()]);
+        let pair = crate::store::P2pKey {
+            src: "a".into(),
+            dst: "b".into(),
+        };
+        assert_eq!(store.p2p[&pair].median(), Some(20e9));
+        assert!(store.last_success.contains_key("p2p"));
+    }
+
+    #[test]
+    fn no_peer_copy_once_the_budget_is_spent() {
+        // The copy cells take the whole budget: neither the same-device nor the peer copy
+        // cell starts.
+        let spec = with_p2p(
+            group_cells(&["a", "b"], &[1 << 20]),
+            Duration::from_millis(80),
+        );
+        let (report, log, store) = run_ordered(Duration::from_millis(100), &spec, &mut || true);
+        assert!(log.iter().all(|l| l.starts_with("h2d")), "{log:?}");
+        assert!(store.p2p.is_empty());
+        assert!(
+            report.elapsed < Duration::from_millis(80 + 100 + 50),
+            "{report:?}"
+        );
+    }
+
+    #[test]
+    fn the_copy_cells_leave_the_peer_copy_its_share_of_the_budget() {
+        // Copy cells of 30 ms under a 400 ms budget stop at 350 ms (the last eighth is the
+        // same-device and peer copy cells'); the same-device cell leaves the last sixteenth
+        // to the peer copy, which runs.
+        let cells = group_cells(&["a", "b", "c", "d"], &[1 << 20, 2 << 20, 4 << 20, 8 << 20]);
+        let spec = with_p2p(cells, Duration::from_millis(400));
+        let (report, log, _) = run_ordered(Duration::from_millis(30), &spec, &mut || true);
+        assert!(
+            log.iter().filter(|l| l.starts_with("h2d")).count() < 16,
+            "{log:?}"
+        );
+        assert_eq!(log.last().map(String::as_str), Some("p2p a>b"), "{log:?}");
+        assert_eq!(report.end, WindowEnd::BudgetSpent);
+    }
+
+    #[test]
+    fn a_closed_gate_runs_no_peer_copy() {
+        let spec = with_p2p(group_cells(&["a", "b"], &[1 << 20]), Duration::from_secs(5));
+        let mut asked = 0;
+        // Open for the two copy cells, closed from then on.
+        let mut keep_going = || {
+            asked += 1;
+            asked <= 2
+        };
+        let (report, log, store) = run_ordered(Duration::ZERO, &spec, &mut keep_going);
+        assert_eq!(report.end, WindowEnd::Aborted);
+        assert!(log.iter().all(|l| l.starts_with("h2d")), "{log:?}");
+        assert!(store.p2p.is_empty());
+    }
 }
