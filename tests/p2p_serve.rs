@@ -3,7 +3,8 @@
 //! recently tried first, until every pair is measured; each with its path class from sysfs;
 //! a planted slow pair and slower cross-socket (SYS) pairs show in
 //! `chd_p2p_bandwidth_bytes_per_second`; every window stays within its budget; a closed idle
-//! gate runs no pair; a pair the runtime refuses (ACL without peer access) counts in
+//! gate (a busy device, at start and again after pairs were measured) runs no pair; a pair
+//! the runtime refuses (ACL without peer access) counts in
 //! `chd_probe_errors_total{probe="p2p"}` and costs only its own cells.
 
 #[path = "support/chd_process.rs"]
@@ -182,11 +183,16 @@ fn every_ordered_pair_is_measured_one_per_window_with_its_path_and_planted_rate(
 #[test]
 fn a_closed_idle_gate_runs_no_pair() {
     let dir = tempfile::tempdir().unwrap();
+    let busy = dir.path().join("busy");
+    std::fs::write(&busy, "3").unwrap();
     let mut env = ENV.to_vec();
-    env.push(("CHD_FAKE_BUSY_DEVICES", "3"));
-    let chd = serve(dir.path(), "cuda", &env);
+    env.push(("CHD_FAKE_BUSY_FILE", busy.to_str().unwrap()));
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    let chd = serve(&state, "cuda", &env);
+    let busy_ticks = |m: &Metrics| m.value("chd_idle_windows_total", &[("outcome", "device_busy")]);
     let m = chd.wait_for(Duration::from_secs(30), "two device_busy ticks", |m| {
-        m.value("chd_idle_windows_total", &[("outcome", "device_busy")]) >= 2.0
+        busy_ticks(m) >= 2.0
     });
     assert_eq!(
         m.value("chd_idle_windows_total", &[("outcome", "probed")]),
@@ -194,6 +200,26 @@ fn a_closed_idle_gate_runs_no_pair() {
     );
     assert_eq!(runs(&m, "p2p"), 0.0);
     assert_eq!(p2p_series(&m), 0);
+
+    // Idle: pairs are measured; busy again: no more pair runs.
+    std::fs::write(&busy, "").unwrap();
+    let idle = chd.wait_for(Duration::from_secs(30), "two measured pairs", |m| {
+        p2p_series(m) >= 2
+    });
+    std::fs::write(&busy, "3").unwrap();
+    let before = busy_ticks(&idle);
+    let closed = chd.wait_for(Duration::from_secs(30), "a device_busy tick", |m| {
+        busy_ticks(m) > before
+    });
+    let (ticks, pair_runs) = (busy_ticks(&closed), runs(&closed, "p2p"));
+    let m = chd.wait_for(Duration::from_secs(30), "two more device_busy ticks", |m| {
+        busy_ticks(m) >= ticks + 2.0
+    });
+    assert_eq!(
+        runs(&m, "p2p"),
+        pair_runs,
+        "a pair ran while the gate was closed"
+    );
     let (status, log) = chd.terminate();
     assert!(status.success(), "{log}");
 }

@@ -234,7 +234,9 @@ async fn run_replay(
             cells,
             pairs: replay.pairs.clone(),
             pair_cells: config.exposition.pair_cells,
-            p2p_paths: Arc::new(p2p_paths(&config.roots.sysfs, &backend.devices)),
+            // A recording's devices are not this machine's PCI tree: its pairs' paths are
+            // not known here.
+            p2p_paths: Default::default(),
         },
     );
     let pages = server::Pages {
