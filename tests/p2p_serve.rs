@@ -54,7 +54,8 @@ fn serve(dir: &Path, backend: &str, env: &[(&str, &str)]) -> Chd {
     ];
     match backend {
         "cuda" => args.extend(["--cuda-runtime", lib(), "--nvml", lib()]),
-        _ => args.extend(["--acl-runtime", lib()]),
+        "acl" => args.extend(["--acl-runtime", lib()]),
+        _ => {}
     }
     let args: Vec<String> = args.into_iter().map(String::from).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -266,6 +267,31 @@ fn a_refused_pair_counts_as_a_p2p_error_and_costs_only_its_cells() {
             "device {d}"
         );
     }
+    let (status, log) = chd.terminate();
+    assert!(status.success(), "{log}");
+}
+
+#[test]
+fn the_host_backend_runs_no_pair() {
+    // The fixture's two NUMA nodes are the host backend's two "devices": no peer copies.
+    let dir = tempfile::tempdir().unwrap();
+    let chd = serve(dir.path(), "host", &[]);
+    let m = chd.wait_for(Duration::from_secs(30), "two probed windows", |m| {
+        m.value("chd_idle_windows_total", &[("outcome", "probed")]) >= 2.0
+    });
+    assert!(
+        m.value(
+            "chd_probe_runs_total",
+            &[("probe", "h2d"), ("result", "ok")]
+        ) >= 2.0
+    );
+    assert_eq!(
+        m.find("chd_device_info", &[]).len(),
+        2,
+        "both NUMA nodes are devices"
+    );
+    assert_eq!(runs(&m, "p2p"), 0.0);
+    assert_eq!(p2p_series(&m), 0);
     let (status, log) = chd.terminate();
     assert!(status.success(), "{log}");
 }
