@@ -126,6 +126,7 @@ fn run_mode(backend: &dyn Backend, lib: &libloading::Library, cpus: &[u32]) -> T
         keep: 5,
         links: Default::default(),
         d2d: Default::default(),
+        p2p: Default::default(),
     };
     let store = Arc::new(RwLock::new(Store::default()));
     let metrics = ProbeMetrics::default();

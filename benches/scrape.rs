@@ -199,6 +199,7 @@ fn view(
         cells,
         pairs: vec![],
         pair_cells: false,
+        p2p_paths: Default::default(),
     }
 }
 

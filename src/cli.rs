@@ -749,6 +749,10 @@ pub struct ServeArgs {
     /// MiB; 0 turns it off [probe.d2d_size_mib] (default 64).
     #[arg(long, value_name = "MIB")]
     pub d2d_size: Option<u64>,
+    /// Size of the ordered peer copy cell each window measures on one device pair (the least
+    /// recently tried), MiB; 0 turns it off [probe.p2p_size_mib] (default 64).
+    #[arg(long, value_name = "MIB")]
+    pub p2p_size: Option<u64>,
 }
 
 impl Cli {
@@ -907,6 +911,7 @@ impl Cli {
             l.probe.pair_size_mib = a.pair_size;
             l.probe.pair_timeout = a.pair_timeout.clone();
             l.probe.d2d_size_mib = a.d2d_size;
+            l.probe.p2p_size_mib = a.p2p_size;
         }
         l
     }

@@ -292,6 +292,10 @@ fn a_hung_collective_ends_its_window_on_time_and_scrapes_answer_meanwhile() {
             "nccl",
             "--pair-timeout",
             "300ms",
+            // The fake's pair hang holds peer copies too, and a peer copy cell (like a copy
+            // cell) cannot be given up mid-call: this test is about the collective.
+            "--p2p-size",
+            "0",
         ],
         // Each abort takes 1.5 s, so a scrape sees the communicators it is releasing.
         &[("CHD_FAKE_ABORT_HANG_MS", "1500")],
@@ -521,6 +525,10 @@ fn sigterm_during_a_hung_collective_exits_in_time() {
             "nccl",
             "--pair-timeout",
             "30s",
+            // The fake's pair hang holds peer copies too, and a peer copy cell (like a copy
+            // cell) cannot be given up mid-call: this test is about the collective.
+            "--p2p-size",
+            "0",
         ],
         &[
             ("CHD_FAKE_PAIR_HANG_MS", "20000"),

@@ -72,6 +72,7 @@ fn run_window_watching(
         keep: 5,
         links: Default::default(),
         d2d: Default::default(),
+        p2p: Default::default(),
     };
     let store = Arc::new(RwLock::new(Store::default()));
     let metrics = ProbeMetrics::default();

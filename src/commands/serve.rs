@@ -1,6 +1,7 @@
 //! `chd serve`: wires topology, backend, store, scheduler and HTTP server together and runs
 //! them until SIGTERM or SIGINT, saving the store on the way out.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 use anyhow::Context;
@@ -23,7 +24,9 @@ use chd::schedule::metrics::ProbeMetrics;
 use chd::schedule::verdict::{NfdFile, NodeVerdict, SharedVerdict};
 use chd::schedule::Scheduler;
 use chd::store::persist::{self, Loaded};
-use chd::store::{unix_now, CellKey, SharedStore, Store};
+use chd::store::{unix_now, CellKey, P2pKey, SharedStore, Store};
+use chd::topology::pci::sysfs_bdf;
+use chd::topology::pci_path::{class_of, PathClass};
 use chd::topology::Topology;
 
 /// Threads of the async runtime's blocking pool: scrapes and `/matrix` pages (at most
@@ -231,6 +234,9 @@ async fn run_replay(
             cells,
             pairs: replay.pairs.clone(),
             pair_cells: config.exposition.pair_cells,
+            // A recording's devices are not this machine's PCI tree: its pairs' paths are
+            // not known here.
+            p2p_paths: Default::default(),
         },
     );
     let pages = server::Pages {
@@ -295,6 +301,25 @@ fn nfd_valid_for(interval: std::time::Duration) -> std::time::Duration {
     (interval * 5).max(std::time::Duration::from_secs(600))
 }
 
+/// The PCIe path class (`nvidia-smi topo -m`'s names) of every ordered pair of `devices`,
+/// from the sysfs PCI tree under `sysfs`.
+fn p2p_paths(sysfs: &std::path::Path, devices: &[DeviceInfo]) -> BTreeMap<P2pKey, PathClass> {
+    let place = |d: &DeviceInfo| (sysfs_bdf(&d.pci_bus_id), d.numa_node);
+    let mut out = BTreeMap::new();
+    for a in devices {
+        for b in devices.iter().filter(|b| b.id != a.id) {
+            let (pa, pb) = (place(a), place(b));
+            let class = class_of(sysfs, (&pa.0, pa.1), (&pb.0, pb.1));
+            let key = P2pKey {
+                src: a.id.clone(),
+                dst: b.id.clone(),
+            };
+            out.insert(key, class);
+        }
+    }
+    out
+}
+
 /// Run the exporter until a termination signal.
 pub async fn run(config: Config) -> anyhow::Result<()> {
     // A web config that cannot be honoured stops chd before it reads or probes anything.
@@ -341,6 +366,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     );
 
     let cells = export_cells(&config, universe.len());
+    // Where each ordered pair's peer copies go, read once: the PCI tree does not change.
+    let p2p_paths = Arc::new(if backend.name() == "host" {
+        BTreeMap::new()
+    } else {
+        p2p_paths(&config.roots.sysfs, backend.devices())
+    });
 
     let mut loaded = load_store(&state_dir, &topology, &*backend);
     loaded.cpu_numa = topology
@@ -385,6 +416,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             cells,
             pairs: pairs.clone(),
             pair_cells: config.exposition.pair_cells,
+            p2p_paths: p2p_paths.clone(),
         },
     );
 

@@ -87,6 +87,9 @@ impl Layer {
                 // Two buffers of 64 MiB per device for one cell per window: a few
                 // milliseconds of copies at HBM rates.
                 d2d_size_mib: Some(64),
+                // One ordered pair per window: 64 MiB on each of its two devices, a few
+                // milliseconds of copies at PCIe peer rates.
+                p2p_size_mib: Some(64),
             },
             exposition: ExpositionLayer {
                 // Cells on for a typical 8-GPU node, off for the 30,720 of the seed's (see

@@ -131,6 +131,9 @@ pub struct ProbeLayer {
     /// Size of the same-device copy (HBM to HBM) cell each window measures on every
     /// device, MiB; 0 turns the d2d probe off.
     pub d2d_size_mib: Option<u64>,
+    /// Size of the ordered peer copy cell each window measures on one device pair, MiB; 0
+    /// turns the p2p probe of `chd serve` off.
+    pub p2p_size_mib: Option<u64>,
 }
 
 /// `[exposition]`
@@ -201,7 +204,8 @@ layer_merge!(ProbeLayer {
     pairs,
     pair_size_mib,
     pair_timeout,
-    d2d_size_mib
+    d2d_size_mib,
+    p2p_size_mib
 });
 layer_merge!(ExpositionLayer {
     cells,

@@ -210,6 +210,11 @@ fn probe(l: ProbeLayer) -> Result<ProbeConfig, ConfigError> {
         0 => 0,
         mib => in_range("probe.d2d_size_mib", mib, " MiB", MAX_SIZE_MIB)?,
     };
+    // 0: no p2p cells.
+    let p2p_size_mib = match given("probe.p2p_size_mib", l.p2p_size_mib)? {
+        0 => 0,
+        mib => in_range("probe.p2p_size_mib", mib, " MiB", MAX_SIZE_MIB)?,
+    };
 
     let sizes_mib = given("probe.sizes_mib", l.sizes_mib)?;
     if sizes_mib.is_empty() {
@@ -267,6 +272,7 @@ fn probe(l: ProbeLayer) -> Result<ProbeConfig, ConfigError> {
         pair_size_bytes: pair_size_mib << 20,
         pair_timeout,
         d2d_size_bytes: d2d_size_mib << 20,
+        p2p_size_bytes: p2p_size_mib << 20,
     })
 }
 

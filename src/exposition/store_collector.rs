@@ -21,9 +21,10 @@ use crate::analysis::live;
 use crate::analysis::{Cell, DeviceColumn, H2dMatrix, NumaMap, StoreAnalysis};
 use crate::runtime::{DeviceInfo, Direction};
 use crate::stats::Summary;
-use crate::store::{unix_now, CellKey, SharedStore, Store};
+use crate::store::{unix_now, CellKey, P2pKey, SharedStore, Store};
 use crate::topology::cpulist;
 use crate::topology::pci_link::Link;
+use crate::topology::pci_path::PathClass;
 use crate::topology::Topology;
 
 /// A label value: a borrowed string or an integer, encoded without allocating.
@@ -87,6 +88,9 @@ pub struct StoreView {
     pub pairs: Vec<String>,
     /// Export every core-pair cell.
     pub pair_cells: bool,
+    /// The PCIe path class of each ordered device pair, read from sysfs once at start (a
+    /// pair not in it is `unknown`).
+    pub p2p_paths: Arc<BTreeMap<P2pKey, PathClass>>,
 }
 
 /// One row per statistic of `summary` (in `stat` label order), labelled by `labels(stat)`.
@@ -328,6 +332,31 @@ impl StoreView {
         Ok(())
     }
 
+    /// Each measured ordered pair's peer copy bandwidth (median of its recent samples), with
+    /// the pair's PCIe path class (`chd_p2p_bandwidth_bytes_per_second`).
+    fn encode_p2p(&self, store: &Store, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+        gauges(
+            enc,
+            "chd_p2p_bandwidth_bytes_per_second",
+            "Peer copy bandwidth from device memory of src to device memory of dst: median of its recent samples",
+            store.p2p.iter().filter_map(|(k, c)| {
+                let path = self
+                    .p2p_paths
+                    .get(k)
+                    .copied()
+                    .unwrap_or(PathClass::Unknown);
+                Some((
+                    [
+                        ("src", Value::Str(k.src.as_str())),
+                        ("dst", Value::Str(k.dst.as_str())),
+                        ("path", Value::Str(path.as_str())),
+                    ],
+                    bytes_per_second(c.median()?),
+                ))
+            }),
+        )
+    }
+
     fn encode_probe_state(&self, store: &Store, enc: &mut DescriptorEncoder) -> std::fmt::Result {
         gauges(
             enc,
@@ -395,6 +424,7 @@ impl StoreView {
         encode_links(&store.link_by_device(), &analysis, enc)?;
         self.encode_pairs(&pairs, &analysis, enc)?;
         encode_d2d(&live::d2d_devices(store), enc)?;
+        self.encode_p2p(store, enc)?;
         self.encode_probe_state(store, enc)?;
         self.encode_info(enc)
     }
@@ -450,8 +480,6 @@ impl StoreView {
     }
 }
 
-/// Each device's best CPUs (`analysis::best_cpus`: within 5 % of its best cell) as a
-/// cpulist label: one series per device, for dashboards and `chd advise`.
 /// Each device's same-device copy bandwidth and its ratio to the node's typical device, per
 /// size (`chd_d2d_*`).
 fn encode_d2d(
@@ -485,6 +513,8 @@ fn encode_d2d(
     )
 }
 
+/// Each device's best CPUs (`analysis::best_cpus`: within 5 % of its best cell) as a
+/// cpulist label: one series per device, for dashboards and `chd advise`.
 fn encode_best_cpus(best: &[BestCpus], enc: &mut DescriptorEncoder) -> std::fmt::Result {
     let lists: Vec<(&str, String)> = best
         .iter()
@@ -641,6 +671,7 @@ pub(crate) mod tests {
             cells,
             pairs: vec![],
             pair_cells: false,
+            p2p_paths: Default::default(),
         }
     }
 
@@ -648,6 +679,40 @@ pub(crate) mod tests {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(view));
         encode(&registry, Format::Prometheus).unwrap()
+    }
+
+    #[test]
+    fn p2p_cells_carry_their_path_class_and_failed_pairs_have_no_series() {
+        let mut view = view(false);
+        let pair = |src: &str, dst: &str| P2pKey {
+            src: src.into(),
+            dst: dst.into(),
+        };
+        view.p2p_paths = Arc::new(BTreeMap::from([(pair("0", "1"), PathClass::Pix)]));
+        {
+            let mut store = view.store.write().unwrap();
+            for (v, at) in [(20e9, 1.0), (22e9, 2.0), (30e9, 3.0)] {
+                let sample = Sample {
+                    bytes_per_second: v,
+                    at,
+                };
+                store.record_p2p_sample(pair("0", "1"), sample, 5);
+            }
+            let sample = Sample {
+                bytes_per_second: 9e9,
+                at: 4.0,
+            };
+            store.record_p2p_sample(pair("1", "0"), sample, 5);
+            store.record_p2p_error(pair("2", "3"), 5.0);
+        }
+        let text = scrape(view);
+        assert!(text.contains(
+            "chd_p2p_bandwidth_bytes_per_second{src=\"0\",dst=\"1\",path=\"PIX\"} 22000000000\n"
+        ), "{text}");
+        assert!(text.contains(
+            "chd_p2p_bandwidth_bytes_per_second{src=\"1\",dst=\"0\",path=\"unknown\"} 9000000000\n"
+        ), "{text}");
+        assert!(!text.contains("src=\"2\""), "{text}");
     }
 
     fn value(text: &str, series: &str) -> f64 {

@@ -98,6 +98,9 @@ pub struct StateFile {
     /// Same-device copy cells (absent in files written before the d2d probe).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub d2d: Vec<D2dCellRecord>,
+    /// Ordered peer copy cells (absent in files written before `chd serve` sampled them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub p2p: Vec<P2pCellRecord>,
 }
 
 /// One sample of a cell.
@@ -150,6 +153,15 @@ pub struct D2dCellRecord {
     pub history: History,
 }
 
+/// One ordered peer copy cell: `src` to `dst`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct P2pCellRecord {
+    pub src: String,
+    pub dst: String,
+    #[serde(flatten)]
+    pub history: History,
+}
+
 /// One CPU's affinity verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct BindableRecord {
@@ -192,6 +204,12 @@ pub fn decode(bytes: &[u8]) -> Result<StateFile, StateReadError> {
         return Err(StateReadError::NonFinite(format!(
             "d2d cell device {} size {}",
             c.device, c.size_bytes
+        )));
+    }
+    if let Some(c) = file.p2p.iter().find(|c| !finite(&c.history)) {
+        return Err(StateReadError::NonFinite(format!(
+            "p2p cell {}>{}",
+            c.src, c.dst
         )));
     }
     if let Some(c) = file.pair.iter().find(|c| !finite(&c.history)) {
@@ -362,6 +380,7 @@ mod tests {
             pair: vec![],
             cpu_numa: BTreeMap::from([(1, 0)]),
             d2d: vec![],
+            p2p: vec![],
         }
     }
 

@@ -12,7 +12,7 @@ use prometheus_client::registry::Registry;
 use crate::format::state_file::SAVE_ERROR_REASONS;
 
 /// `probe` names.
-pub const PROBES: [&str; 4] = ["h2d", "pair", "d2d", "affinity"];
+pub const PROBES: [&str; 5] = ["h2d", "pair", "d2d", "p2p", "affinity"];
 /// `result` of `chd_probe_runs_total`.
 pub const RUN_RESULTS: [&str; 3] = ["ok", "error", "aborted"];
 /// `outcome` of `chd_idle_windows_total`.

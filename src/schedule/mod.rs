@@ -10,6 +10,7 @@ pub mod cell_loop;
 pub mod d2d_window;
 pub mod gate;
 pub mod metrics;
+pub mod p2p_window;
 pub mod pair_window;
 pub mod planner;
 pub mod settings;
@@ -27,12 +28,13 @@ use tokio::sync::watch;
 use crate::runtime::pair::{PairParams, PairProbe};
 use crate::runtime::telemetry::DeviceTelemetry;
 use crate::runtime::{Backend, HostMemory};
-use crate::store::{CellKey, D2dKey, SharedStore};
+use crate::store::{CellKey, D2dKey, P2pKey, SharedStore, Store};
 use crate::topology::pci_link::DeviceLinks;
 use crate::topology::{Roots, Topology};
 use d2d_window::{D2dCell, D2dWindowSpec};
 use gate::{Closed, CpuGate, CpuTimes};
 use metrics::ProbeMetrics;
+use p2p_window::{P2pCell, P2pWindowSpec};
 use pair_window::PairWindowSpec;
 use settings::{ProbeConfig, ScheduleConfig};
 use state_saver::StateSaver;
@@ -230,6 +232,24 @@ impl Scheduler {
         cells
     }
 
+    /// The window's one ordered peer copy cell (`probe.p2p_size_mib`; none when it is 0, on
+    /// the host backend, or with fewer than two devices): see [`next_p2p_pair`].
+    fn p2p_cell<R: rand::Rng + ?Sized>(&self, store: &Store, rng: &mut R) -> Option<P2pCell> {
+        if self.probe.p2p_size_bytes == 0 || self.backend.name() == "host" {
+            return None;
+        }
+        let devices = self.backend.devices();
+        let key = next_p2p_pair(devices.iter().map(|d| d.id.as_str()), store, rng)?;
+        let numa_node = devices
+            .iter()
+            .find(|d| d.id == key.src)
+            .and_then(|d| d.numa_node);
+        Some(P2pCell {
+            cpu: self.topology.cpu_near(numa_node, &self.affinity_cpus)?,
+            key,
+        })
+    }
+
     async fn run_window(
         &self,
         gate: &CpuGate,
@@ -301,6 +321,13 @@ impl Scheduler {
                     iterations: self.probe.iterations,
                     keep: self.probe.samples_per_cell,
                 },
+                p2p: P2pWindowSpec {
+                    cell: self.p2p_cell(&store, &mut rng),
+                    size_bytes: self.probe.p2p_size_bytes,
+                    warmup: self.probe.warmup,
+                    iterations: self.probe.iterations,
+                    keep: self.probe.samples_per_cell,
+                },
             };
             (spec, pair_spec)
         };
@@ -367,6 +394,41 @@ impl Scheduler {
     }
 }
 
+/// The ordered device pair (`src != dst`) a window measures: the least recently attempted
+/// (one never tried first), ties broken at random, so every pair of an N-device node is
+/// measured once in N x (N - 1) windows and a failing pair does not starve the others.
+/// `None` with fewer than two devices.
+pub fn next_p2p_pair<'a, R: rand::Rng + ?Sized>(
+    devices: impl Iterator<Item = &'a str> + Clone,
+    store: &Store,
+    rng: &mut R,
+) -> Option<P2pKey> {
+    use rand::seq::SliceRandom;
+    let mut pairs: Vec<P2pKey> = devices
+        .clone()
+        .flat_map(|src| {
+            devices
+                .clone()
+                .filter(move |&dst| dst != src)
+                .map(move |dst| P2pKey {
+                    src: src.to_string(),
+                    dst: dst.to_string(),
+                })
+        })
+        .collect();
+    pairs.shuffle(rng);
+    let last_attempt = |k: &P2pKey| {
+        store
+            .p2p
+            .get(k)
+            .map_or(f64::NEG_INFINITY, |c| c.last_attempt)
+    };
+    // `min_by` keeps the first of equal minima: after the shuffle, a random one.
+    pairs
+        .into_iter()
+        .min_by(|a, b| last_attempt(a).total_cmp(&last_attempt(b)))
+}
+
 /// Re-checks the gate (CPU and devices) at most every [`GATE_RECHECK`] during a window.
 struct GateChecker {
     gate: CpuGate,
@@ -410,5 +472,75 @@ impl GateChecker {
                 false
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Sample;
+    use rand::SeedableRng;
+
+    fn key(src: &str, dst: &str) -> P2pKey {
+        P2pKey {
+            src: src.into(),
+            dst: dst.into(),
+        }
+    }
+
+    #[test]
+    fn p2p_pairs_go_least_recently_attempted_first_and_cover_every_ordered_pair() {
+        let devices = ["0", "1", "2"];
+        let mut store = Store::default();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let mut seen = std::collections::BTreeSet::new();
+        for window in 0..6 {
+            let next = next_p2p_pair(devices.iter().copied(), &store, &mut rng).unwrap();
+            assert_ne!(next.src, next.dst);
+            assert!(
+                seen.insert(next.clone()),
+                "{next:?} again in window {window}"
+            );
+            // Attempts alternate between a sample and an error: both count as attempts.
+            if window % 2 == 0 {
+                let sample = Sample {
+                    bytes_per_second: 1e9,
+                    at: f64::from(window),
+                };
+                store.record_p2p_sample(next, sample, 5);
+            } else {
+                store.record_p2p_error(next, f64::from(window));
+            }
+        }
+        assert_eq!(seen.len(), 6);
+        // Every pair tried once: the oldest attempt goes next.
+        let next = next_p2p_pair(devices.iter().copied(), &store, &mut rng).unwrap();
+        let oldest = store
+            .p2p
+            .iter()
+            .min_by(|a, b| a.1.last_attempt.total_cmp(&b.1.last_attempt))
+            .unwrap()
+            .0;
+        assert_eq!(&next, oldest);
+    }
+
+    #[test]
+    fn p2p_ties_are_broken_at_random() {
+        let devices = ["0", "1", "2", "3"];
+        let store = Store::default();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        let firsts: std::collections::BTreeSet<P2pKey> = (0..64)
+            .map(|_| next_p2p_pair(devices.iter().copied(), &store, &mut rng).unwrap())
+            .collect();
+        assert!(firsts.len() > 4, "{firsts:?}");
+        assert!(!firsts.contains(&key("0", "0")));
+    }
+
+    #[test]
+    fn no_p2p_pair_without_two_devices() {
+        let store = Store::default();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        assert_eq!(next_p2p_pair(["0"].into_iter(), &store, &mut rng), None);
+        assert_eq!(next_p2p_pair([].into_iter(), &store, &mut rng), None);
     }
 }

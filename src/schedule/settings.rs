@@ -35,4 +35,6 @@ pub struct ProbeConfig {
     pub pair_timeout: Duration,
     /// Size of each device's same-device copy cell per window; 0: none.
     pub d2d_size_bytes: u64,
+    /// Size of the one ordered peer copy cell per window; 0: none.
+    pub p2p_size_bytes: u64,
 }

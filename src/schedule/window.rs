@@ -1,8 +1,10 @@
 //! One probe window, run on a dedicated thread: an affinity scan of the CPUs, then the
 //! planned copy cells until the time budget is spent, the idle gate closes, or chd is
 //! shutting down, then each device's same-device copy cell ([`super::d2d_window`]) in what
-//! is left of the budget (the copy cells leave it [`D2D_SHARE`]). Every result goes to the
-//! store as soon as it is measured.
+//! is left of the budget (the copy cells leave it [`D2D_SHARE`]), then one ordered device
+//! pair's peer copy cell ([`super::p2p_window`]) in what is left after those (the d2d cells
+//! leave it [`P2P_SHARE`] of the budget). Every result goes to the store as soon as it is
+//! measured.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -11,6 +13,7 @@ use super::cell_loop::{self, Cells};
 pub use super::cell_loop::{WindowEnd, WindowReport};
 use super::d2d_window::{self, D2dWindowSpec};
 use super::metrics::ProbeMetrics;
+use super::p2p_window::{self, P2pWindowSpec};
 use crate::affinity;
 use crate::probe::h2d;
 use crate::runtime::{Backend, Direction, HostMemory, ProbeError};
@@ -37,11 +40,17 @@ pub struct WindowSpec {
     pub links: DeviceLinks,
     /// The same-device copy cells, run after the copy cells (none: the d2d probe is off).
     pub d2d: D2dWindowSpec,
+    /// The window's one peer copy cell, run last (none: the p2p probe is off).
+    pub p2p: P2pWindowSpec,
 }
 
 /// The share of a window's budget the copy cells leave to the same-device copy cells when
 /// there are any: one cheap cell per device.
 pub const D2D_SHARE: u32 = 8;
+
+/// The share of a window's budget the same-device cells leave to the peer copy cell when
+/// there is one (the copy cells leave both together [`D2D_SHARE`]).
+pub const P2P_SHARE: u32 = 16;
 
 /// A sample below this share of the node's typical cell (same size and direction) is
 /// suspect: it counts only after a re-measurement later in the window, in another order,
@@ -235,7 +244,8 @@ pub fn run(
         group: None,
         links_read: BTreeSet::new(),
     };
-    let h2d_budget = if spec.d2d.cells.is_empty() {
+    let has_p2p = spec.p2p.cell.is_some();
+    let h2d_budget = if spec.d2d.cells.is_empty() && !has_p2p {
         spec.budget
     } else {
         spec.budget - spec.budget / D2D_SHARE
@@ -253,18 +263,32 @@ pub fn run(
     drop(cells);
     let elapsed = report.elapsed;
     let mut report = cell_loop::finish("h2d", report, elapsed, store, metrics);
-    if spec.d2d.cells.is_empty() || report.end == WindowEnd::Aborted {
-        return report;
+    if !spec.d2d.cells.is_empty() && report.end != WindowEnd::Aborted {
+        let reserve = if has_p2p {
+            spec.budget / P2P_SHARE
+        } else {
+            Duration::ZERO
+        };
+        let left = spec.budget.saturating_sub(report.elapsed + reserve);
+        let d2d = d2d_window::run(&spec.d2d, left, backend, store, metrics, keep_going);
+        add(&mut report, &d2d);
     }
-    let left = spec.budget.saturating_sub(report.elapsed);
-    let d2d = d2d_window::run(&spec.d2d, left, backend, store, metrics, keep_going);
-    report.measured += d2d.measured;
-    report.errors += d2d.errors;
-    report.elapsed += d2d.elapsed;
-    if d2d.end == WindowEnd::Aborted {
-        report.end = WindowEnd::Aborted;
+    if has_p2p && report.end != WindowEnd::Aborted {
+        let left = spec.budget.saturating_sub(report.elapsed);
+        let p2p = p2p_window::run(&spec.p2p, left, backend, store, metrics, keep_going);
+        add(&mut report, &p2p);
     }
     report
+}
+
+/// Fold a later part of the window into the window's report.
+fn add(report: &mut WindowReport, part: &WindowReport) {
+    report.measured += part.measured;
+    report.errors += part.errors;
+    report.elapsed += part.elapsed;
+    if part.end == WindowEnd::Aborted {
+        report.end = WindowEnd::Aborted;
+    }
 }
 
 fn run_affinity_scan(cpus: &[u32], store: &SharedStore, metrics: &ProbeMetrics) {
@@ -390,6 +414,7 @@ mod tests {
             keep: 5,
             links: Default::default(),
             d2d: Default::default(),
+            p2p: Default::default(),
         }
     }
 
@@ -559,6 +584,7 @@ mod tests {
             keep: 5,
             links: Default::default(),
             d2d: Default::default(),
+            p2p: Default::default(),
         };
         let shared = Arc::new(RwLock::new(store));
         let metrics = ProbeMetrics::default();
@@ -621,5 +647,157 @@ mod tests {
         let (store, m) = run_script(Store::default(), &[("x", &[1e9]), ("y", &[58e9])]);
         assert_eq!(samples(&store, "x"), vec![1e9]);
         assert_eq!(rechecks(&m, "rejected"), 0);
+    }
+
+    /// Logs every measurement in order; each copy cell takes `copy_time`.
+    struct Ordered {
+        copy_time: Duration,
+        log: Mutex<Vec<String>>,
+    }
+
+    impl Backend for Ordered {
+        fn name(&self) -> &'static str {
+            "ordered"
+        }
+        fn devices(&self) -> &[DeviceInfo] {
+            &[]
+        }
+        fn measure_copy(&self, device: &str, _: &CopyParams) -> Result<f64, ProbeError> {
+            std::thread::sleep(self.copy_time);
+            self.log.lock().unwrap().push(format!("h2d {device}"));
+            Ok(50e9)
+        }
+        fn measure_device_copy(
+            &self,
+            device: &str,
+            _: &crate::runtime::DeviceCopyParams,
+        ) -> Result<f64, ProbeError> {
+            self.log.lock().unwrap().push(format!("d2d {device}"));
+            Ok(400e9)
+        }
+        fn measure_peer_copy(
+            &self,
+            src: &str,
+            dst: &str,
+            params: &crate::runtime::DeviceCopyParams,
+        ) -> Result<crate::runtime::PeerCopy, ProbeError> {
+            assert_eq!(params.size_bytes, 4 << 20);
+            self.log.lock().unwrap().push(format!("p2p {src}>{dst}"));
+            Ok(crate::runtime::PeerCopy {
+                bytes_per_second: 20e9,
+                method: "copy",
+            })
+        }
+    }
+
+    fn with_p2p(cells: Vec<CellKey>, budget: Duration) -> WindowSpec {
+        let cpu = crate::affinity::current_cpus().unwrap()[0];
+        let mut spec = spec_of(cells, budget);
+        spec.d2d = D2dWindowSpec {
+            cells: vec![super::d2d_window::D2dCell {
+                key: crate::store::D2dKey {
+                    device: "a".into(),
+                    size_bytes: 1 << 20,
+                },
+                cpu,
+            }],
+            warmup: 0,
+            iterations: 1,
+            keep: 5,
+        };
+        spec.p2p = P2pWindowSpec {
+            cell: Some(super::p2p_window::P2pCell {
+                key: crate::store::P2pKey {
+                    src: "a".into(),
+                    dst: "b".into(),
+                },
+                cpu,
+            }),
+            size_bytes: 4 << 20,
+            warmup: 0,
+            iterations: 1,
+            keep: 5,
+        };
+        spec
+    }
+
+    fn run_ordered(
+        copy_time: Duration,
+        spec: &WindowSpec,
+        keep_going: &mut dyn FnMut() -> bool,
+    ) -> (WindowReport, Vec<String>, Store) {
+        let backend = Ordered {
+            copy_time,
+            log: Mutex::new(vec![]),
+        };
+        let shared = Arc::new(RwLock::new(Store::default()));
+        let metrics = ProbeMetrics::default();
+        let report = run(spec, &backend, &shared, &metrics, keep_going);
+        let store = shared.read().unwrap().clone();
+        (report, backend.log.into_inner().unwrap(), store)
+    }
+
+    #[test]
+    fn the_peer_copy_cell_runs_last_after_the_copy_and_same_device_cells() {
+        let spec = with_p2p(group_cells(&["a", "b"], &[1 << 20]), Duration::from_secs(5));
+        let (report, log, store) = run_ordered(Duration::ZERO, &spec, &mut || true);
+        assert_eq!(report.measured, 4, "{log:?}");
+        assert_eq!(log.len(), 4);
+        assert!(log[..2].iter().all(|l| l.starts_with("h2d")), "{log:?}");
+        assert_eq!(log[2..], ["d2d a".to_string(), "p2p a>b".to_string()]);
+        let pair = crate::store::P2pKey {
+            src: "a".into(),
+            dst: "b".into(),
+        };
+        assert_eq!(store.p2p[&pair].median(), Some(20e9));
+        assert!(store.last_success.contains_key("p2p"));
+    }
+
+    #[test]
+    fn no_peer_copy_once_the_budget_is_spent() {
+        // The copy cells take the whole budget: neither the same-device nor the peer copy
+        // cell starts.
+        let spec = with_p2p(
+            group_cells(&["a", "b"], &[1 << 20]),
+            Duration::from_millis(80),
+        );
+        let (report, log, store) = run_ordered(Duration::from_millis(100), &spec, &mut || true);
+        assert!(log.iter().all(|l| l.starts_with("h2d")), "{log:?}");
+        assert!(store.p2p.is_empty());
+        assert!(
+            report.elapsed < Duration::from_millis(80 + 100 + 50),
+            "{report:?}"
+        );
+    }
+
+    #[test]
+    fn the_copy_cells_leave_the_peer_copy_its_share_of_the_budget() {
+        // Copy cells of 30 ms under a 400 ms budget stop at 350 ms (the last eighth is the
+        // same-device and peer copy cells'); the same-device cell leaves the last sixteenth
+        // to the peer copy, which runs.
+        let cells = group_cells(&["a", "b", "c", "d"], &[1 << 20, 2 << 20, 4 << 20, 8 << 20]);
+        let spec = with_p2p(cells, Duration::from_millis(400));
+        let (report, log, _) = run_ordered(Duration::from_millis(30), &spec, &mut || true);
+        assert!(
+            log.iter().filter(|l| l.starts_with("h2d")).count() < 16,
+            "{log:?}"
+        );
+        assert_eq!(log.last().map(String::as_str), Some("p2p a>b"), "{log:?}");
+        assert_eq!(report.end, WindowEnd::BudgetSpent);
+    }
+
+    #[test]
+    fn a_closed_gate_runs_no_peer_copy() {
+        let spec = with_p2p(group_cells(&["a", "b"], &[1 << 20]), Duration::from_secs(5));
+        let mut asked = 0;
+        // Open for the two copy cells, closed from then on.
+        let mut keep_going = || {
+            asked += 1;
+            asked <= 2
+        };
+        let (report, log, store) = run_ordered(Duration::ZERO, &spec, &mut keep_going);
+        assert_eq!(report.end, WindowEnd::Aborted);
+        assert!(log.iter().all(|l| l.starts_with("h2d")), "{log:?}");
+        assert!(store.p2p.is_empty());
     }
 }

@@ -38,6 +38,22 @@ pub struct D2dKey {
     pub size_bytes: u64,
 }
 
+/// One ordered peer copy cell: a copy from a buffer on `src` to a buffer on `dst`, issued on
+/// a stream of `src` (device ids as the `device` label spells them). The size is the
+/// configured `probe.p2p_size_mib`; it is not part of the key (one size per node).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct P2pKey {
+    pub src: String,
+    pub dst: String,
+}
+
+impl P2pKey {
+    /// `SRC>DST`, as `chd probe p2p` and the `device` label of its errors spell a pair.
+    pub fn label(&self) -> String {
+        format!("{}>{}", self.src, self.dst)
+    }
+}
+
 /// One measurement of a cell.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Sample {
@@ -117,6 +133,8 @@ pub struct Store {
     pub pair: BTreeMap<PairKey, Cell>,
     /// Same-device copy cells, one per device and size.
     pub d2d: BTreeMap<D2dKey, Cell>,
+    /// Ordered peer copy cells, one per ordered device pair measured so far.
+    pub p2p: BTreeMap<P2pKey, Cell>,
     /// CPU id -> affinity verdict.
     pub bindable: BTreeMap<u32, Bindable>,
     /// Probe name -> unix time of the end of its last window that measured something.
@@ -143,6 +161,7 @@ impl Default for Store {
             h2d: BTreeMap::new(),
             pair: BTreeMap::new(),
             d2d: BTreeMap::new(),
+            p2p: BTreeMap::new(),
             bindable: BTreeMap::new(),
             last_success: BTreeMap::new(),
             cpu_numa: BTreeMap::new(),
@@ -158,6 +177,7 @@ impl PartialEq for Store {
         self.h2d == other.h2d
             && self.pair == other.pair
             && self.d2d == other.d2d
+            && self.p2p == other.p2p
             && self.bindable == other.bindable
             && self.last_success == other.last_success
             && self.cpu_numa == other.cpu_numa
@@ -215,6 +235,18 @@ impl Store {
         self.d2d.entry(key).or_default().fail(at);
     }
 
+    /// [`Store::record_sample`] for an ordered peer copy cell.
+    pub fn record_p2p_sample(&mut self, key: P2pKey, sample: Sample, keep: usize) {
+        self.changed();
+        self.p2p.entry(key).or_default().push(sample, keep);
+    }
+
+    /// [`Store::record_error`] for an ordered peer copy cell.
+    pub fn record_p2p_error(&mut self, key: P2pKey, at: f64) {
+        self.changed();
+        self.p2p.entry(key).or_default().fail(at);
+    }
+
     /// Record the affinity verdicts of one scan.
     pub fn record_bindable(&mut self, results: &[(u32, bool)], at: f64) {
         self.changed();
@@ -252,16 +284,23 @@ impl Store {
     ) -> usize {
         self.changed();
         let before = self.h2d.len() + self.bindable.len();
-        let before = before + self.pair.len() + self.d2d.len();
+        let before = before + self.pair.len() + self.d2d.len() + self.p2p.len();
         self.h2d
             .retain(|k, _| cpu_exists(k.cpu) && device_exists(&k.device));
         self.pair.retain(|k, _| {
             cpu_exists(k.cpu0) && cpu_exists(k.cpu1) && k.pair.split(',').all(&device_exists)
         });
         self.d2d.retain(|k, _| device_exists(&k.device));
+        self.p2p
+            .retain(|k, _| device_exists(&k.src) && device_exists(&k.dst));
         self.bindable.retain(|cpu, _| cpu_exists(*cpu));
         self.links.retain(|device, _| device_exists(device));
-        before - self.h2d.len() - self.bindable.len() - self.pair.len() - self.d2d.len()
+        before
+            - self.h2d.len()
+            - self.bindable.len()
+            - self.pair.len()
+            - self.d2d.len()
+            - self.p2p.len()
     }
 
     /// Cells with at least one sample (cells that only ever failed are left out).
@@ -332,13 +371,19 @@ mod tests {
             device: "0".into(),
             size_bytes: 1,
         };
-        let writes: [&dyn Fn(&mut Store); 9] = [
+        let p2p = P2pKey {
+            src: "0".into(),
+            dst: "1".into(),
+        };
+        let writes: [&dyn Fn(&mut Store); 11] = [
             &|s| s.record_sample(key(0, "0"), sample, 3),
             &|s| s.record_error(key(0, "0"), 2.0),
             &|s| s.record_pair_sample(pair.clone(), sample, 3),
             &|s| s.record_pair_error(pair.clone(), 2.0),
             &|s| s.record_d2d_sample(d2d.clone(), sample, 3),
             &|s| s.record_d2d_error(d2d.clone(), 2.0),
+            &|s| s.record_p2p_sample(p2p.clone(), sample, 3),
+            &|s| s.record_p2p_error(p2p.clone(), 2.0),
             &|s| s.record_bindable(&[(0, true)], 2.0),
             &|s| s.record_success("h2d", 2.0),
             &|s| {
@@ -383,8 +428,16 @@ mod tests {
             };
             s.record_d2d_sample(key, sample, 5);
         }
+        for (src, dst) in [("numa0", "numa3"), ("numa3", "numa0")] {
+            let key = P2pKey {
+                src: src.into(),
+                dst: dst.into(),
+            };
+            s.record_p2p_sample(key, sample, 5);
+        }
         let dropped = s.retain_known(|c| c < 4, |d| d == "numa0");
-        assert_eq!(dropped, 4);
+        assert_eq!(dropped, 6);
+        assert!(s.p2p.is_empty());
         assert_eq!(s.d2d.len(), 1);
         assert_eq!(s.h2d.len(), 1);
         assert_eq!(s.bindable.len(), 1);

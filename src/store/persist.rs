@@ -2,16 +2,16 @@
 //! every window and at start. A file that cannot be used is renamed aside with a warning
 //! (`state.json.v<N>-<unix time>` for a file of another format version,
 //! `state.json.corrupt-<unix time>` for anything else); it never stops chd. Version 1 files
-//! written before the pair probe (no `pair`, no `cpu_numa`) or the d2d probe (no `d2d`) are
-//! read as they are: those fields default to empty.
+//! written before the pair probe (no `pair`, no `cpu_numa`) or the d2d probe (no `d2d`) or
+//! the serve-time p2p cells (no `p2p`) are read as they are: those fields default to empty.
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
-use super::{Bindable, Cell, CellKey, D2dKey, PairKey, Sample, Store};
+use super::{Bindable, Cell, CellKey, D2dKey, P2pKey, PairKey, Sample, Store};
 use crate::format::state_file::{
-    self, BindableRecord, CopyCellRecord, D2dCellRecord, History, PairCellRecord, SampleRecord,
-    StateFile, StateReadError, FORMAT_VERSION,
+    self, BindableRecord, CopyCellRecord, D2dCellRecord, History, P2pCellRecord, PairCellRecord,
+    SampleRecord, StateFile, StateReadError, FORMAT_VERSION,
 };
 pub use crate::format::state_file::{state_path, StateWriteError as PersistError, STATE_FILE};
 
@@ -102,6 +102,15 @@ pub fn to_file(store: &Store, saved_at: f64) -> StateFile {
                 history: history(c),
             })
             .collect(),
+        p2p: store
+            .p2p
+            .iter()
+            .map(|(key, c)| P2pCellRecord {
+                src: key.src.clone(),
+                dst: key.dst.clone(),
+                history: history(c),
+            })
+            .collect(),
     }
 }
 
@@ -147,6 +156,13 @@ pub fn from_file(file: StateFile) -> Result<Store, StateReadError> {
             size_bytes: c.size_bytes,
         };
         store.d2d.insert(key, cell(c.history));
+    }
+    for c in file.p2p {
+        let key = P2pKey {
+            src: c.src,
+            dst: c.dst,
+        };
+        store.p2p.insert(key, cell(c.history));
     }
     store.last_success = file.last_success;
     store.cpu_numa = file.cpu_numa;
@@ -259,7 +275,30 @@ mod tests {
             },
             5,
         );
+        s.record_p2p_sample(
+            P2pKey {
+                src: "numa0".into(),
+                dst: "numa1".into(),
+            },
+            Sample {
+                bytes_per_second: 5e9,
+                at: 100.0,
+            },
+            5,
+        );
         s
+    }
+
+    #[test]
+    fn a_file_from_before_the_p2p_cells_loads_without_them() {
+        let mut file = to_file(&sample_store(), 1.0);
+        assert_eq!(file.p2p.len(), 1);
+        file.p2p.clear();
+        let text = String::from_utf8(state_file::encode(&file).unwrap()).unwrap();
+        assert!(!text.contains("\"p2p\""), "{text}");
+        let store = from_file(state_file::decode(text.as_bytes()).unwrap()).unwrap();
+        assert!(store.p2p.is_empty());
+        assert_eq!(store.d2d.len(), 1);
     }
 
     #[test]
