@@ -632,8 +632,11 @@ fn run_case(cells: bool) {
             "--cells",
             if cells { "true" } else { "false" },
             // The whole budget to the copy cells, as the comparison of unloaded and loaded
-            // cells needs (the same-device copies take a quarter of it and are not compared).
+            // cells needs (the same-device and peer copies would take an eighth of it and are
+            // not compared).
             "--d2d-size",
+            "0",
+            "--p2p-size",
             "0",
             "--backend",
             "cuda",
