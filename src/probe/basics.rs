@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::affinity;
+use super::h2d::bind;
 use crate::analysis::basics::Op;
 use crate::format::run_dir::SlotId;
 use crate::runtime::gemm::{DeviceLoader, GemmError, MatmulParams};
@@ -34,13 +34,6 @@ fn gemm_error(e: GemmError) -> ProbeError {
         GemmError::Device { .. } => ProbeError::Device(e.to_string()),
         e => ProbeError::Compute(e.to_string()),
     }
-}
-
-fn bind(cpu: u32) -> Result<affinity::Binding, ProbeError> {
-    affinity::bind_exactly(cpu).map_err(|e| ProbeError::Bind {
-        cpu,
-        detail: e.to_string(),
-    })
 }
 
 impl BasicsProbe {

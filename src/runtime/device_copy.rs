@@ -215,6 +215,20 @@ pub(crate) fn timing_error(e: ApiError) -> ProbeError {
 
 /// Measure one cell on the calling thread: bytes per second of `params` on `device`, with a
 /// host buffer allocated for this cell alone.
+/// Copy `bytes` from `src` to `dst` in `direction` on `stream` and wait for it: how the copy
+/// cells stage their check pattern in and read it back, outside the timed copies.
+pub(crate) fn copy_and_wait<A: DeviceApi + ?Sized>(
+    api: &A,
+    (dst, src, bytes): (Handle, Handle, usize),
+    direction: Direction,
+    stream: Handle,
+    on_copy: &dyn Fn(ApiError) -> ProbeError,
+) -> Result<(), ProbeError> {
+    api.copy_async(dst, src, bytes, direction, stream)
+        .map_err(on_copy)?;
+    api.stream_synchronize(stream).map_err(on_copy)
+}
+
 /// Milliseconds of `iterations` device-to-device copies of `bytes` from `src` to `dst` on
 /// `stream` (the devices may differ: a peer copy), between `start` and `end` recorded on that
 /// stream, after `warmup` untimed ones (synchronized before the first event). `on_copy` and

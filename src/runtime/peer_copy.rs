@@ -22,8 +22,8 @@
 //! error cell naming the refusal.
 
 use super::device_copy::{
-    alloc_error, copy_error, guard, stream_guard, time_device_copies, timing_error, unless_lost,
-    ApiError, DeviceApi, HostBuffer,
+    alloc_error, copy_and_wait, copy_error, guard, stream_guard, time_device_copies, timing_error,
+    unless_lost, ApiError, DeviceApi, HostBuffer,
 };
 use super::pattern::{check_copy, fill_pattern};
 use super::peer_access::{PeerLink, PeerRoute};
@@ -108,15 +108,13 @@ fn timed(
     let mut expected = vec![0u8; head];
     fill_pattern(&mut expected);
     host.as_mut_slice().copy_from_slice(&expected);
-    api.copy_async(
-        from.handle,
-        host.as_handle(),
-        head,
+    copy_and_wait(
+        api,
+        (from.handle, host.as_handle(), head),
         Direction::H2d,
         stream.handle,
-    )
-    .map_err(&copy_error)?;
-    api.stream_synchronize(stream.handle).map_err(&copy_error)?;
+        &copy_error,
+    )?;
 
     let ms = time_device_copies(
         api,
@@ -130,15 +128,13 @@ fn timed(
 
     // The head of the destination holds what the source held.
     host.as_mut_slice().fill(0);
-    api.copy_async(
-        host.as_handle(),
-        to.handle,
-        head,
+    copy_and_wait(
+        api,
+        (host.as_handle(), to.handle, head),
         Direction::D2h,
         stream.handle,
-    )
-    .map_err(&copy_error)?;
-    api.stream_synchronize(stream.handle).map_err(&copy_error)?;
+        &copy_error,
+    )?;
     check_copy(&expected, host.as_mut_slice())?;
     Ok(bytes as f64 * f64::from(params.iterations) / (f64::from(ms) / 1e3))
 }

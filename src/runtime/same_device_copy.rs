@@ -16,8 +16,8 @@
 //! [`device_copy`]: super::device_copy
 
 use super::device_copy::{
-    alloc_error, copy_error, guard, stream_guard, time_device_copies, timing_error, unless_lost,
-    DeviceApi, HostBuffer,
+    alloc_error, copy_and_wait, copy_error, guard, stream_guard, time_device_copies, timing_error,
+    unless_lost, DeviceApi, HostBuffer,
 };
 use super::pattern::{check_copy, fill_pattern};
 use super::{DeviceCopyParams, Direction, HostMemory, ProbeError};
@@ -57,25 +57,21 @@ pub(crate) fn measure<A: DeviceApi + ?Sized>(
     // after `HostBuffer::new`), then stage the pattern into the source's head.
     let mut expected = vec![0u8; head];
     fill_pattern(&mut expected);
-    api.copy_async(
-        dst.handle,
-        host.as_handle(),
-        head,
+    copy_and_wait(
+        api,
+        (dst.handle, host.as_handle(), head),
         Direction::H2d,
         stream.handle,
-    )
-    .map_err(&copy_error)?;
-    api.stream_synchronize(stream.handle).map_err(&copy_error)?;
+        &copy_error,
+    )?;
     host.as_mut_slice().copy_from_slice(&expected);
-    api.copy_async(
-        src.handle,
-        host.as_handle(),
-        head,
+    copy_and_wait(
+        api,
+        (src.handle, host.as_handle(), head),
         Direction::H2d,
         stream.handle,
-    )
-    .map_err(&copy_error)?;
-    api.stream_synchronize(stream.handle).map_err(&copy_error)?;
+        &copy_error,
+    )?;
 
     let ms = time_device_copies(
         api,
@@ -89,15 +85,13 @@ pub(crate) fn measure<A: DeviceApi + ?Sized>(
 
     // Read the destination's head back over the (cleared) host buffer and compare.
     host.as_mut_slice().fill(0);
-    api.copy_async(
-        host.as_handle(),
-        dst.handle,
-        head,
+    copy_and_wait(
+        api,
+        (host.as_handle(), dst.handle, head),
         Direction::D2h,
         stream.handle,
-    )
-    .map_err(&copy_error)?;
-    api.stream_synchronize(stream.handle).map_err(&copy_error)?;
+        &copy_error,
+    )?;
     check_copy(&expected, host.as_mut_slice())?;
     Ok(bytes as f64 * f64::from(params.iterations) / (f64::from(ms) / 1e3))
 }
