@@ -8,6 +8,8 @@
 mod chd_process;
 #[path = "../support/fake_runtime.rs"]
 mod fake;
+#[path = "../support/golden.rs"]
+mod golden;
 #[path = "../support/xlsx.rs"]
 mod xlsx;
 
@@ -16,6 +18,7 @@ mod common;
 mod d2d;
 mod fake_cuda;
 mod host;
+mod old_runs;
 mod p2p;
 mod pair;
 mod pair_resume;
