@@ -32,3 +32,4 @@ pub mod schedule;
 pub mod stats;
 pub mod store;
 pub mod topology;
+pub mod vocab;

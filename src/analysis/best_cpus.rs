@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use super::cell::Cell;
 use super::live::MatrixKey;
 use super::measured_node::deciding_rank;
-use crate::runtime::Direction;
 use crate::topology::natural::natural_cmp;
+use crate::vocab::Direction;
 
 /// A CPU is among a device's best when its cell is at least (1 - this) x the best cell.
 pub const BEST_CPU_TOLERANCE: f64 = 0.05;

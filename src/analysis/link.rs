@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 
 use super::h2d::H2dMatrix;
 use super::live::MatrixKey;
-use crate::runtime::Direction;
 use crate::topology::pci_link::Link;
+use crate::vocab::Direction;
 
 /// One device column over its link.
 #[derive(Debug, Clone, PartialEq)]

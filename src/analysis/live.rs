@@ -11,9 +11,9 @@ use super::d2d::D2dDevices;
 use super::h2d::H2dMatrix;
 use super::measured_node::measured_nodes;
 use super::pair::PairMatrix;
-use crate::runtime::Direction;
 use crate::store::{self, CellKey, Store};
 use crate::topology::Topology;
+use crate::vocab::Direction;
 
 /// A core x device matrix of a store: (size in bytes, direction).
 pub type MatrixKey = (u64, Direction);

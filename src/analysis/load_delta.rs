@@ -24,7 +24,7 @@ pub fn load_profile_delta(
     };
     for (load, matrices) in by_load.iter().filter(|(l, _)| *l != BASELINE_LOAD) {
         // Device -> (rank, ratio) of the deciding matrix measured under both.
-        let mut best: BTreeMap<&str, ((u64, std::cmp::Reverse<crate::runtime::Direction>), f64)> =
+        let mut best: BTreeMap<&str, ((u64, std::cmp::Reverse<crate::vocab::Direction>), f64)> =
             BTreeMap::new();
         for (key, matrix) in matrices {
             let Some(base) = idle.get(key) else { continue };
@@ -54,7 +54,7 @@ pub fn load_profile_delta(
 mod tests {
     use super::*;
     use crate::analysis::{Cell, NumaMap};
-    use crate::runtime::Direction;
+    use crate::vocab::Direction;
 
     fn matrix(gbps: &[(&'static str, f64)]) -> H2dMatrix {
         let cells: Vec<Cell> = gbps

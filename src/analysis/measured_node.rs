@@ -7,7 +7,7 @@ use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
 use super::h2d::H2dMatrix;
-use crate::runtime::Direction;
+use crate::vocab::Direction;
 
 /// How a matrix ranks as the one that decides a device's measured node (and its best CPUs,
 /// [`super::best_cpus`]): the larger size wins, h2d before d2h at the same size.

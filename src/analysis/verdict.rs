@@ -332,8 +332,8 @@ impl NodeVerdict {
 mod tests {
     use super::*;
     use crate::analysis::{Cell, PairMatrix};
-    use crate::runtime::Direction;
     use crate::topology::pci_link::LinkState;
+    use crate::vocab::Direction;
 
     fn cell(cpu: u32, device: &str, gbps: Option<f64>) -> Cell<'_> {
         Cell::test(cpu, device, gbps)

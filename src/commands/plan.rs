@@ -15,8 +15,9 @@ use chd::config::CpuSelection;
 use chd::format::run_dir::{MatrixKind, RunPlan, SweepPeer, SWEEP_ALLGATHER};
 use chd::load::{LoadError, LoadProfile};
 use chd::probe::sweep::SWEEP_OPS;
-use chd::runtime::{self, Direction, HostMemory};
+use chd::runtime;
 use chd::topology::Topology;
+use chd::vocab::{Direction, HostMemory};
 
 /// Defaults of `chd probe h2d`.
 pub const DEFAULT_SIZES: &str = "64MiB";
@@ -241,7 +242,7 @@ pub fn plan_from(
         (None, Some(b)) => b.directions.clone(),
         (None, None) => vec!["h2d".into()],
     };
-    let host_memories = if backend.name() == "host" {
+    let host_memories = if !backend.capabilities().pinned_host_memory {
         // The host backend copies between ordinary memory only.
         vec![HostMemory::Pageable.as_str().to_string()]
     } else {
@@ -493,7 +494,7 @@ pub fn basics_plan_from(
     let mut cpus: Vec<u32> = device_cpus.values().copied().collect();
     cpus.sort_unstable();
     cpus.dedup();
-    let host_memories = vec![if backend.name() == "host" {
+    let host_memories = vec![if !backend.capabilities().pinned_host_memory {
         HostMemory::Pageable.as_str().to_string()
     } else {
         HostMemory::Pinned.as_str().to_string()
@@ -701,7 +702,7 @@ pub fn sweep_plan_from(
     if ops.is_empty() {
         return Err(PlanError::Nothing("no operation left to measure".into()));
     }
-    let host_memory = if backend.name() == "host" {
+    let host_memory = if !backend.capabilities().pinned_host_memory {
         HostMemory::Pageable.as_str().to_string()
     } else {
         match (&req.host_memory, base) {

@@ -37,11 +37,12 @@ use chd::runtime::gemm::DeviceLoadError;
 use chd::runtime::gemm::DeviceLoader;
 use chd::runtime::pair::{PairParams, PairProbe};
 use chd::runtime::select::Opened;
-use chd::runtime::{self, DeviceCopyParams, Direction, HostMemory, ProbeError};
+use chd::runtime::{self, DeviceCopyParams, ProbeError};
 use chd::store::{unix_now, CellKey};
 use chd::topology::natural::natural_key;
 use chd::topology::pci_link::{DeviceLinks, Link};
 use chd::topology::Topology;
+use chd::vocab::{Direction, HostMemory};
 
 /// Run a `chd probe` subcommand.
 pub fn run(request: ProbeRequest) -> anyhow::Result<()> {

@@ -367,7 +367,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 
     let cells = export_cells(&config, universe.len());
     // Where each ordered pair's peer copies go, read once: the PCI tree does not change.
-    let p2p_paths = Arc::new(if backend.name() == "host" {
+    let p2p_paths = Arc::new(if !backend.capabilities().peer_copies {
         BTreeMap::new()
     } else {
         p2p_paths(&config.roots.sysfs, backend.devices())

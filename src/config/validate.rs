@@ -13,8 +13,8 @@ use super::schema::{ExpositionLayer, Layer, ProbeLayer, RuntimeLayer, ScheduleLa
 use super::{Config, ExpositionConfig, ProbeConfig, ScheduleConfig};
 use crate::exposition::server::ServerSettings;
 use crate::runtime::select::RuntimeConfig;
-use crate::runtime::Direction;
 use crate::topology::{CpuSelection, PairSelection, Roots};
+use crate::vocab::Direction;
 
 /// The most MiB one copy (`probe.sizes_mib`) may move.
 const MAX_SIZE_MIB: u64 = 64 * 1024;

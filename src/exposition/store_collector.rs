@@ -19,13 +19,14 @@ use crate::analysis::cell::NodeOf;
 use crate::analysis::link::link_efficiencies;
 use crate::analysis::live;
 use crate::analysis::{Cell, DeviceColumn, H2dMatrix, NumaMap, StoreAnalysis};
-use crate::runtime::{DeviceInfo, Direction};
+use crate::runtime::DeviceInfo;
 use crate::stats::Summary;
 use crate::store::{unix_now, CellKey, P2pKey, SharedStore, Store};
 use crate::topology::cpulist;
 use crate::topology::pci_link::Link;
 use crate::topology::pci_path::PathClass;
 use crate::topology::Topology;
+use crate::vocab::Direction;
 
 /// A label value: a borrowed string or an integer, encoded without allocating.
 #[derive(Debug, Clone, Copy)]

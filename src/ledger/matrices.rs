@@ -15,7 +15,7 @@ fn age(cell: &Cell, now: f64) -> Option<f64> {
 
 /// One matrix per (size, direction), its cells by CPU then device in natural order.
 pub fn h2d(cells: &BTreeMap<CellKey, Cell>, now: f64) -> Vec<doc::H2dMatrix> {
-    let mut by: BTreeMap<(u64, crate::runtime::Direction), Vec<doc::H2dCell>> = BTreeMap::new();
+    let mut by: BTreeMap<(u64, crate::vocab::Direction), Vec<doc::H2dCell>> = BTreeMap::new();
     for (k, c) in cells {
         by.entry((k.size_bytes, k.direction))
             .or_default()

@@ -110,9 +110,10 @@ pub fn to_json(ledger: &impl serde::Serialize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::{DeviceInfo, Direction};
+    use crate::runtime::DeviceInfo;
     use crate::store::{CellKey, Sample, Store};
     use crate::topology::{Cpu, NumaNode, Topology};
+    use crate::vocab::Direction;
     use std::collections::BTreeMap;
 
     pub(crate) fn topology(cpus: u32, per_node: u32) -> Topology {

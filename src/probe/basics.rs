@@ -12,8 +12,9 @@ use crate::analysis::basics::Op;
 use crate::format::run_dir::SlotId;
 use crate::runtime::gemm::{DeviceLoader, GemmError, MatmulParams};
 use crate::runtime::pair::{PairParams, PairProbe};
-use crate::runtime::{Backend, DeviceCopyParams, Direction, HostMemory, ProbeError};
+use crate::runtime::{Backend, DeviceCopyParams, ProbeError};
 use crate::store::CellKey;
+use crate::vocab::{Direction, HostMemory};
 
 /// What measures a basics run's slots.
 pub struct BasicsProbe {

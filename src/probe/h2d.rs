@@ -8,8 +8,9 @@
 //! buffer is pinned once per group instead of once per cell (the seed's batch order).
 
 use crate::affinity::{self, Binding};
-use crate::runtime::{Backend, CopyParams, HostMemory, HostStaging, ProbeError};
+use crate::runtime::{Backend, CopyParams, HostStaging, ProbeError};
 use crate::store::CellKey;
+use crate::vocab::HostMemory;
 
 /// Bind the calling thread to exactly `cpu` (verified), as a [`ProbeError::Bind`] if not.
 pub(crate) fn bind(cpu: u32) -> Result<Binding, ProbeError> {
@@ -105,8 +106,8 @@ impl<'a> CellGroup<'a> {
 mod tests {
     use super::*;
     use crate::runtime::host::HostBackend;
-    use crate::runtime::Direction;
     use crate::topology::{Cpu, NumaNode, Topology};
+    use crate::vocab::Direction;
 
     fn backend() -> HostBackend {
         HostBackend::new(&Topology {

@@ -9,8 +9,8 @@ pub mod oneshot;
 pub mod pairs;
 pub mod sweep;
 
-use crate::runtime::Direction;
 use crate::store::CellKey;
+use crate::vocab::Direction;
 
 /// Every copy cell for these CPUs, devices, sizes and directions.
 pub fn copy_cells(

@@ -7,8 +7,9 @@
 use crate::affinity;
 use crate::format::run_dir::{RunPlan, SlotId, SWEEP_ALLGATHER};
 use crate::runtime::pair::{PairParams, PairProbe};
-use crate::runtime::{Backend, DeviceCopyParams, Direction, HostMemory, ProbeError};
+use crate::runtime::{Backend, DeviceCopyParams, ProbeError};
 use crate::store::CellKey;
+use crate::vocab::{Direction, HostMemory};
 
 /// The same-device copy of a sweep.
 pub const SWEEP_D2D: &str = "d2d";

@@ -367,7 +367,7 @@ mod tests {
                 cpu: 5,
                 device: "numa0".into(),
                 size_bytes: 1 << 20,
-                direction: crate::runtime::Direction::H2d,
+                direction: crate::vocab::Direction::H2d,
             },
             Sample {
                 bytes_per_second: 1e10,

@@ -201,7 +201,7 @@ mod tests {
             match id.kind {
                 MatrixKind::H2d => {
                     let from_ds = H2dMatrix::of(&cells, &numa);
-                    let key = (id.size_bytes, crate::runtime::Direction::H2d);
+                    let key = (id.size_bytes, crate::vocab::Direction::H2d);
                     let from_store = H2dMatrix::of(&live_h2d[&key], &numa);
                     assert_eq!(from_ds.devices, from_store.devices);
                     assert_eq!(from_ds.segments, from_store.segments);
@@ -241,7 +241,7 @@ mod tests {
             }
         }
         // What differs is what a store keeps of failures: attempts since the last success.
-        let key = (1, crate::runtime::Direction::H2d);
+        let key = (1, crate::vocab::Direction::H2d);
         let live_matrix = H2dMatrix::of(&live_h2d[&key], &numa);
         let failed: Vec<(u32, &str, usize)> = live_matrix
             .failures

@@ -7,10 +7,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::format::cluster_health::{self, RecordedCpu, Recording, Rejected};
 use crate::format::run_dir::{DeviceMeta, MatrixKind, RunFile, SampleRecord};
-use crate::runtime::Direction;
 use crate::stats;
 use crate::store::{CellKey, D2dKey, PairKey, Sample, Store};
 use crate::topology::pci_link::{Link, LinkState};
+use crate::vocab::Direction;
 
 /// Which matrix a cell belongs to. For a pair matrix `pair` names the device pair.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -58,6 +58,10 @@ impl Backend for HostBackend {
         "host"
     }
 
+    fn capabilities(&self) -> super::Capabilities {
+        super::Capabilities::HOST
+    }
+
     fn devices(&self) -> &[DeviceInfo] {
         &self.devices
     }

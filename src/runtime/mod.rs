@@ -22,37 +22,13 @@ mod same_device_copy;
 pub mod select;
 pub mod telemetry;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 pub use peer_copy::PeerCopy;
 
-/// Direction of a copy between host memory local to the probing CPU and the device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Direction {
-    H2d,
-    D2h,
-}
-
-impl Direction {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Direction::H2d => "h2d",
-            Direction::D2h => "d2h",
-        }
-    }
-}
-
-impl std::str::FromStr for Direction {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "h2d" => Ok(Direction::H2d),
-            "d2h" => Ok(Direction::D2h),
-            other => Err(format!("unknown direction {other:?}: expected h2d or d2h")),
-        }
-    }
-}
+/// The copy direction and host memory kind are the vocabulary's (`crate::vocab`); the
+/// runtime takes them in its copy parameters.
+pub use crate::vocab::{Direction, HostMemory};
 
 /// One device a backend can copy to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -67,39 +43,6 @@ pub struct DeviceInfo {
     pub pci_bus_id: String,
     /// NUMA node the device sits on, as sysfs declares it.
     pub numa_node: Option<u32>,
-}
-
-/// Host memory for the host side of a copy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum HostMemory {
-    /// Page-locked memory from the runtime (cudaHostAlloc, aclrtMallocHost): the default,
-    /// what training frameworks stage through.
-    #[default]
-    Pinned,
-    /// Ordinary pageable memory.
-    Pageable,
-}
-
-impl HostMemory {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HostMemory::Pinned => "pinned",
-            HostMemory::Pageable => "pageable",
-        }
-    }
-}
-
-impl std::str::FromStr for HostMemory {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "pinned" => Ok(HostMemory::Pinned),
-            "pageable" => Ok(HostMemory::Pageable),
-            other => Err(format!(
-                "unknown host memory {other:?}: expected pinned or pageable"
-            )),
-        }
-    }
 }
 
 /// How one cell is measured: warm-up copies, then `iterations` timed copies of `size_bytes`.
@@ -180,9 +123,38 @@ pub(crate) fn device_index(devices: &[DeviceInfo], device: &str) -> Result<i32, 
 }
 
 /// An accelerator runtime (or the host stand-in) that can time copies.
+/// What a backend can do beyond copying between host memory and its devices: asked, instead
+/// of its name, wherever a plan or a window depends on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Copies can stage through page-locked host memory from the runtime (`pinned`); the
+    /// host backend copies between ordinary (`pageable`) memory only.
+    pub pinned_host_memory: bool,
+    /// Peer copies between two of its devices ([`Backend::measure_peer_copy`]) mean a link
+    /// between two accelerators; the host backend's devices are NUMA nodes of one memory.
+    pub peer_copies: bool,
+}
+
+impl Capabilities {
+    /// An accelerator runtime's (CUDA, ACL).
+    pub const ACCELERATOR: Capabilities = Capabilities {
+        pinned_host_memory: true,
+        peer_copies: true,
+    };
+    /// The host backend's: ordinary memory, no peer links.
+    pub const HOST: Capabilities = Capabilities {
+        pinned_host_memory: false,
+        peer_copies: false,
+    };
+}
+
 pub trait Backend: Send + Sync {
     /// `host`, `cuda`, `acl`: the `backend` label.
     fn name(&self) -> &'static str;
+    /// What it can do beyond copying to its devices (an accelerator runtime's unless it says).
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::ACCELERATOR
+    }
     /// Devices in runtime order.
     fn devices(&self) -> &[DeviceInfo];
     /// Measure one copy cell on the calling thread, which the caller has already bound to the

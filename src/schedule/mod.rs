@@ -27,10 +27,11 @@ use tokio::sync::watch;
 
 use crate::runtime::pair::{PairParams, PairProbe};
 use crate::runtime::telemetry::DeviceTelemetry;
-use crate::runtime::{Backend, HostMemory};
+use crate::runtime::Backend;
 use crate::store::{CellKey, D2dKey, P2pKey, SharedStore, Store};
 use crate::topology::pci_link::DeviceLinks;
 use crate::topology::{Roots, Topology};
+use crate::vocab::HostMemory;
 use d2d_window::{D2dCell, D2dWindowSpec};
 use gate::{Closed, CpuGate, CpuTimes};
 use metrics::ProbeMetrics;
@@ -235,7 +236,7 @@ impl Scheduler {
     /// The window's one ordered peer copy cell (`probe.p2p_size_mib`; none when it is 0, on
     /// the host backend, or with fewer than two devices): see [`next_p2p_pair`].
     fn p2p_cell<R: rand::Rng + ?Sized>(&self, store: &Store, rng: &mut R) -> Option<P2pCell> {
-        if self.probe.p2p_size_bytes == 0 || self.backend.name() == "host" {
+        if self.probe.p2p_size_bytes == 0 || !self.backend.capabilities().peer_copies {
             return None;
         }
         let devices = self.backend.devices();

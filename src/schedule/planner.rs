@@ -81,8 +81,8 @@ pub fn plan<R: Rng + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::Direction;
     use crate::store::Sample;
+    use crate::vocab::Direction;
     use rand::SeedableRng;
 
     fn key(cpu: u32) -> CellKey {

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use crate::runtime::Direction;
 use crate::topology::{CpuSelection, PairSelection};
+use crate::vocab::Direction;
 
 /// When probe windows open and how long they may take.
 #[derive(Debug, Clone, PartialEq)]

@@ -16,10 +16,11 @@ use super::metrics::ProbeMetrics;
 use super::p2p_window::{self, P2pWindowSpec};
 use crate::affinity;
 use crate::probe::h2d;
-use crate::runtime::{Backend, Direction, HostMemory, ProbeError};
+use crate::runtime::{Backend, ProbeError};
 use crate::stats;
 use crate::store::{unix_now, CellKey, Sample, SharedStore, Store};
 use crate::topology::pci_link::DeviceLinks;
+use crate::vocab::{Direction, HostMemory};
 
 /// What a window should do.
 #[derive(Debug, Clone)]

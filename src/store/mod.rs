@@ -8,9 +8,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use crate::runtime::Direction;
 use crate::stats;
 use crate::topology::pci_link::Link;
+use crate::vocab::Direction;
 
 /// One cell of the core x device copy matrix.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -230,8 +230,8 @@ fn ensure_writable(dir: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::Direction;
     use crate::store::Sample;
+    use crate::vocab::Direction;
 
     fn sample_store() -> Store {
         let mut s = Store::default();

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use crate::chd_process::run_chd as chd;
 use crate::chd_process::text;
 use crate::common::{assert_ok, lines_in};
-use crate::golden::assert_golden;
 use crate::fake;
+use crate::golden::assert_golden;
 
 const KINDS: [&str; 6] = ["h2d", "pair", "d2d", "p2p", "sweep", "basics"];
 
