@@ -518,8 +518,8 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
-    /// These flags as the library's run options; the caller fills in `cpus`, `sizes`,
-    /// `warmup`, `iterations` and `repeats` (their help differs per subcommand).
+    /// These flags as the one-shot driver's run options (the planning flags, whose help
+    /// differs per subcommand, go into the kind's request).
     fn options(&self, cli: &Cli) -> crate::commands::request::RunOptions {
         crate::commands::request::RunOptions {
             layer: cli.runtime_layer(&self.runtime),
@@ -528,7 +528,6 @@ impl RunArgs {
             format: self.format.clone(),
             no_report: self.no_report,
             no_progress_bar: self.no_progress_bar,
-            ..Default::default()
         }
     }
 }
@@ -775,93 +774,94 @@ impl Cli {
 
     /// `chd probe`'s flags as the library's request.
     pub fn probe_request(&self, probe: &ProbeCommand) -> crate::commands::request::ProbeRequest {
-        use crate::commands::request::{
-            AffinityRequest, BasicsRequest, D2dRequest, H2dRequest, P2pRequest, PairRequest,
-            ProbeRequest, RunOptions, SweepRequest,
+        use crate::commands::request::{AffinityRequest, ProbeRequest};
+        use chd::probe::plan::Common;
+        use chd::probe::{basics, d2d, h2d, p2p, pairs, sweep};
+        let counts = |warmup, iterations, repeats| Common {
+            warmup,
+            iterations,
+            repeats,
+            ..Common::default()
         };
         match probe {
-            ProbeCommand::H2d(a) => ProbeRequest::H2d(H2dRequest {
-                run: RunOptions {
-                    cpus: a.cpus.clone(),
-                    sizes: a.sizes.clone(),
-                    warmup: a.warmup,
-                    iterations: a.iterations,
-                    repeats: a.repeats,
-                    ..a.run.options(self)
+            ProbeCommand::H2d(a) => ProbeRequest::H2d(
+                a.run.options(self),
+                h2d::Request {
+                    common: Common {
+                        cpus: a.cpus.clone(),
+                        sizes: a.sizes.clone(),
+                        ..counts(a.warmup, a.iterations, a.repeats)
+                    },
+                    devices: a.devices.clone(),
+                    directions: a.directions.clone(),
+                    host_memory: a
+                        .memory
+                        .clone()
+                        .or_else(|| a.run.runtime.host_memory.clone()),
+                    loads: a.loads.clone(),
                 },
-                devices: a.devices.clone(),
-                directions: a.directions.clone(),
-                host_memory: a
-                    .memory
-                    .clone()
-                    .or_else(|| a.run.runtime.host_memory.clone()),
-                loads: a.loads.clone(),
-            }),
-            ProbeCommand::Pair(a) => ProbeRequest::Pair(PairRequest {
-                run: RunOptions {
-                    cpus: a.cpus.clone(),
-                    sizes: a.sizes.clone(),
-                    warmup: a.warmup,
-                    iterations: a.iterations,
-                    repeats: a.repeats,
-                    ..a.run.options(self)
+            ),
+            ProbeCommand::Pair(a) => ProbeRequest::Pair(
+                a.run.options(self),
+                pairs::Request {
+                    common: Common {
+                        cpus: a.cpus.clone(),
+                        sizes: a.sizes.clone(),
+                        ..counts(a.warmup, a.iterations, a.repeats)
+                    },
+                    pairs: a.pairs.clone(),
+                    timeout: a.timeout.clone(),
                 },
-                pairs: a.pairs.clone(),
-                timeout: a.timeout.clone(),
-            }),
-            ProbeCommand::Basics(a) => ProbeRequest::Basics(BasicsRequest {
-                run: RunOptions {
-                    warmup: a.warmup,
-                    iterations: a.iterations,
-                    repeats: a.repeats,
-                    ..a.run.options(self)
+            ),
+            ProbeCommand::Basics(a) => ProbeRequest::Basics(
+                a.run.options(self),
+                basics::Request {
+                    common: counts(a.warmup, a.iterations, a.repeats),
+                    devices: a.devices.clone(),
+                    ops: a.ops.clone(),
+                    size: a.size.clone(),
+                    matrix_side: a.matrix_side,
+                    loads: a.loads.clone(),
                 },
-                devices: a.devices.clone(),
-                ops: a.ops.clone(),
-                size: a.size.clone(),
-                matrix_side: a.matrix_side,
-                loads: a.loads.clone(),
-            }),
-            ProbeCommand::Sweep(a) => ProbeRequest::Sweep(SweepRequest {
-                run: RunOptions {
-                    warmup: a.warmup,
-                    iterations: a.iterations,
-                    repeats: a.repeats,
-                    ..a.run.options(self)
+            ),
+            ProbeCommand::Sweep(a) => ProbeRequest::Sweep(
+                a.run.options(self),
+                sweep::Request {
+                    common: counts(a.warmup, a.iterations, a.repeats),
+                    devices: a.devices.clone(),
+                    cpu: a.cpu,
+                    from: a.from.clone(),
+                    to: a.to.clone(),
+                    ops: a.ops.clone(),
+                    peer: a.peer.clone(),
+                    host_memory: a
+                        .memory
+                        .clone()
+                        .or_else(|| a.run.runtime.host_memory.clone()),
                 },
-                devices: a.devices.clone(),
-                cpu: a.cpu,
-                from: a.from.clone(),
-                to: a.to.clone(),
-                ops: a.ops.clone(),
-                peer: a.peer.clone(),
-                host_memory: a
-                    .memory
-                    .clone()
-                    .or_else(|| a.run.runtime.host_memory.clone()),
-            }),
-            ProbeCommand::P2p(a) => ProbeRequest::P2p(P2pRequest {
-                run: RunOptions {
-                    cpus: a.cpu.map(|c| c.to_string()),
-                    sizes: a.size.clone().map(|s| vec![s]),
-                    warmup: a.warmup,
-                    iterations: a.iterations,
-                    repeats: a.repeats,
-                    ..a.run.options(self)
+            ),
+            ProbeCommand::P2p(a) => ProbeRequest::P2p(
+                a.run.options(self),
+                p2p::Request {
+                    common: Common {
+                        cpus: a.cpu.map(|c| c.to_string()),
+                        sizes: a.size.clone().map(|s| vec![s]),
+                        ..counts(a.warmup, a.iterations, a.repeats)
+                    },
+                    devices: a.devices.clone(),
                 },
-                devices: a.devices.clone(),
-            }),
-            ProbeCommand::D2d(a) => ProbeRequest::D2d(D2dRequest {
-                run: RunOptions {
-                    sizes: a.sizes.clone(),
-                    warmup: a.warmup,
-                    iterations: a.iterations,
-                    repeats: a.repeats,
-                    ..a.run.options(self)
+            ),
+            ProbeCommand::D2d(a) => ProbeRequest::D2d(
+                a.run.options(self),
+                d2d::Request {
+                    common: Common {
+                        sizes: a.sizes.clone(),
+                        ..counts(a.warmup, a.iterations, a.repeats)
+                    },
+                    devices: a.devices.clone(),
+                    loads: a.loads.clone(),
                 },
-                devices: a.devices.clone(),
-                loads: a.loads.clone(),
-            }),
+            ),
             ProbeCommand::Affinity(a) => ProbeRequest::Affinity(AffinityRequest {
                 layer: self.global_layer(),
                 cpus: a.cpus.clone(),
@@ -971,7 +971,7 @@ mod tests {
 
     #[test]
     fn probe_help_states_its_measurement_defaults_and_why_serve_differs() {
-        use crate::commands::plan::{DEFAULT_ITERATIONS, DEFAULT_REPEATS, DEFAULT_WARMUP};
+        use chd::probe::plan::{DEFAULT_ITERATIONS, DEFAULT_REPEATS, DEFAULT_WARMUP};
         for kind in ["h2d", "pair", "p2p"] {
             let help = long_help(&["probe", kind]);
             for stated in [

@@ -93,11 +93,18 @@ string_serde!(DeviceId);
 /// Two different devices that run one collective together, written `A,B` (the `pair` label,
 /// `chd probe pair --pair 0,5`): rank 0 on `first`, rank 1 on `second`. The pair is
 /// unordered as a link (`0,5` and `5,0` join the same devices: [`DevicePair::same_devices`])
-/// but keeps the order it was given in, which is the rank order.
+/// but keeps the order it was given in, which is the rank order. It holds its label, so it
+/// reads as the `&str` the labels and the analysis take without allocating.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DevicePair {
-    first: DeviceId,
-    second: DeviceId,
+    label: String,
+    /// Where the separator is in `label`.
+    at: usize,
+}
+
+/// Two different device ids joined by `sep` into one label.
+fn joined(first: &DeviceId, second: &DeviceId, sep: char) -> (String, usize) {
+    (format!("{first}{sep}{second}"), first.0.len())
 }
 
 impl DevicePair {
@@ -108,28 +115,48 @@ impl DevicePair {
                 "\"{first},{second}\" names device {first} twice; a pair is two devices"
             )));
         }
-        Ok(DevicePair { first, second })
+        let (label, at) = joined(&first, &second, ',');
+        Ok(DevicePair { label, at })
+    }
+
+    /// The pair of two different devices in ascending order (numerically when both ids are
+    /// numbers, `9,10`; else by their text, `numa0,numa1`): how chd labels a configured pair.
+    pub fn ascending(a: DeviceId, b: DeviceId) -> Result<DevicePair, ParseError> {
+        let swap = match (a.0.parse::<u64>(), b.0.parse::<u64>()) {
+            (Ok(x), Ok(y)) => x > y,
+            _ => a > b,
+        };
+        if swap {
+            DevicePair::new(b, a)
+        } else {
+            DevicePair::new(a, b)
+        }
     }
 
     /// Rank 0's device.
-    pub fn first(&self) -> &DeviceId {
-        &self.first
+    pub fn first(&self) -> &str {
+        &self.label[..self.at]
     }
 
     /// Rank 1's device.
-    pub fn second(&self) -> &DeviceId {
-        &self.second
+    pub fn second(&self) -> &str {
+        &self.label[self.at + 1..]
     }
 
     /// Both devices, rank 0's first.
-    pub fn devices(&self) -> [&DeviceId; 2] {
-        [&self.first, &self.second]
+    pub fn devices(&self) -> [&str; 2] {
+        [self.first(), self.second()]
+    }
+
+    /// The label, `A,B`.
+    pub fn as_str(&self) -> &str {
+        &self.label
     }
 
     /// Whether `other` joins the same two devices, in either order.
     pub fn same_devices(&self, other: &DevicePair) -> bool {
-        (self.first == other.first && self.second == other.second)
-            || (self.first == other.second && self.second == other.first)
+        (self.first() == other.first() && self.second() == other.second())
+            || (self.first() == other.second() && self.second() == other.first())
     }
 }
 
@@ -153,7 +180,7 @@ impl FromStr for DevicePair {
 
 impl fmt::Display for DevicePair {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{},{}", self.first, self.second)
+        f.write_str(&self.label)
     }
 }
 
@@ -161,11 +188,12 @@ string_serde!(DevicePair);
 
 /// An ordered pair of different devices, written `SRC>DST`: a peer copy from a buffer of
 /// `src` into a buffer of `dst`, issued on a stream of `src` (`chd probe p2p`, the `src` and
-/// `dst` labels). `0>5` and `5>0` are two different cells.
+/// `dst` labels). `0>5` and `5>0` are two different cells. Like [`DevicePair`] it holds its
+/// label.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct OrderedPair {
-    pub src: DeviceId,
-    pub dst: DeviceId,
+    label: String,
+    at: usize,
 }
 
 impl OrderedPair {
@@ -176,15 +204,29 @@ impl OrderedPair {
                 "\"{src}>{dst}\" copies device {src} into itself; a peer copy joins two devices"
             )));
         }
-        Ok(OrderedPair { src, dst })
+        let (label, at) = joined(&src, &dst, '>');
+        Ok(OrderedPair { label, at })
+    }
+
+    /// The device copied from.
+    pub fn src(&self) -> &str {
+        &self.label[..self.at]
+    }
+
+    /// The device copied into.
+    pub fn dst(&self) -> &str {
+        &self.label[self.at + 1..]
+    }
+
+    /// The label, `SRC>DST`.
+    pub fn as_str(&self) -> &str {
+        &self.label
     }
 
     /// The same two devices the other way round.
     pub fn reversed(&self) -> OrderedPair {
-        OrderedPair {
-            src: self.dst.clone(),
-            dst: self.src.clone(),
-        }
+        let (label, at) = (format!("{}>{}", self.dst(), self.src()), self.dst().len());
+        OrderedPair { label, at }
     }
 }
 
@@ -203,7 +245,7 @@ impl FromStr for OrderedPair {
 
 impl fmt::Display for OrderedPair {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}>{}", self.src, self.dst)
+        f.write_str(&self.label)
     }
 }
 
@@ -319,6 +361,18 @@ impl fmt::Display for Bandwidth {
     }
 }
 
+/// A size in the words of reports and labels: `64MiB`, `1GiB`, `512KiB`, `100B` (binary
+/// units, the largest that divides it).
+pub fn size_label(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    for (unit, name) in UNITS {
+        if bytes >= unit && bytes % unit == 0 {
+            return format!("{}{name}", bytes / unit);
+        }
+    }
+    format!("{bytes}B")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -326,12 +380,19 @@ mod tests {
     #[test]
     fn pairs_parse_print_and_refuse_what_is_not_a_pair() {
         let p: DevicePair = "0,5".parse().unwrap();
-        assert_eq!((p.first().as_str(), p.second().as_str()), ("0", "5"));
+        assert_eq!((p.first(), p.second()), ("0", "5"));
+        assert_eq!(p.as_str(), "0,5");
         assert_eq!(p.to_string(), "0,5");
         assert!(p.same_devices(&"5,0".parse().unwrap()));
+        let id = |s: &str| s.parse::<DeviceId>().unwrap();
+        let up = |a, b| DevicePair::ascending(id(a), id(b)).unwrap().to_string();
+        assert_eq!(up("5", "0"), "0,5");
+        assert_eq!(up("10", "9"), "9,10");
+        assert_eq!(up("numa1", "numa0"), "numa0,numa1");
+        assert!(DevicePair::ascending(id("3"), id("3")).is_err());
         assert!(!p.same_devices(&"0,6".parse().unwrap()));
         let o: OrderedPair = "numa0>numa1".parse().unwrap();
-        assert_eq!((o.src.as_str(), o.dst.as_str()), ("numa0", "numa1"));
+        assert_eq!((o.src(), o.dst()), ("numa0", "numa1"));
         assert_eq!(o.reversed().to_string(), "numa1>numa0");
         for (text, expected) in [
             ("0", "\"0\" is not a device pair like 0,5"),
@@ -368,6 +429,15 @@ mod tests {
             HostMemory::Pageable
         );
         assert!(serde_json::from_str::<DeviceId>("\"\"").is_err());
+    }
+
+    #[test]
+    fn sizes_are_labelled_in_the_largest_binary_unit_that_divides_them() {
+        assert_eq!(size_label(64 << 20), "64MiB");
+        assert_eq!(size_label(1 << 30), "1GiB");
+        assert_eq!(size_label(3 << 29), "1536MiB");
+        assert_eq!(size_label(512 << 10), "512KiB");
+        assert_eq!(size_label(100), "100B");
     }
 
     #[test]

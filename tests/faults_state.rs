@@ -254,7 +254,7 @@ fn full_and_read_only_state_dir_cost_no_cell() {
     let m = Metrics::parse(&again.scrape());
     assert_eq!(served_cells(&m), cells);
     let store = chd::store::persist::decode(&saved).unwrap();
-    for (key, cell) in &store.h2d {
+    for (key, cell) in store.h2d() {
         let Some(median) = cell.median() else {
             continue;
         };

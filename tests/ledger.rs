@@ -256,8 +256,8 @@ fn a_state_directory_gives_ages_and_the_bindable_cpus() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = Store::default();
     let now = unix_now();
+    store.set_cpu_numa((0..4u32).map(|cpu| (cpu, cpu / 2)).collect());
     for cpu in 0..4u32 {
-        store.cpu_numa.insert(cpu, cpu / 2);
         for (device, gbps) in [("0", 50.0), ("1", if cpu < 2 { 50.0 } else { 20.0 })] {
             store.record_sample(
                 CellKey {

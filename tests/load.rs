@@ -166,8 +166,8 @@ fn seed_store() -> Store {
     store.record_bindable(&verdicts, now - 60.0);
     store.record_success("h2d", now - 60.0);
     store.record_success("affinity", now - 60.0);
-    store.cpu_numa = (0..SEED_CPUS).map(|c| (c, c / 80)).collect();
-    assert_eq!(store.h2d.len(), SEED_CELLS);
+    store.set_cpu_numa((0..SEED_CPUS).map(|c| (c, c / 80)).collect());
+    assert_eq!(store.h2d().len(), SEED_CELLS);
     store
 }
 
@@ -558,7 +558,7 @@ fn probe_threads(seen: &Schedstats, from: f64, to: f64) -> ThreadTimes {
 /// The median of the samples of each live cell recorded in `from..to` (unix seconds).
 fn cell_medians(store: &Store, live: &[u32], from: f64, to: f64) -> BTreeMap<CellKey, f64> {
     store
-        .h2d
+        .h2d()
         .iter()
         .filter(|(k, _)| live.contains(&k.cpu))
         .filter_map(|(k, cell)| {

@@ -164,7 +164,7 @@ fn scrape(shape: Shape, cells: bool) -> String {
             bytes_per_second: 4.0e11 + i as f64,
             at: now,
         };
-        store.record_d2d_sample(key, sample, 5);
+        store.record_sample(key, sample, 5);
     }
     store.record_success("d2d", now);
     // Every ordered device pair's peer copy cell (one pair per window; after N x (N - 1)
@@ -172,15 +172,12 @@ fn scrape(shape: Shape, cells: bool) -> String {
     let mut p2p_paths = BTreeMap::new();
     for a in &devices {
         for b in devices.iter().filter(|b| b.id != a.id) {
-            let key = P2pKey {
-                src: a.id.clone(),
-                dst: b.id.clone(),
-            };
+            let key: P2pKey = format!("{}>{}", a.id, b.id).parse().unwrap();
             let sample = Sample {
                 bytes_per_second: 2.0e10 + p2p_paths.len() as f64,
                 at: now,
             };
-            store.record_p2p_sample(key.clone(), sample, 5);
+            store.record_sample(key.clone(), sample, 5);
             let path = if a.numa_node == b.numa_node {
                 PathClass::Pix
             } else {
@@ -206,11 +203,13 @@ fn scrape(shape: Shape, cells: bool) -> String {
         };
         store.record_link(&device, link, now);
     }
-    store.cpu_numa = topology
-        .cpus
-        .iter()
-        .filter_map(|c| Some((c.id, c.numa_node?)))
-        .collect();
+    store.set_cpu_numa(
+        topology
+            .cpus
+            .iter()
+            .filter_map(|c| Some((c.id, c.numa_node?)))
+            .collect(),
+    );
 
     let mut registry = Registry::default();
     let metrics = ProbeMetrics::register(&mut registry);

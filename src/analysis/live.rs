@@ -13,7 +13,7 @@ use super::measured_node::measured_nodes;
 use super::pair::PairMatrix;
 use crate::store::{self, CellKey, Store};
 use crate::topology::Topology;
-use crate::vocab::Direction;
+use crate::vocab::{DevicePair, Direction};
 
 /// A core x device matrix of a store: (size in bytes, direction).
 pub type MatrixKey = (u64, Direction);
@@ -44,7 +44,7 @@ fn live<'s>(cpu: u32, peer_cpu: Option<u32>, device: &'s str, cell: &'s store::C
 /// Every core x device cell of `store`, in the store's order (CPU, device, size, direction).
 pub fn h2d_cells(store: &Store) -> Vec<(&CellKey, Cell<'_>)> {
     store
-        .h2d
+        .h2d()
         .iter()
         .map(|(k, c)| (k, live(k.cpu, None, &k.device, c)))
         .collect()
@@ -64,10 +64,13 @@ pub fn by_matrix<'v, 's>(
 /// Every core-pair cell of `store` by pair label, each pair's by (rank 0 CPU, rank 1 CPU).
 pub fn pair_cells(store: &Store) -> BTreeMap<&str, Vec<Cell<'_>>> {
     let mut out: BTreeMap<&str, Vec<Cell<'_>>> = BTreeMap::new();
-    for (k, c) in &store.pair {
-        out.entry(k.pair.as_str())
-            .or_default()
-            .push(live(k.cpu0, Some(k.cpu1), &k.pair, c));
+    for (k, c) in store.pairs() {
+        out.entry(k.pair.as_str()).or_default().push(live(
+            k.cpu0,
+            Some(k.cpu1),
+            k.pair.as_str(),
+            c,
+        ));
     }
     out
 }
@@ -76,7 +79,7 @@ pub fn pair_cells(store: &Store) -> BTreeMap<&str, Vec<Cell<'_>>> {
 /// to the typical device: `chd_d2d_device_ratio`). The CPU of a live cell is not kept (0).
 pub fn d2d_devices(store: &Store) -> BTreeMap<u64, D2dDevices> {
     let mut by_size: BTreeMap<u64, Vec<Cell<'_>>> = BTreeMap::new();
-    for (k, c) in &store.d2d {
+    for (k, c) in store.d2d() {
         by_size
             .entry(k.size_bytes)
             .or_default()
@@ -103,7 +106,7 @@ impl StoreAnalysis {
     pub fn of(
         h2d: &BTreeMap<MatrixKey, Vec<&Cell>>,
         pair_cells: &BTreeMap<&str, Vec<Cell>>,
-        pairs: &[String],
+        pairs: &[DevicePair],
         numa: &NumaMap,
     ) -> StoreAnalysis {
         let h2d: BTreeMap<MatrixKey, H2dMatrix> = h2d
@@ -118,7 +121,7 @@ impl StoreAnalysis {
             .iter()
             .map(|p| {
                 let cells = pair_cells.get(p.as_str()).map(Vec::as_slice).unwrap_or(&[]);
-                (p.clone(), PairMatrix::of(cells, numa))
+                (p.to_string(), PairMatrix::of(cells, numa))
             })
             .collect();
         StoreAnalysis {

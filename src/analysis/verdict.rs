@@ -8,6 +8,7 @@
 //! Each cause has a stable id, so a scheduler-facing layer can hold a verdict steady across
 //! windows (`schedule::verdict`'s hysteresis).
 
+use crate::vocab::DevicePair;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -234,14 +235,14 @@ pub fn causes(analysis: &StoreAnalysis, inputs: &Inputs<'_>) -> Vec<Cause> {
 pub fn causes_of_store(
     store: &Store,
     numa: &NumaMap,
-    pairs: &[String],
+    pairs: &[DevicePair],
     observed: &Observed,
 ) -> (Vec<Cause>, BTreeMap<String, u32>) {
     let h2d = live::h2d_cells(store);
     let pair_cells = live::pair_cells(store);
     let analysis = StoreAnalysis::of(&live::by_matrix(&h2d), &pair_cells, pairs, numa);
     let unbindable: Vec<u32> = store
-        .bindable
+        .bindable()
         .iter()
         .filter(|(_, b)| !b.bindable)
         .map(|(&cpu, _)| cpu)

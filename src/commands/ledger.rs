@@ -164,7 +164,7 @@ pub struct CalibrationPage {
     pub host: String,
     pub backend: String,
     pub description: String,
-    pub pairs: Vec<String>,
+    pub pairs: Vec<chd::vocab::DevicePair>,
     pub recorded_links: BTreeMap<String, Link>,
     pub recorded_bindable: Vec<(u32, bool)>,
     pub load_profile_delta: BTreeMap<String, BTreeMap<String, f64>>,

@@ -3,8 +3,7 @@
 //! stdout; the library returns values and typed errors.
 //!
 //! - [`serve`]: `chd serve`, the exporter's wiring.
-//! - [`probe`]: `chd probe h2d` and `chd probe pair`, the one-shot driver.
-//! - [`plan`]: a run's plan from its flags (or the resumed run's plan).
+//! - [`probe`]: `chd probe h2d|pair|d2d|p2p|sweep|basics`, the one-shot driver.
 //! - [`affinity`]: `chd probe affinity`.
 //! - [`interrupt`]: Ctrl-C that lets the cell in flight finish (the binary's one `unsafe`).
 //! - [`progress`]: the progress bar or lines of a one-shot run.
@@ -19,7 +18,6 @@ pub mod affinity;
 pub mod check;
 pub mod interrupt;
 pub mod ledger;
-pub mod plan;
 pub mod probe;
 pub mod progress;
 pub mod report;

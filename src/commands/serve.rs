@@ -24,10 +24,9 @@ use chd::schedule::metrics::ProbeMetrics;
 use chd::schedule::verdict::{NfdFile, NodeVerdict, SharedVerdict};
 use chd::schedule::Scheduler;
 use chd::store::persist::{self, Loaded};
-use chd::store::{unix_now, CellKey, P2pKey, SharedStore, Store};
-use chd::topology::pci::sysfs_bdf;
-use chd::topology::pci_path::{class_of, PathClass};
+use chd::store::{unix_now, CellKey, SharedStore, Store};
 use chd::topology::Topology;
+use chd::vocab::{DeviceId, DevicePair};
 
 /// Threads of the async runtime's blocking pool: scrapes and `/matrix` pages (at most
 /// `exposition::server::CONCURRENT_RENDERS` at once), state saves and password checks.
@@ -53,7 +52,7 @@ pub fn universe(config: &Config, cpus: &[u32], backend: &dyn Backend) -> Vec<Cel
 fn open_pairs(
     config: &Config,
     opened: &runtime::select::Opened,
-) -> (Option<Arc<dyn runtime::pair::PairProbe>>, Vec<String>) {
+) -> (Option<Arc<dyn runtime::pair::PairProbe>>, Vec<DevicePair>) {
     if config.probe.pairs.is_empty() {
         return (None, Vec::new());
     }
@@ -76,13 +75,16 @@ fn open_pairs(
             tracing::info!(
                 method = probe.method(),
                 "core-pair probe on pairs {}",
-                pairs.join(" ")
+                pairs
+                    .iter()
+                    .map(DevicePair::as_str)
+                    .collect::<Vec<_>>()
+                    .join(" ")
             );
             // Know every pair's method from the start (peer copies: can the devices map each
             // other?), for the log and chd_pair_probe_info.
             for pair in &pairs {
-                let (a, b) = pair.split_once(',').unwrap_or((pair, ""));
-                match probe.pair_method([a, b]) {
+                match probe.pair_method(pair.devices()) {
                     Ok(method) if method == runtime::peer_access::COPY_STAGED => tracing::warn!(
                         pair = %pair,
                         method,
@@ -130,7 +132,7 @@ fn load_store(dir: &std::path::Path, topology: &Topology, backend: &dyn Backend)
                 |dev| backend.devices().iter().any(|d| d.id == dev),
             );
             tracing::info!(
-                cells = store.h2d.len(),
+                cells = store.h2d().len(),
                 dropped,
                 "restored state from {}",
                 persist::state_path(dir).display()
@@ -207,7 +209,7 @@ async fn run_replay(
     for e in &replay.errors {
         metrics.error(e.probe, &e.device, "recorded");
     }
-    let universe: Vec<CellKey> = replay.store.h2d.keys().cloned().collect();
+    let universe: Vec<CellKey> = replay.store.h2d().keys().cloned().collect();
     let cells = export_cells(&config, universe.len());
     // A recording does not change: its verdict is what it shows, named at once.
     let (causes, best_numa) = causes_of_store(
@@ -301,25 +303,6 @@ fn nfd_valid_for(interval: std::time::Duration) -> std::time::Duration {
     (interval * 5).max(std::time::Duration::from_secs(600))
 }
 
-/// The PCIe path class (`nvidia-smi topo -m`'s names) of every ordered pair of `devices`,
-/// from the sysfs PCI tree under `sysfs`.
-fn p2p_paths(sysfs: &std::path::Path, devices: &[DeviceInfo]) -> BTreeMap<P2pKey, PathClass> {
-    let place = |d: &DeviceInfo| (sysfs_bdf(&d.pci_bus_id), d.numa_node);
-    let mut out = BTreeMap::new();
-    for a in devices {
-        for b in devices.iter().filter(|b| b.id != a.id) {
-            let (pa, pb) = (place(a), place(b));
-            let class = class_of(sysfs, (&pa.0, pa.1), (&pb.0, pb.1));
-            let key = P2pKey {
-                src: a.id.clone(),
-                dst: b.id.clone(),
-            };
-            out.insert(key, class);
-        }
-    }
-    out
-}
-
 /// Run the exporter until a termination signal.
 pub async fn run(config: Config) -> anyhow::Result<()> {
     // A web config that cannot be honoured stops chd before it reads or probes anything.
@@ -370,15 +353,26 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let p2p_paths = Arc::new(if !backend.capabilities().peer_copies {
         BTreeMap::new()
     } else {
-        p2p_paths(&config.roots.sysfs, backend.devices())
+        let ids: Vec<DeviceId> = backend
+            .devices()
+            .iter()
+            .filter_map(|d| d.id.parse().ok())
+            .collect();
+        chd::probe::p2p::path_classes(
+            &chd::probe::p2p::ordered_pairs(&ids),
+            backend.devices(),
+            &config.roots.sysfs,
+        )
     });
 
     let mut loaded = load_store(&state_dir, &topology, &*backend);
-    loaded.cpu_numa = topology
-        .cpus
-        .iter()
-        .filter_map(|c| Some((c.id, c.numa_node?)))
-        .collect();
+    loaded.set_cpu_numa(
+        topology
+            .cpus
+            .iter()
+            .filter_map(|c| Some((c.id, c.numa_node?)))
+            .collect(),
+    );
     let store = Arc::new(RwLock::new(loaded));
     let mut registry = Registry::default();
     let metrics = ProbeMetrics::register(&mut registry);

@@ -11,12 +11,13 @@ use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
 
 use crate::runtime::pair::PairProbe;
+use crate::vocab::DevicePair;
 
 /// The pair probe and the pairs it measures.
 pub struct PairProbeView {
     pub probe: Arc<dyn PairProbe>,
     /// Configured `pair` labels.
-    pub pairs: Vec<String>,
+    pub pairs: Vec<DevicePair>,
 }
 
 impl std::fmt::Debug for PairProbeView {
@@ -41,7 +42,7 @@ impl Collector for PairProbeView {
             let known = held
                 .methods
                 .iter()
-                .find(|(p, _)| p == pair)
+                .find(|(p, _)| p == pair.as_str())
                 .map(|(_, m)| *m);
             let Some(method) = known.or(held.library) else {
                 continue;
@@ -112,7 +113,7 @@ mod tests {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(PairProbeView {
             probe: Arc::new(Fixed(held)),
-            pairs: pairs.iter().map(|p| p.to_string()).collect(),
+            pairs: pairs.iter().map(|p| p.parse().unwrap()).collect(),
         }));
         encode(&registry, Format::Prometheus).unwrap()
     }

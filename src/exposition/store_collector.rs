@@ -26,7 +26,7 @@ use crate::topology::cpulist;
 use crate::topology::pci_link::Link;
 use crate::topology::pci_path::PathClass;
 use crate::topology::Topology;
-use crate::vocab::Direction;
+use crate::vocab::{DevicePair, Direction};
 
 /// A label value: a borrowed string or an integer, encoded without allocating.
 #[derive(Debug, Clone, Copy)]
@@ -86,7 +86,7 @@ pub struct StoreView {
     /// Export every cell.
     pub cells: bool,
     /// Configured `pair` labels of the core-pair probe (empty: none).
-    pub pairs: Vec<String>,
+    pub pairs: Vec<DevicePair>,
     /// Export every core-pair cell.
     pub pair_cells: bool,
     /// The PCIe path class of each ordered device pair, read from sysfs once at start (a
@@ -340,7 +340,7 @@ impl StoreView {
             enc,
             "chd_p2p_bandwidth_bytes_per_second",
             "Peer copy bandwidth from device memory of src to device memory of dst: median of its recent samples",
-            store.p2p.iter().filter_map(|(k, c)| {
+            store.p2p().iter().filter_map(|(k, c)| {
                 let path = self
                     .p2p_paths
                     .get(k)
@@ -348,8 +348,8 @@ impl StoreView {
                     .unwrap_or(PathClass::Unknown);
                 Some((
                     [
-                        ("src", Value::Str(k.src.as_str())),
-                        ("dst", Value::Str(k.dst.as_str())),
+                        ("src", Value::Str(k.src())),
+                        ("dst", Value::Str(k.dst())),
                         ("path", Value::Str(path.as_str())),
                     ],
                     bytes_per_second(c.median()?),
@@ -363,7 +363,7 @@ impl StoreView {
             enc,
             "chd_cpu_bindable",
             "1 if binding a thread to exactly this CPU succeeded and read back as exactly this CPU",
-            store.bindable.iter().map(|(cpu, verdict)| {
+            store.bindable().iter().map(|(cpu, verdict)| {
                 (
                     [("cpu", Value::Int((*cpu).into()))],
                     i64::from(verdict.bindable),
@@ -375,7 +375,7 @@ impl StoreView {
             "chd_probe_last_success_timestamp_seconds",
             "End of the last probe window that measured at least one cell",
             store
-                .last_success
+                .last_success()
                 .iter()
                 .map(|(probe, at)| ([("probe", Value::Str(probe))], *at)),
         )
@@ -386,15 +386,15 @@ impl StoreView {
         let h2d = self
             .universe
             .iter()
-            .filter_map(|k| store.h2d.get(k).and_then(|c| c.last_sample_at()))
+            .filter_map(|k| store.h2d().get(k).and_then(|c| c.last_sample_at()))
             .collect();
         let affinity = self
             .affinity_cpus
             .iter()
-            .filter_map(|cpu| store.bindable.get(cpu).map(|v| v.at))
+            .filter_map(|cpu| store.bindable().get(cpu).map(|v| v.at))
             .collect();
         let pair = store
-            .pair
+            .pairs()
             .iter()
             .filter(|(k, _)| self.pairs.contains(&k.pair))
             .filter_map(|(_, c)| c.last_sample_at())
@@ -685,10 +685,7 @@ pub(crate) mod tests {
     #[test]
     fn p2p_cells_carry_their_path_class_and_failed_pairs_have_no_series() {
         let mut view = view(false);
-        let pair = |src: &str, dst: &str| P2pKey {
-            src: src.into(),
-            dst: dst.into(),
-        };
+        let pair = |src: &str, dst: &str| -> P2pKey { format!("{src}>{dst}").parse().unwrap() };
         view.p2p_paths = Arc::new(BTreeMap::from([(pair("0", "1"), PathClass::Pix)]));
         {
             let mut store = view.store.write().unwrap();
@@ -697,14 +694,14 @@ pub(crate) mod tests {
                     bytes_per_second: v,
                     at,
                 };
-                store.record_p2p_sample(pair("0", "1"), sample, 5);
+                store.record_sample(pair("0", "1"), sample, 5);
             }
             let sample = Sample {
                 bytes_per_second: 9e9,
                 at: 4.0,
             };
-            store.record_p2p_sample(pair("1", "0"), sample, 5);
-            store.record_p2p_error(pair("2", "3"), 5.0);
+            store.record_sample(pair("1", "0"), sample, 5);
+            store.record_error(pair("2", "3"), 5.0);
         }
         let text = scrape(view);
         assert!(text.contains(
@@ -865,7 +862,7 @@ pub(crate) mod tests {
     #[test]
     fn pair_metrics_single_out_a_slow_rank0_cpu() {
         let mut v = view(false);
-        v.pairs = vec!["0,1".into()];
+        v.pairs = vec!["0,1".parse().unwrap()];
         v.pair_cells = true;
         {
             let mut s = v.store.write().unwrap();
@@ -873,9 +870,9 @@ pub(crate) mod tests {
                 for c1 in 0..4 {
                     // rank-0 CPU 3 is slow (4 GB/s), everything else 13.7 GB/s.
                     let gbps = if c0 == 3 { 4.0 } else { 13.7 };
-                    s.record_pair_sample(
+                    s.record_sample(
                         crate::store::PairKey {
-                            pair: "0,1".into(),
+                            pair: "0,1".parse().unwrap(),
                             cpu0: c0,
                             cpu1: c1,
                         },
@@ -941,11 +938,13 @@ pub(crate) mod tests {
         let v = view(true);
         {
             let mut s = v.store.write().unwrap();
-            for cell in s.h2d.values_mut() {
-                for sample in cell.samples.iter_mut() {
-                    sample.at -= 7200.0;
+            s.update_cells(|cells: &mut BTreeMap<CellKey, crate::store::Cell>| {
+                for cell in cells.values_mut() {
+                    for sample in cell.samples.iter_mut() {
+                        sample.at -= 7200.0;
+                    }
                 }
-            }
+            });
         }
         let text = scrape(v);
         assert_eq!(

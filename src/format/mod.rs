@@ -2,7 +2,8 @@
 //! a file into plain values and typed errors and back, and depends on nothing above it
 //! (`probe`, `report`, `replay` and `store` use it, never the other way round).
 //!
-//! - [`run_dir`]: a one-shot run directory (`run.json`, `cells.jsonl`).
+//! - [`run_dir`]: a one-shot run directory (`run.json`, `cells.jsonl`); [`slot`]: its sample
+//!   slots, typed per probe kind.
 //! - [`state_file`]: `chd serve`'s `state.json`.
 //! - [`calibration`]: the calibration ledger of `chd ledger` and `/api/v1/calibration`, and the
 //!   fleet file of `chd ledger --merge`.
@@ -18,6 +19,7 @@ pub mod cluster_health;
 pub mod launch_map;
 pub mod nfd_features;
 pub mod run_dir;
+pub mod slot;
 pub mod state_file;
 pub mod web_config;
 

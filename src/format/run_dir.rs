@@ -20,31 +20,7 @@ pub const FORMAT_VERSION: u32 = 1;
 
 pub use super::MatrixKind;
 
-/// One sample slot: which cell, under which load profile, in which pass.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct SlotId {
-    pub matrix: MatrixKind,
-    /// Load profile (`idle`, `cpu:8`, ...).
-    pub load: String,
-    /// Pass number, 0-based: every pass visits every cell once, in a fresh random order.
-    pub pass: u32,
-    /// The probing CPU (rank 0's CPU for a pair cell).
-    pub cpu: u32,
-    /// Rank 1's CPU for a pair cell.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub peer_cpu: Option<u32>,
-    /// Device label (h2d) or device pair (pair).
-    pub device: String,
-    /// Bytes of one copy (per rank for a collective); the matrix side N for a basics
-    /// `matmul` slot.
-    pub size_bytes: u64,
-    /// `h2d`, `d2h` (h2d matrix); the collective for a pair matrix; the measurement for a
-    /// basics slot (`matmul`, `h2d`, `d2d`, `allgather`); the operation of a sweep point
-    /// (`h2d`, `d2h`, `d2d`, `allgather`).
-    pub direction: String,
-    /// `pinned` or `pageable`.
-    pub host_memory: String,
-}
+pub use super::slot::{SlotId, SlotRecord};
 
 /// One measured sample as stored in `cells.jsonl`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -106,11 +82,6 @@ pub struct RunPlan {
     pub peers: BTreeMap<String, SweepPeer>,
 }
 
-/// A basics slot's measurement that runs per device pair rather than per device.
-pub const BASICS_PAIR_OP: &str = "allgather";
-/// A basics slot's measurement whose `size_bytes` is the matrix side.
-pub const BASICS_MATMUL_OP: &str = "matmul";
-
 /// The peer of a swept device in its allgather points.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SweepPeer {
@@ -144,200 +115,6 @@ impl RunPlan {
             unavailable: BTreeMap::new(),
             peers: BTreeMap::new(),
         }
-    }
-
-    /// The basics slots of one pass: per device its measurements on its CPU, then the
-    /// allgather of each pair (rank 0 on the first device's CPU, rank 1 on the second's).
-    fn basics_slots(&self, load: &str, pass: u32) -> Vec<SlotId> {
-        let slot = |cpu, peer_cpu, device: &str, size_bytes, op: &str, memory: &str| SlotId {
-            matrix: self.probe,
-            load: load.to_string(),
-            pass,
-            cpu,
-            peer_cpu,
-            device: device.to_string(),
-            size_bytes,
-            direction: op.to_string(),
-            host_memory: memory.to_string(),
-        };
-        let cpu_of = |d: &str| self.device_cpus.get(d).copied();
-        let mut slots = Vec::new();
-        for device in &self.devices {
-            let Some(cpu) = cpu_of(device) else { continue };
-            for op in &self.directions {
-                match op.as_str() {
-                    BASICS_PAIR_OP => {}
-                    BASICS_MATMUL_OP => {
-                        if let Some(n) = self.matrix_side {
-                            slots.push(slot(cpu, None, device, n, op, "device"));
-                        }
-                    }
-                    _ => {
-                        for &size in &self.sizes_bytes {
-                            for memory in &self.host_memories {
-                                slots.push(slot(cpu, None, device, size, op, memory));
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        if self.directions.iter().any(|d| d == BASICS_PAIR_OP) {
-            for pair in &self.pairs {
-                let Some((a, b)) = pair.split_once(',') else {
-                    continue;
-                };
-                let (Some(ca), Some(cb)) = (cpu_of(a), cpu_of(b)) else {
-                    continue;
-                };
-                for &size in &self.sizes_bytes {
-                    slots.push(slot(ca, Some(cb), pair, size, BASICS_PAIR_OP, "device"));
-                }
-            }
-        }
-        slots
-    }
-
-    /// Every slot of one pass under one load profile, in a canonical order.
-    pub fn pass_slots(&self, load: &str, pass: u32) -> Vec<SlotId> {
-        if self.probe == MatrixKind::Basics {
-            return self.basics_slots(load, pass);
-        }
-        let mut slots = Vec::new();
-        let slot =
-            |cpu, peer_cpu, device: &str, size_bytes, direction: &str, memory: &str| SlotId {
-                matrix: self.probe,
-                load: load.to_string(),
-                pass,
-                cpu,
-                peer_cpu,
-                device: device.to_string(),
-                size_bytes,
-                direction: direction.to_string(),
-                host_memory: memory.to_string(),
-            };
-        if self.probe == MatrixKind::D2d {
-            for (device, &cpu) in self.devices.iter().zip(&self.cpus) {
-                for &size in &self.sizes_bytes {
-                    for direction in &self.directions {
-                        for memory in &self.host_memories {
-                            slots.push(slot(cpu, None, device, size, direction, memory));
-                        }
-                    }
-                }
-            }
-            return slots;
-        }
-        for &cpu in &self.cpus {
-            for &size in &self.sizes_bytes {
-                for direction in &self.directions {
-                    for memory in &self.host_memories {
-                        match self.probe {
-                            MatrixKind::H2d => {
-                                for device in &self.devices {
-                                    slots.push(slot(cpu, None, device, size, direction, memory));
-                                }
-                            }
-                            MatrixKind::Basics => {}
-                            MatrixKind::Sweep => {
-                                for device in &self.devices {
-                                    let peer_cpu = if direction == SWEEP_ALLGATHER {
-                                        match self.peers.get(device) {
-                                            Some(p) => Some(p.cpu),
-                                            None => continue,
-                                        }
-                                    } else {
-                                        None
-                                    };
-                                    slots
-                                        .push(slot(cpu, peer_cpu, device, size, direction, memory));
-                                }
-                            }
-                            MatrixKind::P2p => {
-                                for pair in &self.pairs {
-                                    slots.push(slot(cpu, None, pair, size, direction, memory));
-                                }
-                            }
-                            MatrixKind::D2d => {}
-                            MatrixKind::Pair => {
-                                for &peer in &self.cpus {
-                                    for pair in &self.pairs {
-                                        slots.push(slot(
-                                            cpu,
-                                            Some(peer),
-                                            pair,
-                                            size,
-                                            direction,
-                                            memory,
-                                        ));
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        slots
-    }
-
-    /// Slots per pass (`usize::MAX` for a plan of more: a run.json no run could finish).
-    pub fn cells_per_pass(&self) -> usize {
-        if self.probe == MatrixKind::Sweep {
-            return self.sweep_slots_per_pass();
-        }
-        let (rows, columns) = match self.probe {
-            MatrixKind::H2d => (self.cpus.len(), self.devices.len()),
-            MatrixKind::Pair => (
-                self.cpus.len(),
-                self.pairs.len().saturating_mul(self.cpus.len()),
-            ),
-            // One CPU per device.
-            MatrixKind::D2d => (1, self.devices.len().min(self.cpus.len())),
-            // Small by construction (devices x 4 measurements): counted.
-            MatrixKind::Basics => return self.basics_slots("", 0).len(),
-            MatrixKind::Sweep => (0, 0), // counted above
-            MatrixKind::P2p => (self.cpus.len(), self.pairs.len()),
-        };
-        [
-            columns,
-            self.sizes_bytes.len(),
-            self.directions.len(),
-            self.host_memories.len(),
-        ]
-        .iter()
-        .fold(rows, |n, &m| n.saturating_mul(m))
-    }
-
-    /// A sweep's slots per pass: every copy operation on every device, allgather on the
-    /// devices with a peer, per CPU, size and host memory (saturating).
-    fn sweep_slots_per_pass(&self) -> usize {
-        let with_peer = self
-            .devices
-            .iter()
-            .filter(|d| self.peers.contains_key(*d))
-            .count();
-        let columns = self
-            .directions
-            .iter()
-            .map(|d| {
-                if d == SWEEP_ALLGATHER {
-                    with_peer
-                } else {
-                    self.devices.len()
-                }
-            })
-            .fold(0usize, |n, m| n.saturating_add(m));
-        [columns, self.sizes_bytes.len(), self.host_memories.len()]
-            .iter()
-            .fold(self.cpus.len(), |n, &m| n.saturating_mul(m))
-    }
-
-    /// Every slot of the run (saturating, like [`RunPlan::cells_per_pass`]).
-    pub fn total_slots(&self) -> usize {
-        self.cells_per_pass()
-            .saturating_mul(self.repeats as usize)
-            .saturating_mul(self.loads.len())
     }
 }
 
@@ -521,6 +298,11 @@ impl CellLog {
         self.file.write_all(line.as_bytes()).map_err(io(&self.path))
     }
 
+    /// The run directory.
+    pub fn dir(&self) -> &Path {
+        self.path.parent().unwrap_or(Path::new("."))
+    }
+
     /// Flush to stable storage.
     pub fn sync(&mut self) -> Result<(), RunDirError> {
         self.file.sync_data().map_err(io(&self.path))
@@ -657,124 +439,9 @@ mod tests {
         }
     }
 
+    /// A run.json of an older chd (no peers) still loads.
     #[test]
-    fn slots_cover_the_plan_once() {
-        let p = plan();
-        let mut all = BTreeSet::new();
-        for l in &p.loads {
-            for pass in 0..p.repeats {
-                all.extend(p.pass_slots(l, pass));
-            }
-        }
-        assert_eq!(p.cells_per_pass(), 12);
-        assert_eq!(all.len(), p.total_slots());
-        assert_eq!(all.len(), 72);
-    }
-
-    /// A run.json whose plan counts more slots than a usize holds (an input of the run_dir
-    /// fuzz target's properties; `chd report` counts them): the count saturates.
-    #[test]
-    fn slot_counts_saturate() {
-        let mut p = plan();
-        p.cpus = (0..50).collect();
-        p.devices = (0..50).map(|d| d.to_string()).collect();
-        p.sizes_bytes = (1..=50).collect();
-        p.directions = vec!["h2d".into(); 50];
-        p.host_memories = vec!["pinned".into(); 50];
-        p.repeats = u32::MAX;
-        p.loads = vec!["idle".into(); 20];
-        assert_eq!(p.cells_per_pass(), 50usize.pow(5));
-        assert_eq!(p.total_slots(), usize::MAX);
-    }
-
-    #[test]
-    fn pair_slots_are_rank0_by_rank1() {
-        let mut p = plan();
-        p.probe = MatrixKind::Pair;
-        p.pairs = vec!["0,5".into()];
-        let slots = p.pass_slots("idle", 0);
-        assert_eq!(slots.len(), p.cells_per_pass());
-        assert_eq!(slots.len(), 2 * 2 * 2);
-        assert!(slots
-            .iter()
-            .all(|s| s.peer_cpu.is_some() && s.device == "0,5"));
-    }
-
-    #[test]
-    fn basics_slots_are_each_devices_measurements_on_its_cpu_and_each_pairs_allgather() {
-        let mut p = plan();
-        p.probe = MatrixKind::Basics;
-        p.devices = vec!["0".into(), "1".into(), "2".into()];
-        p.device_cpus = BTreeMap::from([("0".into(), 0), ("1".into(), 0), ("2".into(), 1)]);
-        p.pairs = vec!["0,1".into(), "1,2".into()];
-        p.sizes_bytes = vec![256 << 20];
-        p.host_memories = vec!["pinned".into()];
-        p.matrix_side = Some(4096);
-        p.directions = ["matmul", "h2d", "d2d", "allgather"]
-            .map(String::from)
-            .to_vec();
-        let slots = p.pass_slots("idle", 0);
-        assert_eq!(slots.len(), 3 * 3 + 2);
-        assert_eq!(p.cells_per_pass(), slots.len());
-        let of = |device: &str, op: &str| {
-            slots
-                .iter()
-                .find(|s| s.device == device && s.direction == op)
-                .map(|s| (s.cpu, s.peer_cpu, s.size_bytes))
-        };
-        assert_eq!(of("2", "matmul"), Some((1, None, 4096)));
-        assert_eq!(of("2", "d2d"), Some((1, None, 256 << 20)));
-        assert_eq!(of("1,2", "allgather"), Some((0, Some(1), 256 << 20)));
-        // Without the allgather, no pair slots; a device without a CPU has none.
-        p.directions.pop();
-        p.device_cpus.remove("2");
-        assert_eq!(p.pass_slots("idle", 0).len(), 2 * 3);
-    }
-
-    #[test]
-    fn sweep_slots_give_allgather_points_only_to_devices_with_a_peer() {
-        let mut p = plan();
-        p.probe = MatrixKind::Sweep;
-        p.cpus = vec![3];
-        p.directions = vec!["h2d".into(), "d2d".into(), SWEEP_ALLGATHER.into()];
-        p.peers = BTreeMap::from([
-            (
-                "0".to_string(),
-                SweepPeer {
-                    device: "2".into(),
-                    cpu: 9,
-                },
-            ),
-            (
-                "2".to_string(),
-                SweepPeer {
-                    device: "0".into(),
-                    cpu: 3,
-                },
-            ),
-        ]);
-        let slots = p.pass_slots("idle", 0);
-        // 2 sizes x (3 devices x 2 copy operations + 2 allgather devices).
-        assert_eq!(slots.len(), 2 * (3 * 2 + 2));
-        assert_eq!(p.cells_per_pass(), slots.len());
-        let gathers: Vec<(&str, Option<u32>)> = slots
-            .iter()
-            .filter(|s| s.direction == SWEEP_ALLGATHER)
-            .map(|s| (s.device.as_str(), s.peer_cpu))
-            .collect();
-        assert_eq!(
-            gathers,
-            [
-                ("0", Some(9)),
-                ("2", Some(3)),
-                ("0", Some(9)),
-                ("2", Some(3))
-            ]
-        );
-        assert!(slots
-            .iter()
-            .all(|s| (s.direction == SWEEP_ALLGATHER) == s.peer_cpu.is_some()));
-        // A run.json of an older chd (no peers) still loads.
+    fn a_plan_without_peers_loads() {
         let mut old = serde_json::to_value(run_file()).unwrap();
         old["plan"].as_object_mut().unwrap().remove("peers");
         let back: RunFile = serde_json::from_value(old).unwrap();
@@ -782,46 +449,18 @@ mod tests {
     }
 
     #[test]
-    fn p2p_slots_are_one_per_ordered_pair() {
-        let mut p = plan();
-        p.probe = MatrixKind::P2p;
-        p.cpus = vec![0];
-        p.pairs = vec!["0>1".into(), "1>0".into()];
-        let slots = p.pass_slots("idle", 0);
-        assert_eq!(slots.len(), p.cells_per_pass());
-        assert_eq!(slots.len(), 2 * 2);
-        assert!(slots.iter().all(|s| s.peer_cpu.is_none() && s.cpu == 0));
-        let line = serde_json::to_string(&slots[0]).unwrap();
-        assert!(line.contains("\"matrix\":\"p2p\""), "{line}");
-    }
-
-    #[test]
-    fn d2d_slots_are_one_cpu_per_device() {
-        let mut p = plan();
-        p.probe = MatrixKind::D2d;
-        p.cpus = vec![4, 4, 9];
-        p.directions = vec!["d2d".into()];
-        p.host_memories = vec!["device".into()];
-        let slots = p.pass_slots("idle", 0);
-        assert_eq!(slots.len(), p.cells_per_pass());
-        assert_eq!(slots.len(), 3 * 2);
-        let at: BTreeSet<(u32, &str)> = slots.iter().map(|s| (s.cpu, s.device.as_str())).collect();
-        assert_eq!(at, BTreeSet::from([(4, "0"), (4, "1"), (9, "2")]));
-        // A run.json with fewer CPUs than devices: only the devices with a CPU.
-        p.cpus = vec![4];
-        assert_eq!(p.pass_slots("idle", 0).len(), p.cells_per_pass());
-        assert_eq!(p.cells_per_pass(), 2);
-        // The kind round-trips through run.json.
-        let text = serde_json::to_string(&p).unwrap();
-        assert!(text.contains("\"probe\":\"d2d\""), "{text}");
-        assert_eq!(serde_json::from_str::<RunPlan>(&text).unwrap(), p);
-    }
-
-    #[test]
     fn resume_drops_a_torn_last_line_and_appends_after_it() {
         let dir = tempfile::tempdir().unwrap();
         let mut log = CellLog::create(dir.path(), &run_file()).unwrap();
-        let slots = plan().pass_slots("idle", 0);
+        let slots: Vec<SlotId> = ["0", "1", "2"]
+            .iter()
+            .map(|d| {
+                serde_json::from_str(&format!(
+                    r#"{{"matrix":"h2d","load":"idle","pass":0,"cpu":0,"device":"{d}","size_bytes":1048576,"direction":"h2d","host_memory":"pinned"}}"#
+                ))
+                .unwrap()
+            })
+            .collect();
         for s in &slots[..2] {
             log.append(&SampleRecord {
                 slot: s.clone(),

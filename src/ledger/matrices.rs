@@ -8,6 +8,7 @@ use crate::format::calibration as doc;
 use crate::store::{Bindable, Cell, CellKey, PairKey};
 use crate::topology::cpulist;
 use crate::topology::natural::natural_cmp;
+use crate::vocab::DevicePair;
 
 fn age(cell: &Cell, now: f64) -> Option<f64> {
     cell.last_sample_at().map(|at| (now - at).max(0.0))
@@ -40,7 +41,11 @@ pub fn h2d(cells: &BTreeMap<CellKey, Cell>, now: f64) -> Vec<doc::H2dMatrix> {
 }
 
 /// One matrix per configured pair (and per pair the store has cells of), in natural order.
-pub fn pairs(cells: &BTreeMap<PairKey, Cell>, pairs: &[String], now: f64) -> Vec<doc::PairMatrix> {
+pub fn pairs(
+    cells: &BTreeMap<PairKey, Cell>,
+    pairs: &[DevicePair],
+    now: f64,
+) -> Vec<doc::PairMatrix> {
     let mut by: BTreeMap<&str, Vec<doc::PairCell>> =
         pairs.iter().map(|p| (p.as_str(), Vec::new())).collect();
     for (k, c) in cells {

@@ -55,10 +55,10 @@ pub fn build(src: &Source) -> Ledger {
         generated_at: src.now,
         source: src.description.to_string(),
         node,
-        h2d_gbps_by_core_device: matrices::h2d(&src.store.h2d, src.now),
-        d2d_alg_gbps_by_core_pair: matrices::pairs(&src.store.pair, src.pairs, src.now),
+        h2d_gbps_by_core_device: matrices::h2d(src.store.h2d(), src.now),
+        d2d_alg_gbps_by_core_pair: matrices::pairs(src.store.pairs(), src.pairs, src.now),
         affinity_bindable_cpus: matrices::affinity(
-            &src.store.bindable,
+            src.store.bindable(),
             src.recorded_bindable,
             src.now,
         ),

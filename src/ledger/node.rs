@@ -43,7 +43,7 @@ pub fn node(
         .map(|d| {
             let seen = src
                 .store
-                .links
+                .links()
                 .get(&d.id)
                 .map(|s| link(&s.link, Some((src.now - s.at).max(0.0))));
             let recorded = || src.recorded_links.get(&d.id).map(|l| link(l, None));

@@ -9,6 +9,7 @@ use crate::runtime::DeviceInfo;
 use crate::store::Store;
 use crate::topology::pci_link::Link;
 use crate::topology::Topology;
+use crate::vocab::DevicePair;
 
 /// Everything [`super::build`] needs.
 #[derive(Debug, Clone, Copy)]
@@ -21,7 +22,7 @@ pub struct Source<'a> {
     pub devices: &'a [DeviceInfo],
     pub store: &'a Store,
     /// The configured device pairs (a pair without cells still gets an empty matrix).
-    pub pairs: &'a [String],
+    pub pairs: &'a [DevicePair],
     /// Links a recording holds (run.json `devices[].link`), for devices the store has no
     /// seen link of.
     pub recorded_links: &'a BTreeMap<String, Link>,

@@ -42,12 +42,23 @@ pub struct Context<'a> {
     pub stop: &'a AtomicBool,
 }
 
+/// Why a plan could not be executed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecuteError {
+    /// A load profile could not be started.
+    #[error(transparent)]
+    Load(#[from] crate::load::LoadError),
+    /// The plan names no valid slot (a damaged run.json).
+    #[error("the run's plan: {0}")]
+    Plan(String),
+}
+
 /// Measure every slot of `plan` not in `ctx.done`.
 pub fn execute(
     plan: &RunPlan,
     ctx: Context<'_>,
     measure: &(dyn Fn(&SlotId) -> Result<f64, ProbeError> + Sync),
-) -> Result<Execution, crate::load::LoadError> {
+) -> Result<Execution, ExecuteError> {
     let Context {
         allowed_cpus,
         done,
@@ -61,7 +72,7 @@ pub fn execute(
         write_error: None,
     };
     for load in &plan.loads {
-        let order = oneshot::schedule(plan, load, done);
+        let order = oneshot::schedule(plan, load, done).map_err(ExecuteError::Plan)?;
         if order.is_empty() {
             continue;
         }
@@ -82,7 +93,7 @@ pub fn execute(
         watcher.load_started(load);
         let measure_here = |slot: &SlotId| {
             if let Some(b) = &burners {
-                b.avoid(slot.cpu);
+                b.avoid(slot.cell.cpu());
             }
             measure(slot)
         };

@@ -6,11 +6,23 @@
 //! A [`CellGroup`] does the same for a run of cells that share a CPU and a size: one binding
 //! and one first-touched (pinned) host buffer serve every device of the run in turn, so the
 //! buffer is pinned once per group instead of once per cell (the seed's batch order).
+//!
+//! As a probe kind ([`KIND`], `chd probe h2d`): the plan of a one-shot run from its
+//! [`Request`], its slots (every CPU x device x size x direction x host memory kind), and
+//! the measurement of one slot.
 
+use super::kind::{self, ProbeKind};
+use super::plan::{
+    counts_from, cpus_from, devices_from, flag, list, loads_from, product, sizes_or, Common,
+    FlagNames, PlanContext, PlanError, DEFAULT_SIZES,
+};
+use super::setup::{Measure, Prepared, Setup, SetupError};
 use crate::affinity::{self, Binding};
+use crate::format::run_dir::{MatrixKind, RunPlan};
+use crate::format::slot::{CopySlot, Slot, SlotId};
 use crate::runtime::{Backend, CopyParams, HostStaging, ProbeError};
 use crate::store::CellKey;
-use crate::vocab::HostMemory;
+use crate::vocab::{Direction, HostMemory};
 
 /// Bind the calling thread to exactly `cpu` (verified), as a [`ProbeError::Bind`] if not.
 pub(crate) fn bind(cpu: u32) -> Result<Binding, ProbeError> {
@@ -102,12 +114,217 @@ impl<'a> CellGroup<'a> {
     }
 }
 
+/// The core x device copy matrix as a probe kind (`chd probe h2d`): every planned CPU x
+/// device x size x direction x host memory kind.
+pub struct H2dKind;
+
+/// `chd probe h2d` in the kind table.
+pub const KIND: H2dKind = H2dKind;
+
+impl ProbeKind for H2dKind {
+    fn kind(&self) -> MatrixKind {
+        MatrixKind::H2d
+    }
+
+    fn pass_slots(&self, plan: &RunPlan, load: &str, pass: u32) -> Result<Vec<SlotId>, String> {
+        let devices = kind::device_ids(plan)?;
+        let memories = kind::host_memories(plan)?;
+        let directions: Vec<Direction> = plan
+            .directions
+            .iter()
+            .map(|d| d.parse().map_err(|e| format!("directions: {e}")))
+            .collect::<Result<_, String>>()?;
+        let mut slots = Vec::new();
+        for &cpu in &plan.cpus {
+            for &size_bytes in &plan.sizes_bytes {
+                for &direction in &directions {
+                    for &host_memory in &memories {
+                        for device in &devices {
+                            slots.push(SlotId {
+                                load: load.to_string(),
+                                pass,
+                                cell: Slot::H2d(CopySlot {
+                                    cpu,
+                                    device: device.clone(),
+                                    size_bytes,
+                                    direction,
+                                    host_memory,
+                                }),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        Ok(slots)
+    }
+
+    fn cells_per_pass(&self, plan: &RunPlan) -> usize {
+        product(
+            plan.cpus.len(),
+            &[
+                plan.devices.len(),
+                plan.sizes_bytes.len(),
+                plan.directions.len(),
+                plan.host_memories.len(),
+            ],
+        )
+    }
+
+    fn shape(&self, plan: &RunPlan) -> String {
+        format!(
+            "on {} CPUs and {} devices",
+            plan.cpus.len(),
+            plan.devices.len()
+        )
+    }
+
+    fn per_sample(&self) -> &'static str {
+        "copies"
+    }
+
+    fn flag_names(&self) -> FlagNames {
+        FlagNames {
+            cpus: "--cpus",
+            pairs: Some("--pair"),
+            sizes: "--sizes",
+            directions: "--directions",
+            host_memories: "--host-memory",
+        }
+    }
+
+    fn plan_facts(&self, plan: &RunPlan) -> Vec<(String, String)> {
+        vec![("devices".into(), plan.devices.join(", "))]
+    }
+
+    fn copies_over_link(&self) -> bool {
+        true
+    }
+}
+
+/// `chd probe h2d` as asked: `None` (or empty) = not given (the default, or the resumed
+/// run's value).
+#[derive(Debug, Clone, Default)]
+pub struct Request {
+    pub common: Common,
+    /// Comma-separated device labels, or `all`.
+    pub devices: Option<String>,
+    /// `h2d`, `d2h`.
+    pub directions: Option<Vec<String>>,
+    /// Comma-separated host memory kinds.
+    pub host_memory: Option<String>,
+    /// Load profiles, one run per profile [default: the resumed run's, else `idle`].
+    pub loads: Vec<String>,
+}
+
+/// The plan of a `chd probe h2d` run, taking anything not given from the resumed run or the
+/// defaults.
+pub fn plan(req: &Request, ctx: &PlanContext) -> Result<RunPlan, PlanError> {
+    let (base, backend) = (ctx.base, ctx.backend);
+    let cpus = cpus_from(req.common.cpus.as_deref(), base, ctx.topology)?;
+    let devices = devices_from(req.devices.as_deref(), base, backend)?;
+    let sizes_bytes = sizes_or(req.common.sizes.as_deref(), base, DEFAULT_SIZES)?;
+    let directions = match (&req.directions, base) {
+        (Some(d), _) => {
+            let d = list(d);
+            for x in &d {
+                x.parse::<Direction>().map_err(flag("--directions"))?;
+            }
+            d
+        }
+        (None, Some(b)) => b.directions.clone(),
+        (None, None) => vec![Direction::H2d.as_str().into()],
+    };
+    let host_memories = if !backend.capabilities().pinned_host_memory {
+        // The host backend copies between ordinary memory only.
+        vec![HostMemory::Pageable.as_str().to_string()]
+    } else {
+        match (&req.host_memory, base) {
+            (Some(m), _) => {
+                let m = list(std::slice::from_ref(m));
+                for x in &m {
+                    x.parse::<HostMemory>().map_err(flag("--host-memory"))?;
+                }
+                m
+            }
+            (None, Some(b)) => b.host_memories.clone(),
+            (None, None) => vec![HostMemory::Pinned.as_str().to_string()],
+        }
+    };
+    for x in &host_memories {
+        check_host_memory(backend, x)?;
+    }
+    let loads = loads_from(&req.loads, base, backend)?;
+    let (warmup, iterations, repeats) = counts_from(&req.common, base)?;
+    let plan = RunPlan {
+        cpus,
+        devices,
+        sizes_bytes,
+        directions,
+        host_memories,
+        warmup,
+        iterations,
+        repeats,
+        loads,
+        ..RunPlan::empty(MatrixKind::H2d)
+    };
+    if plan.cpus.is_empty() || plan.devices.is_empty() {
+        return Err(PlanError::Nothing(format!(
+            "{} CPUs x {} devices",
+            plan.cpus.len(),
+            plan.devices.len()
+        )));
+    }
+    Ok(plan)
+}
+
+/// `memory` parsed and accepted by the backend, as a [`PlanError`] naming `--host-memory` if
+/// not.
+pub(crate) fn check_host_memory(
+    backend: &dyn Backend,
+    memory: &str,
+) -> Result<HostMemory, PlanError> {
+    let parsed = memory
+        .parse::<HostMemory>()
+        .map_err(flag("--host-memory"))?;
+    backend
+        .check_host_memory(parsed)
+        .map_err(|why| PlanError::HostMemoryRefused {
+            memory: memory.to_string(),
+            backend: backend.name(),
+            why,
+        })?;
+    Ok(parsed)
+}
+
+/// Set up a `chd probe h2d` run: its plan, and each slot measured by [`measure_cell`].
+pub fn prepare(req: &Request, setup: &Setup) -> Result<Prepared, SetupError> {
+    let plan = plan(req, &setup.plan_context())?;
+    let backend = setup.opened.backend.clone();
+    let (warmup, iterations) = (plan.warmup, plan.iterations);
+    let measure: Measure = Box::new(move |slot: &SlotId| {
+        let Slot::H2d(s) = &slot.cell else {
+            return Err(ProbeError::Unsupported(format!(
+                "an h2d run measures no {} slot",
+                slot.cell.kind().as_str()
+            )));
+        };
+        let cell = CellKey {
+            cpu: s.cpu,
+            device: s.device.to_string(),
+            size_bytes: s.size_bytes,
+            direction: s.direction,
+        };
+        measure_cell(&*backend, &cell, warmup, iterations, s.host_memory)
+    });
+    Ok(Prepared::new(plan, measure))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::runtime::host::HostBackend;
     use crate::topology::{Cpu, NumaNode, Topology};
-    use crate::vocab::Direction;
 
     fn backend() -> HostBackend {
         HostBackend::new(&Topology {

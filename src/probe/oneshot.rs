@@ -14,20 +14,23 @@ use crate::runtime::ProbeError;
 use crate::store::unix_now;
 
 /// The slots of `load` still to measure, in measuring order: pass by pass, each pass
-/// shuffled.
-pub fn schedule(plan: &RunPlan, load: &str, done: &BTreeSet<SlotId>) -> Vec<SlotId> {
+/// shuffled. A plan that names no valid slot is an error naming the field.
+pub fn schedule(
+    plan: &RunPlan,
+    load: &str,
+    done: &BTreeSet<SlotId>,
+) -> Result<Vec<SlotId>, String> {
     let mut rng = rand::rng();
     let mut order = Vec::new();
     for pass in 0..plan.repeats {
-        let mut slots: Vec<SlotId> = plan
-            .pass_slots(load, pass)
+        let mut slots: Vec<SlotId> = super::kinds::pass_slots(plan, load, pass)?
             .into_iter()
             .filter(|s| !done.contains(s))
             .collect();
         slots.shuffle(&mut rng);
         order.extend(slots);
     }
-    order
+    Ok(order)
 }
 
 /// How a call to [`run`] ended.
@@ -123,8 +126,12 @@ mod tests {
     #[test]
     fn schedule_skips_done_slots_and_keeps_passes_in_order() {
         let p = plan();
-        let done: BTreeSet<SlotId> = p.pass_slots("idle", 0).into_iter().take(4).collect();
-        let order = schedule(&p, "idle", &done);
+        let done: BTreeSet<SlotId> = crate::probe::kinds::pass_slots(&p, "idle", 0)
+            .unwrap()
+            .into_iter()
+            .take(4)
+            .collect();
+        let order = schedule(&p, "idle", &done).unwrap();
         assert_eq!(order.len(), 12 - 4);
         assert!(order.iter().all(|s| !done.contains(s)));
         let passes: Vec<u32> = order.iter().map(|s| s.pass).collect();
@@ -136,11 +143,12 @@ mod tests {
     #[test]
     fn stop_flag_ends_between_cells_and_failures_are_recorded() {
         let p = plan();
-        let slots = schedule(&p, "idle", &BTreeSet::new());
+        let slots = schedule(&p, "idle", &BTreeSet::new()).unwrap();
         let stop = AtomicBool::new(false);
         let mut got = Vec::new();
+        let device = |s: &SlotId| s.record().device;
         let measure = |s: &SlotId| {
-            if s.device == "b" {
+            if device(s) == "b" {
                 Err(ProbeError::Copy("planted".into()))
             } else {
                 Ok(1e9)
@@ -162,7 +170,7 @@ mod tests {
         );
         assert_eq!(got.len(), 5);
         for r in &got {
-            if r.slot.device == "b" {
+            if device(&r.slot) == "b" {
                 assert_eq!(r.reason.as_deref(), Some("copy"));
                 assert!(r.bytes_per_second.is_none());
             } else {

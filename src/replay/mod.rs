@@ -14,6 +14,7 @@ use crate::runtime::{Backend, CopyParams, DeviceInfo, ProbeError};
 use crate::store::{persist, unix_now, Store};
 use crate::topology::pci_link::Link;
 use crate::topology::{Cpu, NumaNode, Topology};
+use crate::vocab::DevicePair;
 
 /// Why a recording could not be replayed.
 #[derive(Debug, thiserror::Error)]
@@ -41,7 +42,7 @@ pub struct Replay {
     pub topology: Topology,
     pub devices: Vec<DeviceInfo>,
     pub store: Store,
-    pub pairs: Vec<String>,
+    pub pairs: Vec<DevicePair>,
     pub errors: Vec<RecordedError>,
     /// e.g. `ClusterHealthDetect results.json: 30720 h2d cells, 0 pair cells, 2 failed`.
     pub description: String,
@@ -123,17 +124,17 @@ fn add_cells_of(
     store: &Store,
     cpu_numa: &mut BTreeMap<u32, Option<u32>>,
     device_ids: &mut BTreeSet<String>,
-) -> BTreeSet<String> {
+) -> BTreeSet<DevicePair> {
     let mut pairs = BTreeSet::new();
-    for k in store.h2d.keys() {
+    for k in store.h2d().keys() {
         cpu_numa.entry(k.cpu).or_insert(None);
         device_ids.insert(k.device.clone());
     }
-    for k in store.pair.keys() {
+    for k in store.pairs().keys() {
         cpu_numa.entry(k.cpu0).or_insert(None);
         cpu_numa.entry(k.cpu1).or_insert(None);
         pairs.insert(k.pair.clone());
-        for d in k.pair.split(',') {
+        for d in k.pair.devices() {
             device_ids.insert(d.to_string());
         }
     }
@@ -188,8 +189,8 @@ fn from_dataset(ds: crate::report::dataset::Dataset, keep: usize) -> Replay {
     let mut description = format!(
         "{}: {} h2d cells, {} pair cells, {} failed samples",
         ds.source,
-        store.h2d.len(),
-        store.pair.len(),
+        store.h2d().len(),
+        store.pairs().len(),
         errors.len()
     );
     if ds.partial.is_some() {
@@ -247,25 +248,30 @@ fn from_dataset(ds: crate::report::dataset::Dataset, keep: usize) -> Replay {
 /// A chd state file's store as a replay; with `keep_affinity` its affinity verdicts stay
 /// (the ledger reports them; a served replay leaves them out).
 pub fn from_state_store(store: Store, keep_affinity: bool) -> Replay {
-    let bindable = store.bindable.clone();
+    let bindable = store.bindable().clone();
     let mut r = from_state(store);
     if keep_affinity {
-        r.store.bindable = bindable;
+        for (cpu, verdict) in bindable {
+            r.store.insert_bindable(cpu, verdict);
+        }
     }
     r
 }
 
 fn from_state(mut store: Store) -> Replay {
-    let mut cpu_numa: BTreeMap<u32, Option<u32>> =
-        store.cpu_numa.iter().map(|(&c, &n)| (c, Some(n))).collect();
+    let mut cpu_numa: BTreeMap<u32, Option<u32>> = store
+        .cpu_numa()
+        .iter()
+        .map(|(&c, &n)| (c, Some(n)))
+        .collect();
     let mut device_ids = BTreeSet::new();
     let pairs = add_cells_of(&store, &mut cpu_numa, &mut device_ids);
     // Served as recorded: the samples keep their times, so staleness reads as it was.
-    store.bindable.clear();
+    store.clear_bindable();
     let description = format!(
         "chd state file: {} h2d cells, {} pair cells",
-        store.h2d.len(),
-        store.pair.len()
+        store.h2d().len(),
+        store.pairs().len()
     );
     Replay {
         topology: topology_from(&cpu_numa, &[]),
@@ -307,7 +313,7 @@ pub fn load(path: &Path, keep: usize) -> Result<Replay, ReplayError> {
         return Err(format("no matrix cells to replay".into()));
     }
     let replay = from_dataset(ds, keep.max(1));
-    if replay.store.h2d.is_empty() && replay.store.pair.is_empty() {
+    if replay.store.h2d().is_empty() && replay.store.pairs().is_empty() {
         return Err(format(format!(
             "no matrix cells to replay: {}",
             replay.warnings.join("; ")
@@ -344,7 +350,7 @@ mod tests {
             ["0", "1"]
         );
         assert_eq!(r.store.measured_cells().count(), 2);
-        assert_eq!(r.store.h2d.len(), 3, "the failed row is a tried cell");
+        assert_eq!(r.store.h2d().len(), 3, "the failed row is a tried cell");
         assert_eq!(
             r.errors,
             vec![RecordedError {
@@ -352,16 +358,16 @@ mod tests {
                 device: "1".into()
             }]
         );
-        assert_eq!(r.pairs, vec!["0,1".to_string()]);
+        assert_eq!(r.pairs, vec!["0,1".parse::<DevicePair>().unwrap()]);
         assert!(r.description.contains("1 failed"), "{}", r.description);
-        assert_eq!(r.store.pair.len(), 1);
+        assert_eq!(r.store.pairs().len(), 1);
     }
 
     #[test]
     fn state_file_round_trips_with_its_numa_map() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = Store::default();
-        s.cpu_numa.insert(5, 1);
+        s.set_cpu_numa(BTreeMap::from([(5, 1)]));
         s.record_sample(
             CellKey {
                 cpu: 5,

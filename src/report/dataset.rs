@@ -10,7 +10,7 @@ use crate::format::run_dir::{DeviceMeta, MatrixKind, RunFile, SampleRecord};
 use crate::stats;
 use crate::store::{CellKey, D2dKey, PairKey, Sample, Store};
 use crate::topology::pci_link::{Link, LinkState};
-use crate::vocab::Direction;
+use crate::vocab::{DevicePair, Direction};
 
 /// Which matrix a cell belongs to. For a pair matrix `pair` names the device pair.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -47,11 +47,13 @@ impl CellResult {
 }
 
 /// What [`Dataset::to_store`] does with a cell.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Fate {
     H2d(Direction),
-    /// A pair cell; rank 1's CPU.
-    Pair(u32),
+    /// A pair cell: its pair, and rank 1's CPU.
+    Pair(DevicePair, u32),
+    /// A pair cell whose device is no device pair (`A,B`).
+    NoPair,
     OtherLoad,
     OtherDirection,
     /// A cell of a kind a store does not hold: a basics cell, a point of a size curve.
@@ -180,16 +182,7 @@ impl CellIndex {
     }
 }
 
-/// Size in the report's words: `64MiB`, `1GiB`, `512KiB`, `100B`.
-pub fn size_label(bytes: u64) -> String {
-    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
-    for (unit, name) in UNITS {
-        if bytes >= unit && bytes % unit == 0 {
-            return format!("{}{name}", bytes / unit);
-        }
-    }
-    format!("{bytes}B")
-}
+pub use crate::vocab::size_label;
 
 /// The PCIe link a run recorded for a device.
 pub fn device_link(meta: &DeviceMeta) -> Option<Link> {
@@ -312,7 +305,11 @@ impl Dataset {
             ("load profiles".to_string(), plan.loads.join(", ")),
             (
                 "samples".to_string(),
-                format!("{} of {} measured", records.len(), plan.total_slots()),
+                format!(
+                    "{} of {} measured",
+                    records.len(),
+                    crate::probe::kinds::total_slots(plan)
+                ),
             ),
         ]);
         if let Some(ms) = plan.timeout_ms {
@@ -411,7 +408,7 @@ impl Dataset {
     pub fn add_records(&mut self, records: &[SampleRecord]) {
         let mut index = CellIndex::of(&self.cells);
         for r in records {
-            let s = &r.slot;
+            let s = r.slot.record();
             let outcome = match (r.bytes_per_second, &r.error) {
                 (Some(v), _) => Ok(v),
                 (None, e) => Err(e.as_deref().unwrap_or("no value")),
@@ -604,7 +601,10 @@ impl Dataset {
                         (MatrixKind::Pair, Some(peer))
                             if pair_sizes.get(c.device.as_str()) == Some(&c.matrix.size_bytes) =>
                         {
-                            Fate::Pair(peer)
+                            match c.device.parse() {
+                                Ok(pair) => Fate::Pair(pair, peer),
+                                Err(_) => Fate::NoPair,
+                            }
                         }
                         (MatrixKind::Pair, Some(_)) => Fate::OtherPairSize,
                         (MatrixKind::Pair, None) => Fate::OtherDirection,
@@ -621,7 +621,7 @@ impl Dataset {
     pub fn served_cells(&self) -> impl Iterator<Item = &CellResult> {
         self.fates()
             .into_iter()
-            .filter(|(_, f)| matches!(f, Fate::H2d(_) | Fate::Pair(_) | Fate::D2d))
+            .filter(|(_, f)| matches!(f, Fate::H2d(_) | Fate::Pair(..) | Fate::D2d))
             .map(|(c, _)| c)
     }
 
@@ -635,6 +635,7 @@ impl Dataset {
         let mut directions: BTreeMap<&str, usize> = BTreeMap::new();
         let mut other_pair_sizes: BTreeMap<(&str, u64), usize> = BTreeMap::new();
         let mut other_kinds: BTreeMap<MatrixKind, usize> = BTreeMap::new();
+        let mut no_pair = 0;
         for (c, fate) in self.fates() {
             match fate {
                 Fate::OtherKind(kind) => *other_kinds.entry(kind).or_default() += 1,
@@ -647,7 +648,8 @@ impl Dataset {
                         .entry((c.device.as_str(), c.matrix.size_bytes))
                         .or_default() += 1
                 }
-                Fate::H2d(_) | Fate::Pair(_) | Fate::D2d => {}
+                Fate::NoPair => no_pair += 1,
+                Fate::H2d(_) | Fate::Pair(..) | Fate::D2d => {}
             }
         }
         let mut out = Vec::new();
@@ -669,6 +671,11 @@ impl Dataset {
                 "{n} cells under load profile {load:?} are not served (a store holds one \
                  profile: {})",
                 served.unwrap_or("none")
+            ));
+        }
+        if no_pair > 0 {
+            out.push(format!(
+                "{no_pair} pair cells are not served: their device names no device pair (A,B)"
             ));
         }
         for (direction, n) in directions {
@@ -715,17 +722,17 @@ impl Dataset {
                         store.record_sample(key.clone(), sample(v), keep);
                     }
                 }
-                Fate::Pair(peer) => {
+                Fate::Pair(pair, peer) => {
                     let key = PairKey {
-                        pair: c.device.clone(),
+                        pair,
                         cpu0: c.cpu,
                         cpu1: peer,
                     };
                     if c.samples.is_empty() {
-                        store.record_pair_error(key.clone(), at);
+                        store.record_error(key.clone(), at);
                     }
                     for &v in &c.samples {
-                        store.record_pair_sample(key.clone(), sample(v), keep);
+                        store.record_sample(key.clone(), sample(v), keep);
                     }
                 }
                 Fate::D2d => {
@@ -734,25 +741,26 @@ impl Dataset {
                         size_bytes: c.matrix.size_bytes,
                     };
                     if c.samples.is_empty() {
-                        store.record_d2d_error(key.clone(), at);
+                        store.record_error(key.clone(), at);
                     }
                     for &v in &c.samples {
-                        store.record_d2d_sample(key.clone(), sample(v), keep);
+                        store.record_sample(key.clone(), sample(v), keep);
                     }
                 }
                 Fate::OtherLoad
                 | Fate::OtherDirection
                 | Fate::OtherPairSize
+                | Fate::NoPair
                 | Fate::OtherKind(_) => {}
             }
         }
         if store.measured_cells().next().is_some() {
             store.record_success("h2d", at);
         }
-        if store.pair.values().any(|c| !c.samples.is_empty()) {
+        if store.pairs().values().any(|c| !c.samples.is_empty()) {
             store.record_success("pair", at);
         }
-        if store.d2d.values().any(|c| !c.samples.is_empty()) {
+        if store.d2d().values().any(|c| !c.samples.is_empty()) {
             store.record_success("d2d", at);
         }
         store
@@ -762,11 +770,11 @@ impl Dataset {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::run_dir::SlotId;
+    use crate::format::run_dir::SlotRecord;
 
     fn record(cpu: u32, device: &str, v: Option<f64>, load: &str) -> SampleRecord {
         SampleRecord {
-            slot: SlotId {
+            slot: SlotRecord {
                 matrix: MatrixKind::H2d,
                 load: load.into(),
                 pass: 0,
@@ -776,7 +784,9 @@ mod tests {
                 size_bytes: 64 << 20,
                 direction: "h2d".into(),
                 host_memory: "pinned".into(),
-            },
+            }
+            .try_into()
+            .unwrap(),
             bytes_per_second: v,
             error: v.is_none().then(|| "copy failed".to_string()),
             reason: None,
@@ -817,8 +827,8 @@ mod tests {
             record(0, "0", Some(9.0), "cpu:4"),
         ]);
         let store = ds.to_store(5, 10.0);
-        assert_eq!(store.h2d.len(), 2);
+        assert_eq!(store.h2d().len(), 2);
         assert_eq!(store.measured_cells().count(), 1);
-        assert_eq!(store.last_success.get("h2d"), Some(&10.0));
+        assert_eq!(store.last_success().get("h2d"), Some(&10.0));
     }
 }

@@ -281,7 +281,7 @@ pub fn matrix_page(store: &Store, topology: &Topology, devices: &[DeviceInfo]) -
                     .map(|n| n.to_string())
                     .unwrap_or_else(|| "-".into()),
                 store
-                    .links
+                    .links()
                     .get(&d.id)
                     .map(|seen| seen.link.describe())
                     .unwrap_or_else(|| "-".into()),
@@ -297,7 +297,7 @@ pub fn matrix_page(store: &Store, topology: &Topology, devices: &[DeviceInfo]) -
         }
         note.push_str("</table>\n");
     }
-    if store.pair.keys().next().is_some() {
+    if store.pairs().keys().next().is_some() {
         note.push_str("<p>Core-pair matrices: rows are rank 0's CPU, columns rank 1's; matrices over 40,000 cells are drawn as the medians of square blocks of CPUs.</p>\n");
     }
     html_page(

@@ -53,7 +53,7 @@ impl Cells for DeviceCopyCells<'_> {
                 self.store
                     .write()
                     .unwrap_or_else(|p| p.into_inner())
-                    .record_d2d_error(cell.key.clone(), unix_now());
+                    .record_error(cell.key.clone(), unix_now());
                 self.metrics.error("d2d", &cell.key.device, e.reason());
                 None
             }
@@ -74,7 +74,7 @@ impl Cells for DeviceCopyCells<'_> {
         let at = unix_now();
         let mut store = self.store.write().unwrap_or_else(|p| p.into_inner());
         for &bytes_per_second in values {
-            store.record_d2d_sample(
+            store.record_sample(
                 cell.key.clone(),
                 Sample {
                     bytes_per_second,

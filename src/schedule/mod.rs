@@ -31,7 +31,7 @@ use crate::runtime::Backend;
 use crate::store::{CellKey, D2dKey, P2pKey, SharedStore, Store};
 use crate::topology::pci_link::DeviceLinks;
 use crate::topology::{Roots, Topology};
-use crate::vocab::HostMemory;
+use crate::vocab::{DevicePair, HostMemory};
 use d2d_window::{D2dCell, D2dWindowSpec};
 use gate::{Closed, CpuGate, CpuTimes};
 use metrics::ProbeMetrics;
@@ -69,7 +69,7 @@ pub struct Scheduler {
     pub telemetry: Arc<dyn DeviceTelemetry>,
     /// Core-pair probe and the pair labels it measures (empty: no pair probe).
     pub pair_probe: Option<Arc<dyn PairProbe>>,
-    pub pairs: Vec<String>,
+    pub pairs: Vec<DevicePair>,
     /// The node's verdict, held steady across windows (shared with the exposition).
     pub verdict: SharedVerdict,
     /// The NFD feature file the verdict is written to at every tick, if any.
@@ -243,7 +243,7 @@ impl Scheduler {
         let key = next_p2p_pair(devices.iter().map(|d| d.id.as_str()), store, rng)?;
         let numa_node = devices
             .iter()
-            .find(|d| d.id == key.src)
+            .find(|d| d.id == key.src())
             .and_then(|d| d.numa_node);
         Some(P2pCell {
             cpu: self.topology.cpu_near(numa_node, &self.affinity_cpus)?,
@@ -408,19 +408,16 @@ pub fn next_p2p_pair<'a, R: rand::Rng + ?Sized>(
     let mut pairs: Vec<P2pKey> = devices
         .clone()
         .flat_map(|src| {
-            devices
-                .clone()
-                .filter(move |&dst| dst != src)
-                .map(move |dst| P2pKey {
-                    src: src.to_string(),
-                    dst: dst.to_string(),
-                })
+            devices.clone().filter_map(move |dst| {
+                let id = |d: &str| d.parse().ok();
+                P2pKey::new(id(src)?, id(dst)?).ok()
+            })
         })
         .collect();
     pairs.shuffle(rng);
     let last_attempt = |k: &P2pKey| {
         store
-            .p2p
+            .p2p()
             .get(k)
             .map_or(f64::NEG_INFINITY, |c| c.last_attempt)
     };
@@ -482,13 +479,6 @@ mod tests {
     use crate::store::Sample;
     use rand::SeedableRng;
 
-    fn key(src: &str, dst: &str) -> P2pKey {
-        P2pKey {
-            src: src.into(),
-            dst: dst.into(),
-        }
-    }
-
     #[test]
     fn p2p_pairs_go_least_recently_attempted_first_and_cover_every_ordered_pair() {
         let devices = ["0", "1", "2"];
@@ -497,7 +487,7 @@ mod tests {
         let mut seen = std::collections::BTreeSet::new();
         for window in 0..6 {
             let next = next_p2p_pair(devices.iter().copied(), &store, &mut rng).unwrap();
-            assert_ne!(next.src, next.dst);
+            assert_ne!(next.src(), next.dst());
             assert!(
                 seen.insert(next.clone()),
                 "{next:?} again in window {window}"
@@ -508,16 +498,16 @@ mod tests {
                     bytes_per_second: 1e9,
                     at: f64::from(window),
                 };
-                store.record_p2p_sample(next, sample, 5);
+                store.record_sample(next, sample, 5);
             } else {
-                store.record_p2p_error(next, f64::from(window));
+                store.record_error(next, f64::from(window));
             }
         }
         assert_eq!(seen.len(), 6);
         // Every pair tried once: the oldest attempt goes next.
         let next = next_p2p_pair(devices.iter().copied(), &store, &mut rng).unwrap();
         let oldest = store
-            .p2p
+            .p2p()
             .iter()
             .min_by(|a, b| a.1.last_attempt.total_cmp(&b.1.last_attempt))
             .unwrap()
@@ -534,7 +524,7 @@ mod tests {
             .map(|_| next_p2p_pair(devices.iter().copied(), &store, &mut rng).unwrap())
             .collect();
         assert!(firsts.len() > 4, "{firsts:?}");
-        assert!(!firsts.contains(&key("0", "0")));
+        assert!(firsts.iter().all(|p| p.src() != p.dst()));
     }
 
     #[test]

@@ -46,8 +46,8 @@ fn measure_cell(
     params: &DeviceCopyParams,
 ) -> Result<f64, ProbeError> {
     let _binding = bind(cell.cpu)?;
-    let got = backend.measure_peer_copy(&cell.key.src, &cell.key.dst, params)?;
-    tracing::debug!(pair = %cell.key.label(), method = got.method, "p2p cell measured");
+    let got = backend.measure_peer_copy(cell.key.src(), cell.key.dst(), params)?;
+    tracing::debug!(pair = %cell.key.to_string(), method = got.method, "p2p cell measured");
     Ok(got.bytes_per_second)
 }
 
@@ -63,13 +63,13 @@ impl Cells for PeerCopyCells<'_> {
         match measure_cell(self.backend, cell, &params) {
             Ok(v) => Some(v),
             Err(e) => {
-                let pair = cell.key.label();
+                let pair = cell.key.to_string();
                 tracing::warn!(cpu = cell.cpu, pair = %pair,
                     size_bytes = self.spec.size_bytes, "p2p cell failed: {e}");
                 self.store
                     .write()
                     .unwrap_or_else(|p| p.into_inner())
-                    .record_p2p_error(cell.key.clone(), unix_now());
+                    .record_error(cell.key.clone(), unix_now());
                 self.metrics.error("p2p", &pair, e.reason());
                 None
             }
@@ -90,7 +90,7 @@ impl Cells for PeerCopyCells<'_> {
         let at = unix_now();
         let mut store = self.store.write().unwrap_or_else(|p| p.into_inner());
         for &bytes_per_second in values {
-            store.record_p2p_sample(
+            store.record_sample(
                 cell.key.clone(),
                 Sample {
                     bytes_per_second,

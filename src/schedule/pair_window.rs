@@ -28,7 +28,7 @@ pub struct PairWindowSpec {
 /// Typical cell value per pair at window start (median of its cells' medians, 3 or more).
 fn typical(store: &Store) -> BTreeMap<String, f64> {
     let mut values: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-    for (key, cell) in &store.pair {
+    for (key, cell) in store.pairs() {
         if let Some(m) = cell.median() {
             values.entry(key.pair.as_str()).or_default().push(m);
         }
@@ -38,11 +38,6 @@ fn typical(store: &Store) -> BTreeMap<String, f64> {
         .filter(|(_, v)| v.len() >= 3)
         .filter_map(|(k, v)| Some((k.to_string(), stats::median(&v)?)))
         .collect()
-}
-
-fn devices(pair: &str) -> [&str; 2] {
-    let mut it = pair.splitn(2, ',');
-    [it.next().unwrap_or(""), it.next().unwrap_or("")]
 }
 
 /// The pair cells of one window.
@@ -60,7 +55,7 @@ impl Cells for PairCells<'_> {
         match self
             .spec
             .probe
-            .measure(devices(&key.pair), [key.cpu0, key.cpu1], &self.spec.params)
+            .measure(key.pair.devices(), [key.cpu0, key.cpu1], &self.spec.params)
         {
             Ok(v) => Some(v),
             Err(e) => {
@@ -68,8 +63,8 @@ impl Cells for PairCells<'_> {
                 self.store
                     .write()
                     .unwrap_or_else(|p| p.into_inner())
-                    .record_pair_error(key.clone(), unix_now());
-                self.metrics.error("pair", &key.pair, e.reason());
+                    .record_error(key.clone(), unix_now());
+                self.metrics.error("pair", key.pair.as_str(), e.reason());
                 None
             }
         }
@@ -80,7 +75,7 @@ impl Cells for PairCells<'_> {
             .store
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .pair
+            .pairs()
             .get(key)
             .and_then(|c| c.median());
         self.is_slow(key, value) && history.is_none_or(|h| value < SUSPECT_RATIO * h)
@@ -88,7 +83,7 @@ impl Cells for PairCells<'_> {
 
     fn is_slow(&self, key: &PairKey, value: f64) -> bool {
         self.typical
-            .get(&key.pair)
+            .get(key.pair.as_str())
             .is_some_and(|t| value < SUSPECT_RATIO * t)
     }
 
@@ -96,7 +91,7 @@ impl Cells for PairCells<'_> {
         let at = unix_now();
         let mut s = self.store.write().unwrap_or_else(|p| p.into_inner());
         for &bytes_per_second in values {
-            s.record_pair_sample(
+            s.record_sample(
                 key.clone(),
                 Sample {
                     bytes_per_second,

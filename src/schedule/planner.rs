@@ -32,7 +32,7 @@ pub fn plan<R: Rng + ?Sized>(
     for key in universe {
         // Unmeasured (no cell, or a cell without samples that was never tried) sorts first.
         let last = store
-            .h2d
+            .h2d()
             .get(key)
             .map(|c| c.last_attempt)
             .unwrap_or(f64::NEG_INFINITY);
@@ -253,7 +253,7 @@ mod tests {
 /// compete: a never-measured draw wins, else the one tried longest ago. Coverage spreads over
 /// every block first, then fills in.
 pub fn plan_pairs<R: Rng + ?Sized>(
-    pair: &str,
+    pair: &crate::vocab::DevicePair,
     cpus: &[u32],
     store: &Store,
     numa_of: impl Fn(u32) -> Option<u32>,
@@ -287,7 +287,7 @@ pub fn plan_pairs<R: Rng + ?Sized>(
             let mut best: Option<(f64, PairKey)> = None;
             for _ in 0..DRAWS {
                 let key = PairKey {
-                    pair: pair.to_string(),
+                    pair: pair.clone(),
                     cpu0: groups[a][rng.random_range(0..groups[a].len())],
                     cpu1: groups[b][rng.random_range(0..groups[b].len())],
                 };
@@ -295,7 +295,7 @@ pub fn plan_pairs<R: Rng + ?Sized>(
                     continue;
                 }
                 let age = store
-                    .pair
+                    .pairs()
                     .get(&key)
                     .map(|c| c.last_attempt)
                     .unwrap_or(f64::NEG_INFINITY);
@@ -331,7 +331,14 @@ mod pair_tests {
     fn first_picks_cover_every_numa_block() {
         let cpus: Vec<u32> = (0..16).collect();
         let mut rng = rand::rngs::StdRng::seed_from_u64(3);
-        let picks = plan_pairs("0,1", &cpus, &Store::default(), numa, 16, &mut rng);
+        let picks = plan_pairs(
+            &"0,1".parse().unwrap(),
+            &cpus,
+            &Store::default(),
+            numa,
+            16,
+            &mut rng,
+        );
         let blocks: std::collections::BTreeSet<_> =
             picks.iter().map(|k| (numa(k.cpu0), numa(k.cpu1))).collect();
         assert_eq!(blocks.len(), 16, "{picks:?}");
@@ -345,9 +352,9 @@ mod pair_tests {
         let cpus: Vec<u32> = (0..2).collect();
         let mut store = Store::default();
         for (c0, c1) in [(0, 0), (0, 1), (1, 0)] {
-            store.record_pair_sample(
+            store.record_sample(
                 PairKey {
-                    pair: "0,1".into(),
+                    pair: "0,1".parse().unwrap(),
                     cpu0: c0,
                     cpu1: c1,
                 },
@@ -359,7 +366,14 @@ mod pair_tests {
             );
         }
         let mut rng = rand::rngs::StdRng::seed_from_u64(9);
-        let picks = plan_pairs("0,1", &cpus, &store, |_| Some(0), 1, &mut rng);
+        let picks = plan_pairs(
+            &"0,1".parse().unwrap(),
+            &cpus,
+            &store,
+            |_| Some(0),
+            1,
+            &mut rng,
+        );
         assert_eq!((picks[0].cpu0, picks[0].cpu1), (1, 1));
     }
 
@@ -367,7 +381,14 @@ mod pair_tests {
     fn never_more_than_the_matrix() {
         let cpus = [0u32, 1];
         let mut rng = rand::rngs::StdRng::seed_from_u64(5);
-        let picks = plan_pairs("0,1", &cpus, &Store::default(), numa, 100, &mut rng);
+        let picks = plan_pairs(
+            &"0,1".parse().unwrap(),
+            &cpus,
+            &Store::default(),
+            numa,
+            100,
+            &mut rng,
+        );
         assert!(picks.len() <= 4);
     }
 }

@@ -133,7 +133,7 @@ mod tests {
         assert_eq!((saver.failed, saver.last_error.as_deref()), (0, None));
         assert_eq!(errors(&metrics, "other"), 2, "a success counts nothing");
         match persist::load(dir.path(), 6.0) {
-            persist::Loaded::Restored(s) => assert_eq!(s.last_success["h2d"], 5.0),
+            persist::Loaded::Restored(s) => assert_eq!(s.last_success()["h2d"], 5.0),
             other => panic!("{other:?}"),
         }
     }

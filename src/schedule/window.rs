@@ -95,7 +95,7 @@ impl Typical {
         if !self.is_slow(key, value) {
             return false;
         }
-        match store.h2d.get(key).and_then(|c| c.median()) {
+        match store.h2d().get(key).and_then(|c| c.median()) {
             Some(history) => value < SUSPECT_RATIO * history,
             None => true,
         }
@@ -596,7 +596,7 @@ mod tests {
     }
 
     fn samples(store: &Store, device: &str) -> Vec<f64> {
-        store.h2d[&key(device)]
+        store.h2d()[&key(device)]
             .samples
             .iter()
             .map(|s| s.bytes_per_second)
@@ -708,10 +708,7 @@ mod tests {
         };
         spec.p2p = P2pWindowSpec {
             cell: Some(super::p2p_window::P2pCell {
-                key: crate::store::P2pKey {
-                    src: "a".into(),
-                    dst: "b".into(),
-                },
+                key: "a>b".parse().unwrap(),
                 cpu,
             }),
             size_bytes: 4 << 20,
@@ -746,12 +743,9 @@ mod tests {
         assert_eq!(log.len(), 4);
         assert!(log[..2].iter().all(|l| l.starts_with("h2d")), "{log:?}");
         assert_eq!(log[2..], ["d2d a".to_string(), "p2p a>b".to_string()]);
-        let pair = crate::store::P2pKey {
-            src: "a".into(),
-            dst: "b".into(),
-        };
-        assert_eq!(store.p2p[&pair].median(), Some(20e9));
-        assert!(store.last_success.contains_key("p2p"));
+        let pair: crate::store::P2pKey = "a>b".parse().unwrap();
+        assert_eq!(store.p2p()[&pair].median(), Some(20e9));
+        assert!(store.last_success().contains_key("p2p"));
     }
 
     #[test]
@@ -764,7 +758,7 @@ mod tests {
         );
         let (report, log, store) = run_ordered(Duration::from_millis(100), &spec, &mut || true);
         assert!(log.iter().all(|l| l.starts_with("h2d")), "{log:?}");
-        assert!(store.p2p.is_empty());
+        assert!(store.p2p().is_empty());
         assert!(
             report.elapsed < Duration::from_millis(80 + 100 + 50),
             "{report:?}"
@@ -799,6 +793,6 @@ mod tests {
         let (report, log, store) = run_ordered(Duration::ZERO, &spec, &mut keep_going);
         assert_eq!(report.end, WindowEnd::Aborted);
         assert!(log.iter().all(|l| l.starts_with("h2d")), "{log:?}");
-        assert!(store.p2p.is_empty());
+        assert!(store.p2p().is_empty());
     }
 }

@@ -1,6 +1,12 @@
 //! The measured matrices: per-cell recent samples (a cell's value is their median), the
 //! affinity verdicts, and per-probe success times. Probes write it, scrapes read it, and
 //! `persist` saves it to the state file after every window.
+//!
+//! Each kind of cell is a [`Family`]: its key type names its field of the store, and one
+//! generic path records a sample or a failure of any family ([`Store::record_sample`],
+//! [`Store::record_error`]) and reads a family back ([`Store::cells`]). The fields are
+//! private: every write goes through a method, and every method gives the store a new
+//! [`Store::generation`], which is how the exposition knows its cached encoding is stale.
 
 pub mod persist;
 
@@ -10,7 +16,7 @@ use std::sync::{Arc, RwLock};
 
 use crate::stats;
 use crate::topology::pci_link::Link;
-use crate::vocab::Direction;
+use crate::vocab::{DevicePair, Direction, OrderedPair};
 
 /// One cell of the core x device copy matrix.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -21,11 +27,11 @@ pub struct CellKey {
     pub direction: Direction,
 }
 
-/// One cell of a core-pair matrix: rank 0 on `cpu0`, rank 1 on `cpu1`.
+/// One cell of a core-pair matrix: rank 0 on `cpu0` on the pair's first device, rank 1 on
+/// `cpu1` on its second.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PairKey {
-    /// The two devices, as the `pair` label spells them (`0,5`).
-    pub pair: String,
+    pub pair: DevicePair,
     pub cpu0: u32,
     pub cpu1: u32,
 }
@@ -38,21 +44,10 @@ pub struct D2dKey {
     pub size_bytes: u64,
 }
 
-/// One ordered peer copy cell: a copy from a buffer on `src` to a buffer on `dst`, issued on
-/// a stream of `src` (device ids as the `device` label spells them). The size is the
-/// configured `probe.p2p_size_mib`; it is not part of the key (one size per node).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct P2pKey {
-    pub src: String,
-    pub dst: String,
-}
-
-impl P2pKey {
-    /// `SRC>DST`, as `chd probe p2p` and the `device` label of its errors spell a pair.
-    pub fn label(&self) -> String {
-        format!("{}>{}", self.src, self.dst)
-    }
-}
+/// One ordered peer copy cell is keyed by its [`OrderedPair`]: a copy from a buffer on `src`
+/// to a buffer on `dst`, issued on a stream of `src`. The size is the configured
+/// `probe.p2p_size_mib`; it is not part of the key (one size per node).
+pub type P2pKey = OrderedPair;
 
 /// One measurement of a cell.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -123,31 +118,54 @@ pub struct SeenLink {
 ///
 /// Change it through its methods once it is shared: each of them gives the store a new
 /// [`Store::generation`], which is how the exposition knows its cached encoding is stale.
-/// (Writing the public fields directly is for building a store before it is shared, as
-/// `persist` does.)
 #[derive(Debug, Clone)]
 pub struct Store {
     /// Core x device copy matrix.
-    pub h2d: BTreeMap<CellKey, Cell>,
+    h2d: BTreeMap<CellKey, Cell>,
     /// Core-pair matrices, all configured pairs.
-    pub pair: BTreeMap<PairKey, Cell>,
+    pair: BTreeMap<PairKey, Cell>,
     /// Same-device copy cells, one per device and size.
-    pub d2d: BTreeMap<D2dKey, Cell>,
+    d2d: BTreeMap<D2dKey, Cell>,
     /// Ordered peer copy cells, one per ordered device pair measured so far.
-    pub p2p: BTreeMap<P2pKey, Cell>,
+    p2p: BTreeMap<P2pKey, Cell>,
     /// CPU id -> affinity verdict.
-    pub bindable: BTreeMap<u32, Bindable>,
+    bindable: BTreeMap<u32, Bindable>,
     /// Probe name -> unix time of the end of its last window that measured something.
-    pub last_success: BTreeMap<String, f64>,
+    last_success: BTreeMap<String, f64>,
     /// CPU -> NUMA node of the machine that measured the cells (saved with them, so a
     /// replay of the state file knows the segments).
-    pub cpu_numa: BTreeMap<u32, u32>,
+    cpu_numa: BTreeMap<u32, u32>,
     /// Device -> its PCIe link as seen in the last window that copied to it. Not saved in the
     /// state file: after a restart it is unknown until a window copies to the device again.
-    pub links: BTreeMap<String, SeenLink>,
+    links: BTreeMap<String, SeenLink>,
     /// Changes with every write through a method; unique across all stores of the process.
     generation: u64,
 }
+
+/// A kind of cell the store holds: its key type, and the store's field of it. Adding a cell
+/// kind is a key type, a field, and this impl; recording and reading come with it.
+pub trait Family: Ord + Clone {
+    fn cells(store: &Store) -> &BTreeMap<Self, Cell>;
+    fn cells_mut(store: &mut Store) -> &mut BTreeMap<Self, Cell>;
+}
+
+macro_rules! family {
+    ($key:ty, $field:ident) => {
+        impl Family for $key {
+            fn cells(store: &Store) -> &BTreeMap<$key, Cell> {
+                &store.$field
+            }
+            fn cells_mut(store: &mut Store) -> &mut BTreeMap<$key, Cell> {
+                &mut store.$field
+            }
+        }
+    };
+}
+
+family!(CellKey, h2d);
+family!(PairKey, pair);
+family!(D2dKey, d2d);
+family!(OrderedPair, p2p);
 
 /// A generation no store of this process has had.
 fn next_generation() -> u64 {
@@ -199,52 +217,76 @@ impl Store {
         self.generation = next_generation();
     }
 
+    /// The cells of one family (`store.cells::<PairKey>()`).
+    pub fn cells<K: Family>(&self) -> &BTreeMap<K, Cell> {
+        K::cells(self)
+    }
+
+    /// Core x device copy cells.
+    pub fn h2d(&self) -> &BTreeMap<CellKey, Cell> {
+        &self.h2d
+    }
+
+    /// Core-pair cells of every configured pair.
+    pub fn pairs(&self) -> &BTreeMap<PairKey, Cell> {
+        &self.pair
+    }
+
+    /// Same-device copy cells.
+    pub fn d2d(&self) -> &BTreeMap<D2dKey, Cell> {
+        &self.d2d
+    }
+
+    /// Ordered peer copy cells.
+    pub fn p2p(&self) -> &BTreeMap<P2pKey, Cell> {
+        &self.p2p
+    }
+
+    /// CPU id -> affinity verdict.
+    pub fn bindable(&self) -> &BTreeMap<u32, Bindable> {
+        &self.bindable
+    }
+
+    /// Probe name -> unix time of the end of its last window that measured something.
+    pub fn last_success(&self) -> &BTreeMap<String, f64> {
+        &self.last_success
+    }
+
+    /// CPU -> NUMA node of the machine that measured the cells.
+    pub fn cpu_numa(&self) -> &BTreeMap<u32, u32> {
+        &self.cpu_numa
+    }
+
+    /// Device -> the link its last window saw, and when.
+    pub fn links(&self) -> &BTreeMap<String, SeenLink> {
+        &self.links
+    }
+
     /// Record a successful sample, keeping at most `keep` samples.
-    pub fn record_sample(&mut self, key: CellKey, sample: Sample, keep: usize) {
+    pub fn record_sample<K: Family>(&mut self, key: K, sample: Sample, keep: usize) {
         self.changed();
-        self.h2d.entry(key).or_default().push(sample, keep);
+        K::cells_mut(self)
+            .entry(key)
+            .or_default()
+            .push(sample, keep);
     }
 
     /// Record a failed attempt: the cell keeps its samples but counts as tried.
-    pub fn record_error(&mut self, key: CellKey, at: f64) {
+    pub fn record_error<K: Family>(&mut self, key: K, at: f64) {
         self.changed();
-        self.h2d.entry(key).or_default().fail(at);
+        K::cells_mut(self).entry(key).or_default().fail(at);
     }
 
-    /// [`Store::record_sample`] for a core-pair cell.
-    pub fn record_pair_sample(&mut self, key: PairKey, sample: Sample, keep: usize) {
+    /// Change the cells of one family in place (a new generation, as for every write).
+    pub fn update_cells<K: Family, R>(&mut self, f: impl FnOnce(&mut BTreeMap<K, Cell>) -> R) -> R {
         self.changed();
-        self.pair.entry(key).or_default().push(sample, keep);
+        f(K::cells_mut(self))
     }
 
-    /// [`Store::record_error`] for a core-pair cell.
-    pub fn record_pair_error(&mut self, key: PairKey, at: f64) {
+    /// Put a whole cell in (a store being built from a state file or a recording).
+    pub fn insert_cell<K: Family>(&mut self, key: K, cell: Cell) {
         self.changed();
-        self.pair.entry(key).or_default().fail(at);
-    }
-
-    /// [`Store::record_sample`] for a same-device copy cell.
-    pub fn record_d2d_sample(&mut self, key: D2dKey, sample: Sample, keep: usize) {
-        self.changed();
-        self.d2d.entry(key).or_default().push(sample, keep);
-    }
-
-    /// [`Store::record_error`] for a same-device copy cell.
-    pub fn record_d2d_error(&mut self, key: D2dKey, at: f64) {
-        self.changed();
-        self.d2d.entry(key).or_default().fail(at);
-    }
-
-    /// [`Store::record_sample`] for an ordered peer copy cell.
-    pub fn record_p2p_sample(&mut self, key: P2pKey, sample: Sample, keep: usize) {
-        self.changed();
-        self.p2p.entry(key).or_default().push(sample, keep);
-    }
-
-    /// [`Store::record_error`] for an ordered peer copy cell.
-    pub fn record_p2p_error(&mut self, key: P2pKey, at: f64) {
-        self.changed();
-        self.p2p.entry(key).or_default().fail(at);
+        K::cells_mut(self).insert(key, cell);
     }
 
     /// Record the affinity verdicts of one scan.
@@ -255,10 +297,28 @@ impl Store {
         }
     }
 
+    /// Put one CPU's verdict in as it was recorded (a store being built).
+    pub fn insert_bindable(&mut self, cpu: u32, verdict: Bindable) {
+        self.changed();
+        self.bindable.insert(cpu, verdict);
+    }
+
+    /// Forget every affinity verdict (a replay serves none of the recorded ones).
+    pub fn clear_bindable(&mut self) {
+        self.changed();
+        self.bindable.clear();
+    }
+
     /// Mark `probe` as having measured something at `at`.
     pub fn record_success(&mut self, probe: &str, at: f64) {
         self.changed();
         self.last_success.insert(probe.to_string(), at);
+    }
+
+    /// Set which NUMA node each CPU of the measuring machine is on.
+    pub fn set_cpu_numa(&mut self, cpu_numa: BTreeMap<u32, u32>) {
+        self.changed();
+        self.cpu_numa = cpu_numa;
     }
 
     /// Record the PCIe link `device` was seen with after a copy.
@@ -288,11 +348,13 @@ impl Store {
         self.h2d
             .retain(|k, _| cpu_exists(k.cpu) && device_exists(&k.device));
         self.pair.retain(|k, _| {
-            cpu_exists(k.cpu0) && cpu_exists(k.cpu1) && k.pair.split(',').all(&device_exists)
+            cpu_exists(k.cpu0)
+                && cpu_exists(k.cpu1)
+                && k.pair.devices().iter().all(|d| device_exists(d))
         });
         self.d2d.retain(|k, _| device_exists(&k.device));
         self.p2p
-            .retain(|k, _| device_exists(&k.src) && device_exists(&k.dst));
+            .retain(|k, _| device_exists(k.src()) && device_exists(k.dst()));
         self.bindable.retain(|cpu, _| cpu_exists(*cpu));
         self.links.retain(|device, _| device_exists(device));
         before
@@ -343,7 +405,7 @@ mod tests {
                 3,
             );
         }
-        let cell = &s.h2d[&key(0, "numa0")];
+        let cell = &s.h2d()[&key(0, "numa0")];
         assert_eq!(cell.samples.len(), 3);
         assert_eq!(cell.median(), Some(6.0));
         assert_eq!(cell.last_attempt, 4.0);
@@ -363,7 +425,7 @@ mod tests {
             at: 1.0,
         };
         let pair = PairKey {
-            pair: "0,1".into(),
+            pair: "0,1".parse().unwrap(),
             cpu0: 0,
             cpu1: 1,
         };
@@ -371,21 +433,40 @@ mod tests {
             device: "0".into(),
             size_bytes: 1,
         };
-        let p2p = P2pKey {
-            src: "0".into(),
-            dst: "1".into(),
-        };
-        let writes: [&dyn Fn(&mut Store); 11] = [
+        let p2p: P2pKey = "0>1".parse().unwrap();
+        let writes: [&dyn Fn(&mut Store); 17] = [
             &|s| s.record_sample(key(0, "0"), sample, 3),
             &|s| s.record_error(key(0, "0"), 2.0),
-            &|s| s.record_pair_sample(pair.clone(), sample, 3),
-            &|s| s.record_pair_error(pair.clone(), 2.0),
-            &|s| s.record_d2d_sample(d2d.clone(), sample, 3),
-            &|s| s.record_d2d_error(d2d.clone(), 2.0),
-            &|s| s.record_p2p_sample(p2p.clone(), sample, 3),
-            &|s| s.record_p2p_error(p2p.clone(), 2.0),
+            &|s| s.record_sample(pair.clone(), sample, 3),
+            &|s| s.record_error(pair.clone(), 2.0),
+            &|s| s.record_sample(d2d.clone(), sample, 3),
+            &|s| s.record_error(d2d.clone(), 2.0),
+            &|s| s.record_sample(p2p.clone(), sample, 3),
+            &|s| s.record_error(p2p.clone(), 2.0),
+            &|s| s.insert_cell(p2p.clone(), Cell::default()),
             &|s| s.record_bindable(&[(0, true)], 2.0),
+            &|s| {
+                let verdict = Bindable {
+                    bindable: false,
+                    at: 3.0,
+                };
+                s.insert_bindable(1, verdict)
+            },
             &|s| s.record_success("h2d", 2.0),
+            &|s| s.set_cpu_numa(BTreeMap::from([(0, 0)])),
+            &|s| s.clear_bindable(),
+            &|s| s.update_cells(|_: &mut BTreeMap<D2dKey, Cell>| ()),
+            &|s| {
+                let state = crate::topology::pci_link::LinkState {
+                    width: 16,
+                    transfers_per_second: 32_000_000_000,
+                };
+                let link = Link {
+                    current: state,
+                    max: state,
+                };
+                s.record_link("0", link, 2.0)
+            },
             &|s| {
                 s.retain_known(|_| true, |_| true);
             },
@@ -404,7 +485,7 @@ mod tests {
         let mut s = Store::default();
         s.record_error(key(1, "numa0"), 10.0);
         s.record_error(key(1, "numa0"), 11.0);
-        let cell = &s.h2d[&key(1, "numa0")];
+        let cell = &s.h2d()[&key(1, "numa0")];
         assert_eq!(cell.consecutive_errors, 2);
         assert_eq!(cell.median(), None);
         assert_eq!(s.measured_cells().count(), 0);
@@ -426,20 +507,17 @@ mod tests {
                 device: device.into(),
                 size_bytes: 1,
             };
-            s.record_d2d_sample(key, sample, 5);
+            s.record_sample(key, sample, 5);
         }
-        for (src, dst) in [("numa0", "numa3"), ("numa3", "numa0")] {
-            let key = P2pKey {
-                src: src.into(),
-                dst: dst.into(),
-            };
-            s.record_p2p_sample(key, sample, 5);
+        for pair in ["numa0>numa3", "numa3>numa0"] {
+            let key: P2pKey = pair.parse().unwrap();
+            s.record_sample(key, sample, 5);
         }
         let dropped = s.retain_known(|c| c < 4, |d| d == "numa0");
         assert_eq!(dropped, 6);
-        assert!(s.p2p.is_empty());
-        assert_eq!(s.d2d.len(), 1);
-        assert_eq!(s.h2d.len(), 1);
-        assert_eq!(s.bindable.len(), 1);
+        assert!(s.p2p().is_empty());
+        assert_eq!(s.d2d().len(), 1);
+        assert_eq!(s.h2d().len(), 1);
+        assert_eq!(s.bindable().len(), 1);
     }
 }

@@ -86,7 +86,7 @@ pub fn to_file(store: &Store, saved_at: f64) -> StateFile {
             .pair
             .iter()
             .map(|(key, c)| PairCellRecord {
-                pair: key.pair.clone(),
+                pair: key.pair.to_string(),
                 cpu0: key.cpu0,
                 cpu1: key.cpu1,
                 history: history(c),
@@ -106,8 +106,8 @@ pub fn to_file(store: &Store, saved_at: f64) -> StateFile {
             .p2p
             .iter()
             .map(|(key, c)| P2pCellRecord {
-                src: key.src.clone(),
-                dst: key.dst.clone(),
+                src: key.src().to_string(),
+                dst: key.dst().to_string(),
                 history: history(c),
             })
             .collect(),
@@ -144,7 +144,13 @@ pub fn from_file(file: StateFile) -> Result<Store, StateReadError> {
     }
     for c in file.pair {
         let key = PairKey {
-            pair: c.pair,
+            pair: c
+                .pair
+                .parse()
+                .map_err(|e: crate::vocab::ParseError| StateReadError::Field {
+                    record: format!("pair cell {} cpus {},{}", c.pair, c.cpu0, c.cpu1),
+                    problem: e.to_string(),
+                })?,
             cpu0: c.cpu0,
             cpu1: c.cpu1,
         };
@@ -158,10 +164,14 @@ pub fn from_file(file: StateFile) -> Result<Store, StateReadError> {
         store.d2d.insert(key, cell(c.history));
     }
     for c in file.p2p {
-        let key = P2pKey {
-            src: c.src,
-            dst: c.dst,
-        };
+        let label = format!("{}>{}", c.src, c.dst);
+        let key: P2pKey =
+            label
+                .parse()
+                .map_err(|e: crate::vocab::ParseError| StateReadError::Field {
+                    record: format!("p2p cell {label}"),
+                    problem: e.to_string(),
+                })?;
         store.p2p.insert(key, cell(c.history));
     }
     store.last_success = file.last_success;
@@ -252,9 +262,9 @@ mod tests {
         }
         s.record_bindable(&[(0, true), (1, false)], 100.0);
         s.record_success("h2d", 101.0);
-        s.record_pair_sample(
+        s.record_sample(
             PairKey {
-                pair: "0,1".into(),
+                pair: "0,1".parse().unwrap(),
                 cpu0: 0,
                 cpu1: 1,
             },
@@ -264,7 +274,7 @@ mod tests {
             },
             5,
         );
-        s.record_d2d_sample(
+        s.record_sample(
             D2dKey {
                 device: "numa0".into(),
                 size_bytes: 64 << 20,
@@ -275,11 +285,8 @@ mod tests {
             },
             5,
         );
-        s.record_p2p_sample(
-            P2pKey {
-                src: "numa0".into(),
-                dst: "numa1".into(),
-            },
+        s.record_sample(
+            "numa0>numa1".parse::<P2pKey>().unwrap(),
             Sample {
                 bytes_per_second: 5e9,
                 at: 100.0,

@@ -15,7 +15,7 @@ pub fn check(data: &[u8]) {
     }
     match run_dir::read_run(dir.path()) {
         Ok((run, records)) => {
-            let _ = run.plan.total_slots();
+            let _ = chd::probe::kinds::total_slots(&run.plan);
             let _ = run_dir::done_slots(&records);
             let out = tempfile::tempdir().expect("temp dir");
             let mut log = CellLog::create(out.path(), &run).expect("create");
