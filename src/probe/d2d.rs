@@ -233,4 +233,44 @@ mod tests {
         assert!(text.contains("\"probe\":\"d2d\""), "{text}");
         assert_eq!(serde_json::from_str::<RunPlan>(&text).unwrap(), p);
     }
+
+    #[test]
+    fn a_device_runs_from_the_first_allowed_cpu_of_its_node() {
+        use crate::topology::{Cpu, NumaNode, Topology};
+        let cpu = |id, node, allowed| Cpu {
+            id,
+            numa_node: Some(node),
+            package: Some(node),
+            core: Some(id),
+            siblings: vec![id],
+            allowed,
+        };
+        let node = |id, cpus: Vec<u32>| NumaNode {
+            id,
+            cpus,
+            has_memory: true,
+            memory_total_bytes: None,
+        };
+        let topology = Topology {
+            cpus: vec![
+                cpu(0, 0, true),
+                cpu(1, 0, true),
+                cpu(2, 1, false),
+                cpu(3, 1, true),
+                cpu(4, 2, false),
+            ],
+            offline_cpus: vec![],
+            numa_nodes: vec![node(0, vec![0, 1]), node(1, vec![2, 3]), node(2, vec![4])],
+        };
+        let allowed: Vec<u32> = topology.allowed_cpus().map(|c| c.id).collect();
+        assert_eq!(topology.cpu_near(Some(1), &allowed), Some(3));
+        assert_eq!(topology.cpu_near(Some(0), &allowed), Some(0));
+        // No allowed CPU on the node, an unknown node, no node: the first allowed CPU.
+        assert_eq!(topology.cpu_near(Some(2), &allowed), Some(0));
+        assert_eq!(topology.cpu_near(Some(9), &allowed), Some(0));
+        assert_eq!(topology.cpu_near(None, &allowed), Some(0));
+        // chd serve's candidates are probe.cpus: node 1's device then runs from CPU 1.
+        assert_eq!(topology.cpu_near(Some(1), &[1]), Some(1));
+        assert_eq!(topology.cpu_near(None, &[]), None);
+    }
 }

@@ -323,6 +323,60 @@ pub fn prepare(req: &Request, setup: &Setup) -> Result<Prepared, SetupError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
+
+    fn plan() -> RunPlan {
+        RunPlan {
+            cpus: vec![0, 1],
+            devices: vec!["0".into(), "1".into(), "2".into()],
+            sizes_bytes: vec![1 << 20, 4 << 20],
+            directions: vec!["h2d".into()],
+            host_memories: vec!["pinned".into()],
+            warmup: 1,
+            iterations: 2,
+            repeats: 3,
+            loads: vec!["idle".into(), "cpu:2".into()],
+            ..RunPlan::empty(MatrixKind::H2d)
+        }
+    }
+
+    #[test]
+    fn slots_cover_the_plan_once() {
+        let p = plan();
+        let mut all = BTreeSet::new();
+        for l in &p.loads {
+            for pass in 0..p.repeats {
+                all.extend(KIND.pass_slots(&p, l, pass).unwrap());
+            }
+        }
+        assert_eq!(KIND.cells_per_pass(&p), 12);
+        assert_eq!(all.len(), crate::probe::kinds::total_slots(&p));
+        assert_eq!(all.len(), 72);
+        // A plan that names no valid slot is an error naming the field.
+        let mut bad = plan();
+        bad.directions = vec!["sideways".into()];
+        let e = KIND.pass_slots(&bad, "idle", 0).unwrap_err();
+        assert!(
+            e.starts_with("directions: unknown direction \"sideways\""),
+            "{e}"
+        );
+    }
+
+    /// A run.json whose plan counts more slots than a usize holds (an input of the run_dir
+    /// fuzz target's properties; `chd report` counts them): the count saturates.
+    #[test]
+    fn slot_counts_saturate() {
+        let mut p = plan();
+        p.cpus = (0..50).collect();
+        p.devices = (0..50).map(|d| d.to_string()).collect();
+        p.sizes_bytes = (1..=50).collect();
+        p.directions = vec!["h2d".into(); 50];
+        p.host_memories = vec!["pinned".into(); 50];
+        p.repeats = u32::MAX;
+        p.loads = vec!["idle".into(); 20];
+        assert_eq!(KIND.cells_per_pass(&p), 50usize.pow(5));
+        assert_eq!(crate::probe::kinds::total_slots(&p), usize::MAX);
+    }
     use crate::runtime::host::HostBackend;
     use crate::topology::{Cpu, NumaNode, Topology};
 

@@ -440,4 +440,35 @@ mod tests {
             Ok(vec!["0,1".into()])
         );
     }
+
+    fn pair_plan() -> RunPlan {
+        RunPlan {
+            probe: MatrixKind::Pair,
+            cpus: vec![0, 1],
+            devices: vec![],
+            pairs: vec!["0,1".into()],
+            sizes_bytes: vec![1 << 20],
+            directions: vec!["allgather".into()],
+            host_memories: vec![DEVICE_MEMORY.into()],
+            warmup: 2,
+            iterations: 10,
+            repeats: 1,
+            loads: vec!["idle".into()],
+            timeout_ms: Some(30_000),
+            ..RunPlan::empty(MatrixKind::Pair)
+        }
+    }
+
+    #[test]
+    fn pair_differences_name_the_pair_flags_and_ignore_the_timeout() {
+        let a = pair_plan();
+        let mut b = pair_plan();
+        b.pairs = vec!["0,5".into()];
+        b.directions = vec!["peer-copy".into()];
+        b.timeout_ms = Some(1);
+        assert_eq!(
+            crate::probe::plan::differences(&a, &b, &KIND.flag_names()),
+            ["--pair", "--collective"]
+        );
+    }
 }

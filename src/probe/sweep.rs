@@ -524,6 +524,56 @@ pub fn prepare(req: &Request, setup: &Setup) -> Result<Prepared, SetupError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sweep_slots_give_allgather_points_only_to_devices_with_a_peer() {
+        let p = RunPlan {
+            cpus: vec![3],
+            devices: vec!["0".into(), "1".into(), "2".into()],
+            sizes_bytes: vec![1 << 20, 4 << 20],
+            directions: vec!["h2d".into(), "d2d".into(), SWEEP_ALLGATHER.into()],
+            host_memories: vec!["pinned".into()],
+            peers: BTreeMap::from([
+                (
+                    "0".to_string(),
+                    SweepPeer {
+                        device: "2".into(),
+                        cpu: 9,
+                    },
+                ),
+                (
+                    "2".to_string(),
+                    SweepPeer {
+                        device: "0".into(),
+                        cpu: 3,
+                    },
+                ),
+            ]),
+            ..RunPlan::empty(MatrixKind::Sweep)
+        };
+        let slots = KIND.pass_slots(&p, "idle", 0).unwrap();
+        // 2 sizes x (3 devices x 2 copy operations + 2 allgather devices).
+        assert_eq!(slots.len(), 2 * (3 * 2 + 2));
+        assert_eq!(KIND.cells_per_pass(&p), slots.len());
+        let records: Vec<_> = slots.iter().map(|s| s.record()).collect();
+        let gathers: Vec<(&str, Option<u32>)> = records
+            .iter()
+            .filter(|s| s.direction == SWEEP_ALLGATHER)
+            .map(|s| (s.device.as_str(), s.peer_cpu))
+            .collect();
+        assert_eq!(
+            gathers,
+            [
+                ("0", Some(9)),
+                ("2", Some(3)),
+                ("0", Some(9)),
+                ("2", Some(3))
+            ]
+        );
+        assert!(records
+            .iter()
+            .all(|s| (s.direction == SWEEP_ALLGATHER) == s.peer_cpu.is_some()));
+    }
     use crate::format::run_dir::MatrixKind;
     use crate::runtime::{CopyParams, DeviceInfo};
 
@@ -590,5 +640,147 @@ mod tests {
             point.op = SweepOp::Allgather { peer_cpu: 0 };
         }
         assert_eq!(probe.measure(&gather).unwrap_err().reason(), "collective");
+    }
+
+    mod planning {
+        use super::*;
+        use crate::runtime::{CopyParams, DeviceInfo, ProbeError};
+        use crate::topology::{Cpu, NumaNode, Topology};
+
+        /// Devices 0 and 1 on NUMA node 0, device 2 on node 1.
+        struct ThreeDevices(Vec<DeviceInfo>);
+
+        impl Backend for ThreeDevices {
+            fn name(&self) -> &'static str {
+                "three"
+            }
+            fn devices(&self) -> &[DeviceInfo] {
+                &self.0
+            }
+            fn measure_copy(&self, _: &str, _: &CopyParams) -> Result<f64, ProbeError> {
+                Ok(1.0)
+            }
+        }
+
+        fn backend() -> ThreeDevices {
+            ThreeDevices(
+                [(0, 0), (1, 0), (2, 1)]
+                    .iter()
+                    .map(|&(id, node)| DeviceInfo {
+                        id: id.to_string(),
+                        kind: "three".into(),
+                        name: "d".into(),
+                        pci_bus_id: String::new(),
+                        numa_node: Some(node),
+                    })
+                    .collect(),
+            )
+        }
+
+        /// CPUs 0, 1 on node 0 and 2, 3 on node 1.
+        fn topology() -> Topology {
+            let cpu = |id: u32| Cpu {
+                id,
+                numa_node: Some(id / 2),
+                package: Some(id / 2),
+                core: Some(id),
+                siblings: vec![id],
+                allowed: true,
+            };
+            let node = |id: u32| NumaNode {
+                id,
+                cpus: vec![2 * id, 2 * id + 1],
+                has_memory: true,
+                memory_total_bytes: None,
+            };
+            Topology {
+                cpus: (0..4).map(cpu).collect(),
+                offline_cpus: vec![],
+                numa_nodes: vec![node(0), node(1)],
+            }
+        }
+
+        fn planned(
+            req: &Request,
+            allgather: Result<(), String>,
+        ) -> Result<(RunPlan, Vec<String>), PlanError> {
+            let ctx = SweepContext {
+                sysfs: Path::new("/nonexistent"),
+                allgather,
+            };
+            let (topology, backend) = (topology(), backend());
+            let planning = PlanContext {
+                topology: &topology,
+                backend: &backend,
+                base: None,
+            };
+            plan(req, &planning, &ctx)
+        }
+
+        fn peers(plan: &RunPlan) -> Vec<(&str, &str, u32)> {
+            plan.peers
+                .iter()
+                .map(|(d, p)| (d.as_str(), p.device.as_str(), p.cpu))
+                .collect()
+        }
+
+        #[test]
+        fn defaults_one_cpu_of_the_first_device_and_peers_on_their_nodes() {
+            let (p, notes) = planned(&Request::default(), Ok(())).unwrap();
+            assert!(notes.is_empty(), "{notes:?}");
+            assert_eq!(p.cpus, [0], "the first CPU of device 0's node");
+            assert_eq!(p.sizes_bytes.len(), 14, "128 KiB .. 1 GiB");
+            assert_eq!(p.directions, SWEEP_OPS);
+            // Rank 1 on the first CPU of the peer's node, never on rank 0's CPU.
+            assert_eq!(peers(&p), [("0", "2", 2), ("1", "2", 2), ("2", "1", 1)]);
+            assert_eq!(p.pairs, ["0,2", "1,2", "2,1"]);
+            let req = Request {
+                peer: Some("1".into()),
+                cpu: Some(3),
+                ..Request::default()
+            };
+            let (p, _) = planned(&req, Ok(())).unwrap();
+            assert_eq!(p.cpus, [3]);
+            assert_eq!(peers(&p), [("0", "1", 0), ("1", "2", 2), ("2", "1", 0)]);
+        }
+
+        #[test]
+        fn allgather_is_skipped_with_its_reason_and_bad_flags_are_named() {
+            let req = Request {
+                ops: Some(vec!["h2d,allgather".into(), "h2d".into()]),
+                from: Some("1MiB".into()),
+                to: Some("4MiB".into()),
+                ..Request::default()
+            };
+            let (p, notes) = planned(&req, Err("no collective library".into())).unwrap();
+            assert_eq!(notes, ["allgather skipped: no collective library"]);
+            assert_eq!(p.directions, ["h2d"]);
+            assert!(p.peers.is_empty() && p.timeout_ms.is_none());
+            assert_eq!(p.sizes_bytes, [1 << 20, 2 << 20, 4 << 20]);
+            let only = Request {
+                ops: Some(vec!["allgather".into()]),
+                ..Request::default()
+            };
+            let e = planned(&only, Err("one device".into()))
+                .unwrap_err()
+                .to_string();
+            assert_eq!(e, "nothing to measure: no operation left to measure");
+            let bad = |req: Request| planned(&req, Ok(())).unwrap_err().to_string();
+            let e = bad(Request {
+                cpu: Some(9),
+                ..Request::default()
+            });
+            assert!(e.starts_with("--cpu: CPU 9 is not an online CPU"), "{e}");
+            let e = bad(Request {
+                ops: Some(vec!["d2x".into()]),
+                ..Request::default()
+            });
+            assert!(e.starts_with("--ops: unknown operation \"d2x\""), "{e}");
+            let e = bad(Request {
+                peer: Some("7".into()),
+                ..Request::default()
+            });
+            assert!(e.starts_with("--peer: \"7\" is not a device"), "{e}");
+        }
     }
 }
