@@ -4,3 +4,4 @@
 (import 'config.libsonnet')
 + (import 'alerts/alerts.libsonnet')
 + (import 'rules.libsonnet')
++ (import 'dashboards/dashboards.libsonnet')

@@ -92,7 +92,7 @@ def render(config="{}"):
     snippet = """
       local m = (import 'mixin/mixin.libsonnet') + { _config+:: %s };
       { rules: m.prometheusRules.groups + m.prometheusAlerts.groups,
-        dashboards: if std.objectHas(m, 'grafanaDashboards') then m.grafanaDashboards else {} }
+        dashboards: if std.objectHasAll(m, 'grafanaDashboards') then m.grafanaDashboards else {} }
     """
     out = json.loads(_jsonnet.evaluate_snippet("gen-mixin", snippet % config, jpathdir=[ROOT]))
     files = {RULES: RULES_HEADER + "\n".join(emit({"groups": out["rules"]})) + "\n"}

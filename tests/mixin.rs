@@ -189,3 +189,196 @@ fn every_alert_links_its_runbook_section_and_a_dashboard() {
         "docs/runbook.md sections for no alert: {extra:?}"
     );
 }
+
+/// The checks of grafana/dashboard-linter that `mixtool lint` runs on dashboards, on their
+/// text (no PromQL parser here; every expression also passes promtool in
+/// tests/dashboards.rs): the job variable (template-job-rule), refresh on time range change
+/// (template-on-time-change-reload-rule), the job and instance matchers in every selector
+/// (target-job-rule, target-instance-rule), `$__rate_interval` in rate()
+/// (target-rate-interval-rule), counters only under rate/irate/increase
+/// (target-counter-agg-rule), units on stat, time series and gauge panels (panel-units-rule).
+/// Exclusions, as a mixin's .lint file would list them: the node dashboards pick one node (the
+/// instance variable is single-select, without All), the fleet dashboard has no instance
+/// variable, and fleet-group series (`name:chd_*`) carry no job or instance.
+#[test]
+fn dashboards_pass_dashboard_linter_checks() {
+    let selector =
+        regex::Regex::new(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{([^}]*)\}(\[[^\]]*\])?").unwrap();
+    let rate = regex::Regex::new(r"\b(i?rate)\(\s*[^\[]*\[([^\]]*)\]").unwrap();
+    let mut errors = Vec::new();
+    for (file, d) in dashboards() {
+        let f = file.file_name().unwrap().to_string_lossy().into_owned();
+        let vars = d["templating"]["list"].as_array().unwrap();
+        let var = |name: &str| vars.iter().find(|v| v["name"] == name);
+        match var("job") {
+            None => errors.push(format!("[template-job-rule] {f}: no job variable")),
+            Some(job) => {
+                if job["multi"] != true || job["allValue"] != ".+" || job["type"] != "query" {
+                    errors.push(format!("[template-job-rule] {f}: {job}"));
+                }
+                if job["datasource"]["uid"] != "${datasource}" {
+                    errors.push(format!("[template-job-rule] {f}: datasource {job}"));
+                }
+            }
+        }
+        for v in vars.iter().filter(|v| v["type"] == "query") {
+            if v["refresh"] != 2 {
+                errors.push(format!(
+                    "[template-on-time-change-reload-rule] {f}: {}",
+                    v["name"]
+                ));
+            }
+        }
+        let has_instance = var("instance").is_some();
+        for q in prometheus::dashboard_queries(&file, &d) {
+            if q.source.starts_with("variable") {
+                continue;
+            }
+            for c in selector.captures_iter(&q.expr) {
+                let (name, matchers) = (&c[1], &c[2]);
+                if name.starts_with("name:") {
+                    continue;
+                }
+                if !matchers.contains("job=~\"$job\"") {
+                    errors.push(format!("[target-job-rule] {f}: {}: {}", q.source, &c[0]));
+                }
+                if has_instance && !matchers.contains("instance=~\"$instance\"") {
+                    errors.push(format!(
+                        "[target-instance-rule] {f}: {}: {}",
+                        q.source, &c[0]
+                    ));
+                }
+                if name.ends_with("_total") && c.get(3).is_none() {
+                    errors.push(format!(
+                        "[target-counter-agg-rule] {f}: {}: {}",
+                        q.source, &c[0]
+                    ));
+                }
+            }
+            for c in rate.captures_iter(&q.expr) {
+                if &c[2] != "$__rate_interval" {
+                    errors.push(format!(
+                        "[target-rate-interval-rule] {f}: {}: {}",
+                        q.source, &c[0]
+                    ));
+                }
+            }
+        }
+        for p in prometheus::panels(&d) {
+            let kind = p["type"].as_str().unwrap_or_default();
+            if !["stat", "timeseries", "gauge"].contains(&kind) {
+                continue;
+            }
+            let defaults = &p["fieldConfig"]["defaults"];
+            let mapped = defaults["mappings"]
+                .as_array()
+                .is_some_and(|m| !m.is_empty());
+            if defaults["unit"].as_str().unwrap_or_default().is_empty() && !mapped {
+                errors.push(format!("[panel-units-rule] {f}: {:?}", p["title"]));
+            }
+        }
+    }
+    assert!(
+        errors.is_empty(),
+        "dashboard-linter:\n{}",
+        errors.join("\n")
+    );
+}
+
+/// Part 5 of issue 29: links between dashboards keep the variables and the time range, data
+/// links into a dashboard carry the time range and the group variables, every dashboard has
+/// the `cluster` variable, the fleet dashboard a device-model filter, the node dashboard's
+/// segment matrix is coloured by ratio with fixed thresholds, and its size defaults to the
+/// largest.
+#[test]
+fn dashboards_keep_context_across_links_and_colour_by_fixed_ratios() {
+    for (file, d) in dashboards() {
+        let f = file.display();
+        for l in d["links"].as_array().unwrap() {
+            assert_eq!(l["includeVars"], true, "{f}: {l}");
+            assert_eq!(l["keepTime"], true, "{f}: {l}");
+        }
+        let names: Vec<&str> = d["templating"]["list"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names.get(1), Some(&"cluster"), "{f}: {names:?}");
+        for p in prometheus::panels(&d) {
+            for l in p["fieldConfig"]["defaults"]["links"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                let url = l["url"].as_str().unwrap();
+                if url.starts_with("/d/") {
+                    assert!(url.contains("${__url_time_range}"), "{f}: {url}");
+                    assert!(url.contains("${cluster:queryparam}"), "{f}: {url}");
+                }
+            }
+        }
+    }
+    let by_uid = |uid: &str| {
+        dashboards()
+            .into_iter()
+            .find(|(_, d)| d["uid"] == uid)
+            .map(|(_, d)| d)
+            .unwrap()
+    };
+    let fleet = by_uid("chd-fleet");
+    let fleet_text = fleet.to_string();
+    assert!(
+        fleet["templating"]["list"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["name"] == "model"),
+        "no model variable on the fleet dashboard"
+    );
+    assert!(
+        fleet_text.contains("name=~\\\"$model\\\""),
+        "nothing reads $model"
+    );
+    let node = by_uid("chd-node");
+    let size = node["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "size")
+        .unwrap();
+    assert_eq!(
+        size["sort"], 4,
+        "size sorted numerically, largest first (the default)"
+    );
+    let segment = prometheus::panels(&node)
+        .into_iter()
+        .find(|p| p["id"] == 3)
+        .unwrap();
+    let expr = segment["targets"][0]["expr"].as_str().unwrap();
+    assert!(
+        expr.contains("/ ignoring (numa_node) group_left ()"),
+        "the segment matrix shows the ratio to the device's median: {expr}"
+    );
+    let defaults = &segment["fieldConfig"]["defaults"];
+    assert_eq!(defaults["color"]["mode"], "thresholds");
+    let steps: Vec<(String, Option<f64>)> = defaults["thresholds"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["color"].as_str().unwrap().to_string(),
+                s["value"].as_f64(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            ("red".to_string(), None),
+            ("yellow".to_string(), Some(0.5)),
+            ("green".to_string(), Some(0.8))
+        ]
+    );
+}
