@@ -1,5 +1,6 @@
 //! The whole path to the pager, for real: a real Prometheus (Debian's `prometheus`, on a free
-//! loopback port) loads alerts/chd.rules.yml (every `for` shortened to 0s) and scrapes
+//! loopback port) loads alerts/chd.rules.yml (every `for` shortened to 0s, the hourly baseline
+//! group evaluated every second) and scrapes
 //!
 //! - `chd-probing`: `chd serve` probing the fake CUDA runtime with five devices: device 0 is a
 //!   slow column (12.3 GB/s against 58.9), device 1 is slow only from the CPU of NUMA node 1
