@@ -5,7 +5,7 @@
 # which needs a nightly toolchain; CI's machine has only stable Rust and cannot fetch one).
 # Installs what the tests need first: promtool from Debian's `prometheus` package, shellcheck,
 # curl and prometheus-node-exporter (tests/serve_tls.rs), valgrind (scripts/memcheck.sh),
-# python's jsonschema (tests/ledger.rs),
+# python's jsonschema (tests/ledger.rs), python's jsonnet (tests/mixin.rs),
 # and the real NVIDIA libraries (pinned PyPI wheels, cached outside the repository by
 # scripts/real-libs.sh; about 1 GB the first time, 30 s here).
 set -euo pipefail
@@ -53,6 +53,14 @@ fi
 if [ "$(python3 -c 'import importlib.metadata as m; print(m.version("jsonschema"))' 2>/dev/null)" != 4.26.0 ]; then
   echo "scripts/test.sh: installing jsonschema 4.26.0 from PyPI"
   python3 -m pip install --quiet --disable-pip-version-check 'jsonschema==4.26.0'
+fi
+# tests/mixin.rs renders the jsonnet mixin (mixin/) with scripts/gen-mixin.py, which uses PyPI's
+# jsonnet (the C++ implementation's bindings, a manylinux wheel: about 1 s to install here).
+if [ "$(python3 -c 'import importlib.metadata as m; print(m.version("jsonnet"))' 2>/dev/null)" != 0.22.0 ]; then
+  echo "scripts/test.sh: installing jsonnet 0.22.0 from PyPI"
+  start=$(date +%s)
+  python3 -m pip install --quiet --disable-pip-version-check 'jsonnet==0.22.0'
+  echo "scripts/test.sh: jsonnet installed in $(($(date +%s) - start)) s"
 fi
 command -v kubectl >/dev/null 2>&1 || {
   echo "scripts/test.sh: kubectl is needed for 'kubectl kustomize' (https://kubernetes.io/docs/tasks/tools/)" >&2

@@ -45,10 +45,17 @@ fn every_contract_alert_is_defined_and_nothing_else() {
         defined, contract.alerts,
         "alerts/chd.rules.yml and the alert table of docs/METRICS.md disagree"
     );
-    // Every alert carries the labels and annotations the runbooks rely on.
+    // Every alert carries the labels and annotations the runbooks rely on (tests/mixin.rs
+    // checks their style and that each runbook_url has its section in docs/runbook.md).
     for block in rules.split("- alert:").skip(1) {
         let name = block.lines().next().unwrap().trim();
-        for key in ["severity:", "summary:", "description:", "runbook:"] {
+        for key in [
+            "severity:",
+            "summary:",
+            "description:",
+            "runbook_url:",
+            "dashboard_url:",
+        ] {
             assert!(block.contains(key), "alert {name} lacks {key}");
         }
     }
@@ -100,9 +107,10 @@ fn rules_read_only_contract_metrics() {
     let mut unknown = BTreeSet::new();
     for line in rules.lines().filter(|l| !l.trim_start().starts_with('#')) {
         // Annotations mention metrics in prose; only check expressions and records.
-        if line.trim_start().starts_with("summary:")
-            || line.trim_start().starts_with("description:")
-            || line.trim_start().starts_with("runbook:")
+        let key = line.trim_start();
+        if ["summary:", "description:", "runbook_url:", "dashboard_url:"]
+            .iter()
+            .any(|k| key.starts_with(k))
         {
             continue;
         }
