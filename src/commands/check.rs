@@ -67,7 +67,7 @@ fn served(url: &str) -> Result<NodeVerdict, String> {
     Ok(NodeVerdict {
         level: level(&v.level)?,
         causes,
-        best_numa: Default::default(),
+        ..NodeVerdict::default()
     })
 }
 
