@@ -255,3 +255,110 @@ fn chd_check_drains_resumes_leaves_others_alone_and_stops_at_the_breaker() {
     show(&cluster, "at the end (healthy recording)");
     drop(cluster);
 }
+
+/// Without a usable Slurm, `chd check --slurm` changes nothing and says why: exit 3 (unknown),
+/// whatever the verdict. A fake scontrol logs what it is asked.
+#[test]
+fn chd_check_acts_on_nothing_when_slurm_cannot_be_read() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let calls = dir.path().join("calls");
+    let fake = dir.path().join("scontrol");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> {}\n\
+             echo 'slurm_load_node error: Unable to contact slurm controller (connect failure)' >&2\nexit 1\n",
+            calls.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let failed = failed();
+    let rec = failed.to_str().unwrap();
+    let out = run_chd(
+        &[
+            "check",
+            "--slurm",
+            "--scontrol",
+            fake.to_str().unwrap(),
+            "--slurm-node",
+            "n1",
+            "--replay",
+            rec,
+        ],
+        &[],
+    );
+    let line = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{line}");
+    assert!(
+        line.starts_with("CHD UNKNOWN - cannot act on Slurm node n1: `")
+            && line.contains("show nodes` exited with exit status: 1: slurm_load_node error: Unable to contact slurm controller")
+            && line.trim_end().ends_with("(verdict: CHD FAILED - device 0 slow column (0.22 x the typical device); pair 0,3: CPU 6 as rank 0 slow (0.30 x the pair median))"),
+        "{line}"
+    );
+    // It only read: no update was tried.
+    assert_eq!(std::fs::read_to_string(&calls).unwrap(), "show nodes\n");
+
+    // A node Slurm does not know, and no scontrol at all: unknown too.
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\nprintf 'NodeName=other Arch=x86_64\\n   State=IDLE ThreadsPerCore=1\\n\\n'\n",
+    )
+    .unwrap();
+    let out = run_chd(
+        &[
+            "check",
+            "--slurm",
+            "--scontrol",
+            fake.to_str().unwrap(),
+            "--slurm-node",
+            "n1",
+            "--replay",
+            rec,
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        text(&out.stdout)
+            .contains("node n1 is not in `scontrol show nodes` (is --slurm-node right?)"),
+        "{}",
+        text(&out.stdout)
+    );
+    let missing = dir.path().join("no-scontrol");
+    let out = run_chd(
+        &[
+            "check",
+            "--slurm",
+            "--scontrol",
+            missing.to_str().unwrap(),
+            "--replay",
+            rec,
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        text(&out.stdout).contains("not an executable file"),
+        "{}",
+        text(&out.stdout)
+    );
+    // Flags of --slurm need --slurm.
+    let out = run_chd(&["check", "--max-drained", "3", "--replay", rec], &[]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--slurm"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = run_chd(
+        &["check", "--slurm", "--max-drained", "lots", "--replay", rec],
+        &[],
+    );
+    assert!(
+        text(&out.stderr).contains("a node count (like 3) or a percentage (like 10%)"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -190,7 +190,7 @@ mod tests {
         let slow = || vec![cause("slow_device:0", Level::Failed, Some("0"))];
         let at = SystemTime::UNIX_EPOCH;
         let mut held = NodeVerdict::default();
-        let mut step = |t: &mut VerdictTracker, held: &mut NodeVerdict, found: Vec<Cause>| {
+        let step = |t: &mut VerdictTracker, held: &mut NodeVerdict, found: Vec<Cause>| {
             let named = t.observe(found);
             *held = hold(
                 held,
