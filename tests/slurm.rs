@@ -276,19 +276,21 @@ fn chd_check_acts_on_nothing_when_slurm_cannot_be_read() {
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
     let failed = failed();
     let rec = failed.to_str().unwrap();
-    let out = run_chd(
-        &[
+    let on_n1 = || {
+        let scontrol = fake.to_str().unwrap();
+        let args = [
             "check",
             "--slurm",
             "--scontrol",
-            fake.to_str().unwrap(),
+            scontrol,
             "--slurm-node",
             "n1",
             "--replay",
             rec,
-        ],
-        &[],
-    );
+        ];
+        run_chd(&args, &[])
+    };
+    let out = on_n1();
     let line = text(&out.stdout);
     assert_eq!(out.status.code(), Some(3), "{line}");
     assert!(
@@ -306,19 +308,7 @@ fn chd_check_acts_on_nothing_when_slurm_cannot_be_read() {
         "#!/bin/sh\nprintf 'NodeName=other Arch=x86_64\\n   State=IDLE ThreadsPerCore=1\\n\\n'\n",
     )
     .unwrap();
-    let out = run_chd(
-        &[
-            "check",
-            "--slurm",
-            "--scontrol",
-            fake.to_str().unwrap(),
-            "--slurm-node",
-            "n1",
-            "--replay",
-            rec,
-        ],
-        &[],
-    );
+    let out = on_n1();
     assert_eq!(out.status.code(), Some(3));
     assert!(
         text(&out.stdout)

@@ -349,10 +349,13 @@ impl Cluster {
             // Read the runs first: a run that completes after `holds` is checked counts next turn.
             let done = self.runs_of(case).len();
             if holds(self) {
+                println!("case {case}: holds after {done} completed health check(s)");
                 return true;
             }
             if done >= runs {
-                return holds(self);
+                let held = holds(self);
+                println!("case {case}: {done} health checks ran, holds: {held}");
+                return held;
             }
             let all = self.runs().len();
             if all != last.0 {
