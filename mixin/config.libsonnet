@@ -76,6 +76,10 @@
     // port ACTIVE, or busy, for less than this may be missed.
     rdmaPortLookbackStep: '1h',
 
+    // ChdNodeFailedAgain: this many changes of the verdict to failed within this window.
+    failedAgainTimes: 2,
+    failedAgainWindow: '1d',
+
     // How long a condition must hold (or errors keep coming) before it alerts.
     'for': {
       targetMissing: '15m',

@@ -6,6 +6,7 @@
 # Installs what the tests need first: promtool from Debian's `prometheus` package, shellcheck,
 # curl and prometheus-node-exporter (tests/serve_tls.rs), valgrind (scripts/memcheck.sh),
 # python's jsonschema (tests/ledger.rs), python's jsonnet (tests/mixin.rs),
+# Slurm's slurmctld, slurmd, slurm-client and munge (tests/slurm.rs),
 # and the real NVIDIA libraries (pinned PyPI wheels, cached outside the repository by
 # scripts/real-libs.sh; about 1 GB the first time, 30 s here).
 set -euo pipefail
@@ -28,6 +29,12 @@ command -v mount >/dev/null 2>&1 || missing+=(mount)
 # scripts/memcheck.sh: chd's FFI under valgrind memcheck (its canaries are built with cc).
 command -v valgrind >/dev/null 2>&1 || missing+=(valgrind)
 command -v cc >/dev/null 2>&1 || missing+=(gcc)
+# tests/slurm.rs: a real one-node Slurm 22.05 (Debian's daemons, client tools and munge) runs
+# chd check --slurm as its HealthCheckProgram. About 10 s to install here.
+command -v slurmctld >/dev/null 2>&1 || [ -x /usr/sbin/slurmctld ] || missing+=(slurmctld)
+command -v slurmd >/dev/null 2>&1 || [ -x /usr/sbin/slurmd ] || missing+=(slurmd)
+command -v scontrol >/dev/null 2>&1 || missing+=(slurm-client)
+command -v munged >/dev/null 2>&1 || [ -x /usr/sbin/munged ] || missing+=(munge)
 if ((${#missing[@]})); then
   if [ "$(id -u)" = 0 ]; then
     sudo=()

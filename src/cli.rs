@@ -46,9 +46,11 @@ pub enum Command {
     Report(ReportArgs),
     /// The node's verdict for a scheduler's health check, from what chd measured (it never
     /// probes): one line of causes and the exit code 0 ok, 1 degraded, 2 failed, 3 unknown
-    /// (no state file, an unreadable one, nothing measured). For Slurm's HealthCheckProgram,
-    /// LBNL NHC or cron. A state file or recording counts every finding at once; chd serve's
-    /// own verdict (chd_node_verdict) waits for a finding to show in two windows.
+    /// (no state file, an unreadable one, nothing measured). For LBNL NHC or cron; with
+    /// --slurm a complete Slurm HealthCheckProgram (it drains and resumes the node itself),
+    /// with --npd a node-problem-detector custom plugin. A state file or recording counts
+    /// every finding at once; chd serve's own verdict (chd_node_verdict, --url) waits for a
+    /// finding to show in two windows.
     Check(CheckArgs),
     /// Print the node's calibration ledger: one JSON document (schema chd.calibration/v1,
     /// docs/calibration.schema.json) with the node's identity and topology, every
@@ -82,8 +84,50 @@ pub enum Command {
 }
 
 #[derive(Debug, Args)]
-#[group(required = true, multiple = false)]
 pub struct CheckArgs {
+    #[command(flatten)]
+    pub from: CheckFrom,
+    /// Act as Slurm's HealthCheckProgram: drain this node (Reason="chd: <causes>") on a
+    /// verdict at --drain-on or worse, resume it on ok when its drain reason is chd's, never
+    /// touch a node drained, down or reserved for anything else. Exit 4 when the circuit
+    /// breaker (--max-drained) refuses a drain; 3 when Slurm cannot be read or changed.
+    #[arg(long, conflicts_with = "npd")]
+    pub slurm: bool,
+    /// With --slurm: the verdict that drains the node (failed or degraded).
+    #[arg(long, value_name = "VERDICT", default_value = "failed", value_parser = ["failed", "degraded"], requires = "slurm")]
+    pub drain_on: String,
+    /// With --slurm: the most nodes of each of this node's partitions chd may hold drained,
+    /// this one included: a count (3) or a percentage of the partition (10%; rounded down,
+    /// at least one node above 0%). Counted from `scontrol show nodes`: the nodes drained with
+    /// a reason starting `chd:`.
+    #[arg(long, value_name = "N|P%", default_value = "10%", value_parser = parse_max_drained, requires = "slurm")]
+    pub max_drained: chd::slurm::breaker::MaxDrained,
+    /// With --slurm: this node's Slurm name [default: $SLURMD_NODENAME, else the short host
+    /// name].
+    #[arg(long, value_name = "NAME", requires = "slurm")]
+    pub slurm_node: Option<String>,
+    /// With --slurm: the scontrol to run [default: the first on PATH, else /usr/bin,
+    /// /usr/local/bin, /opt/slurm/bin].
+    #[arg(long, value_name = "PATH", requires = "slurm")]
+    pub scontrol: Option<PathBuf>,
+    /// With --slurm: the cluster's slurm.conf, passed to scontrol as SLURM_CONF [default:
+    /// $SLURM_CONF, else scontrol's own default].
+    #[arg(long, value_name = "FILE", requires = "slurm")]
+    pub slurm_conf: Option<PathBuf>,
+    /// Speak node-problem-detector's custom plugin protocol: exit 0 when the node is not
+    /// failed (condition ChdCalibrationFailed False), 1 when it is (True), 2 when unknown;
+    /// stdout one message of at most --npd-max-output bytes.
+    #[arg(long)]
+    pub npd: bool,
+    /// With --npd: the plugin monitor's max_output_length (NPD cuts stdout there).
+    #[arg(long, value_name = "BYTES", default_value_t = 80, requires = "npd")]
+    pub npd_max_output: usize,
+}
+
+/// Where `chd check` reads the verdict from (exactly one).
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct CheckFrom {
     /// chd serve's state directory (reads its state.json).
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
@@ -97,16 +141,48 @@ pub struct CheckArgs {
     pub url: Option<String>,
 }
 
+fn parse_max_drained(text: &str) -> Result<chd::slurm::breaker::MaxDrained, String> {
+    text.parse()
+}
+
 impl CheckArgs {
     /// Where the verdict comes from.
     pub fn source(&self) -> crate::commands::check::CheckSource {
         use crate::commands::check::CheckSource;
-        match (&self.replay, &self.state_dir, &self.url) {
+        let f = &self.from;
+        match (&f.replay, &f.state_dir, &f.url) {
             (Some(path), _, _) => CheckSource::Replay(path.clone()),
             (None, Some(dir), _) => CheckSource::StateDir(dir.clone()),
             (None, None, Some(url)) => CheckSource::Url(url.clone()),
             (None, None, None) => unreachable!("clap requires one of --replay, --state-dir, --url"),
         }
+    }
+
+    /// What `chd check` does with the verdict.
+    pub fn mode(&self) -> crate::commands::check::Mode {
+        use crate::commands::check::{Mode, SlurmRequest};
+        use chd::slurm::decide::{DrainOn, Policy};
+        if self.slurm {
+            return Mode::Slurm(SlurmRequest {
+                policy: Policy {
+                    drain_on: if self.drain_on == "degraded" {
+                        DrainOn::Degraded
+                    } else {
+                        DrainOn::Failed
+                    },
+                    max_drained: self.max_drained,
+                },
+                node: self.slurm_node.clone(),
+                scontrol: self.scontrol.clone(),
+                slurm_conf: self.slurm_conf.clone(),
+            });
+        }
+        if self.npd {
+            return Mode::Npd {
+                max_output: self.npd_max_output,
+            };
+        }
+        Mode::Plain
     }
 }
 

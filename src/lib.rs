@@ -29,6 +29,7 @@ pub mod replay;
 pub mod report;
 pub mod runtime;
 pub mod schedule;
+pub mod slurm;
 pub mod stats;
 pub mod store;
 pub mod topology;

@@ -27,12 +27,13 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
-    // `chd check` speaks in exit codes (0 ok, 1 degraded, 2 failed, 3 unknown).
+    // `chd check` speaks in exit codes (0 ok, 1 degraded, 2 failed, 3 unknown; 4 the Slurm
+    // circuit breaker refused a drain; NPD's 0, 1, 2 with --npd).
     if let Command::Check(args) = &cli.command {
         let samples = Config::resolve([])
             .map(|c| c.probe.samples_per_cell)
             .unwrap_or(5);
-        return commands::check::run(&args.source(), samples);
+        return commands::check::run(&args.source(), &args.mode(), samples, &cli.roots());
     }
     if let Command::Advise(args) = &cli.command {
         return advise(&cli, args);

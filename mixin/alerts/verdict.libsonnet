@@ -24,9 +24,25 @@ local p = import '../lib/promql.libsonnet';
               devices run slow or fail.
             ||| % p.human(c['for'].verdictFailed)),
           },
-          // Issue 27's repeat-offender alert (chd_node_verdict_changes_total: a node whose
-          // verdict keeps flipping) belongs here, in this group, with its thresholds in
-          // config.libsonnet (`for`, severity) and its section in docs/runbook.md.
+          // A repeat offender: the node's held verdict turned failed at least twice in a
+          // day, so it failed, recovered and failed again. Slurm's drain (chd check --slurm)
+          // and the NPD condition follow the verdict and undo themselves when it recovers;
+          // this alert is for the person who decides whether the node stays out. increase()
+          // takes chd restarts in its stride, and chd does not count the verdict settling
+          // after a start as a change.
+          {
+            alert: 'ChdNodeFailedAgain',
+            expr: 'sum without (from) (increase(chd_node_verdict_changes_total{to="failed"}[%s])) >= %d\n' % [c.failedAgainWindow, c.failedAgainTimes],
+            labels: { severity: c.severities.default },
+            annotations: p.annotations(c, 'ChdNodeFailedAgain', 'A node failed, recovered and failed again.', |||
+              chd's verdict of {{ $labels.instance }} turned failed {{ $value | humanize }}
+              times within %s (chd_node_verdict_changes_total{to="failed"}), recovering in
+              between; now it is {{ with printf `chd_node_verdict{@SEL@} == 1` @ARGS@ | query
+              }}{{ . | first | label "verdict" }}{{ else }}unknown{{ end }}. A fault that comes
+              and goes (a device falling off the bus, a link retraining, a flaky riser) is
+              drained and resumed automatically each time, and keeps failing jobs in between.
+            ||| % p.human(c.failedAgainWindow)),
+          },
         ],
       },
     ],

@@ -269,6 +269,9 @@ pub struct NodeVerdict {
     pub causes: Vec<Cause>,
     /// Device -> the NUMA node measured best for it (NFD's `best-numa-<device>`).
     pub best_numa: BTreeMap<String, u32>,
+    /// How often a held verdict changed level (`chd serve`'s, counted by
+    /// `schedule::verdict`); none for a snapshot.
+    pub changes: VerdictChanges,
 }
 
 impl Default for NodeVerdict {
@@ -277,7 +280,34 @@ impl Default for NodeVerdict {
             level: Level::Ok,
             causes: Vec::new(),
             best_numa: BTreeMap::new(),
+            changes: VerdictChanges::default(),
         }
+    }
+}
+
+/// The changes of a held verdict's level since `chd serve` started: a node that fails,
+/// recovers and fails again shows two changes into `failed` (`chd_node_verdict_changes_total`,
+/// the ledger's `verdict.changes`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct VerdictChanges {
+    /// (from, to) -> how many times; `from != to`.
+    pub counts: BTreeMap<(Level, Level), u64>,
+    /// When the last one was.
+    pub last: Option<std::time::SystemTime>,
+}
+
+impl VerdictChanges {
+    /// One change `from` -> `to` at `at` (nothing when the level stays).
+    pub fn record(&mut self, from: Level, to: Level, at: std::time::SystemTime) {
+        if from != to {
+            *self.counts.entry((from, to)).or_default() += 1;
+            self.last = Some(at);
+        }
+    }
+
+    /// How many times the level changed `from` -> `to`.
+    pub fn count(&self, from: Level, to: Level) -> u64 {
+        self.counts.get(&(from, to)).copied().unwrap_or(0)
     }
 }
 
@@ -289,6 +319,7 @@ impl NodeVerdict {
             level: level(&causes),
             causes,
             best_numa,
+            changes: VerdictChanges::default(),
         }
     }
 

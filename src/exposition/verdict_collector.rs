@@ -1,9 +1,11 @@
 //! Scrape-time view of the node's verdict (`chd_node_verdict{verdict}`: 1 for the current
 //! one of `ok`, `degraded`, `failed`, 0 for the others, so a rule can select any of them), as
-//! the prober holds it steady across windows ([`crate::schedule::verdict`]).
+//! the prober holds it steady across windows ([`crate::schedule::verdict`]), and how often it
+//! changed (`chd_node_verdict_changes_total{from,to}`, every pair from 0 so `increase()` sees
+//! the first change too).
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 
 use crate::analysis::verdict::Level;
@@ -15,9 +17,9 @@ pub struct VerdictView(pub SharedVerdict);
 
 impl Collector for VerdictView {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let (level, causes) = {
+        let (level, causes, changes) = {
             let v = self.0.read().unwrap_or_else(|p| p.into_inner());
-            (v.level, v.causes.len())
+            (v.level, v.causes.len(), v.changes.clone())
         };
         let mut family = enc.encode_descriptor(
             "chd_node_verdict",
@@ -37,6 +39,19 @@ impl Collector for VerdictView {
             MetricType::Gauge,
         )?;
         family.encode_gauge(&(causes as i64))?;
+        let mut family = enc.encode_descriptor(
+            "chd_node_verdict_changes",
+            "Changes of the node's verdict since chd serve started, by the verdict it left and the one it took (the verdict settling in the first schedule.verdict_confirm_windows windows after a start does not count)",
+            None,
+            MetricType::Counter,
+        )?;
+        for from in Level::ALL {
+            for to in Level::ALL.into_iter().filter(|&to| to != from) {
+                family
+                    .encode_family(&[("from", from.as_str()), ("to", to.as_str())])?
+                    .encode_counter::<NoLabelSet, _, u64>(&changes.count(from, to), None)?;
+            }
+        }
         Ok(())
     }
 }
@@ -85,5 +100,28 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("chd_node_verdict_causes 1\n"), "{text}");
+        assert!(
+            text.contains("chd_node_verdict_changes_total{from=\"ok\",to=\"failed\"} 0\n"),
+            "{text}"
+        );
+        assert_eq!(
+            text.matches("chd_node_verdict_changes_total{").count(),
+            6,
+            "{text}"
+        );
+        shared.write().unwrap().changes.record(
+            Level::Ok,
+            Level::Failed,
+            std::time::SystemTime::now(),
+        );
+        let text = encode(&registry, Format::Prometheus).unwrap();
+        assert!(
+            text.contains("chd_node_verdict_changes_total{from=\"ok\",to=\"failed\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE chd_node_verdict_changes_total counter\n"),
+            "{text}"
+        );
     }
 }

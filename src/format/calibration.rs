@@ -50,6 +50,22 @@ pub struct Verdict {
     /// finding counts at once.
     pub held: bool,
     pub causes: Vec<VerdictCause>,
+    /// How often a held verdict changed level since `chd serve` started (the pairs that did);
+    /// absent for a snapshot and in ledgers of chd before issue 27.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<VerdictChange>,
+    /// When the last change was (RFC 3339, UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_change: Option<String>,
+}
+
+/// One kind of change of a held verdict and how often it happened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerdictChange {
+    pub from: String,
+    pub to: String,
+    pub count: u64,
 }
 
 /// One cause of a verdict.

@@ -94,6 +94,20 @@ fn verdict_doc(src: &Source, numa: &crate::analysis::NumaMap) -> doc::Verdict {
                 device: c.device.clone(),
             })
             .collect(),
+        changes: verdict
+            .changes
+            .counts
+            .iter()
+            .map(|(&(from, to), &count)| doc::VerdictChange {
+                from: from.as_str().to_string(),
+                to: to.as_str().to_string(),
+                count,
+            })
+            .collect(),
+        last_change: verdict
+            .changes
+            .last
+            .map(|t| humantime::format_rfc3339_seconds(t).to_string()),
     }
 }
 

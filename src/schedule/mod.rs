@@ -175,12 +175,17 @@ impl Scheduler {
             causes_of_store(&store, &numa, &self.pairs, &observed)
         };
         let named = tracker.observe(found);
-        let verdict = NodeVerdict::immediate(named, best_numa);
+        let next = NodeVerdict::immediate(named, best_numa);
         let mut shared = self.verdict.write().unwrap_or_else(|p| p.into_inner());
-        if shared.level != verdict.level {
-            tracing::info!("node verdict {} -> {}", shared.level, verdict.line());
+        if shared.level != next.level {
+            tracing::info!("node verdict {} -> {}", shared.level, next.line());
         }
-        *shared = verdict;
+        *shared = verdict::hold(
+            &shared,
+            next,
+            tracker.settled(),
+            std::time::SystemTime::now(),
+        );
     }
 
     /// Write the verdict's NFD labels, if configured; a failure is logged once until the

@@ -36,6 +36,8 @@ pub struct VerdictTracker {
     confirm: u32,
     clear: u32,
     tracked: BTreeMap<String, Tracked>,
+    /// Windows observed since start.
+    windows: u32,
 }
 
 impl VerdictTracker {
@@ -45,11 +47,20 @@ impl VerdictTracker {
             confirm: confirm.max(1),
             clear: clear.max(1),
             tracked: BTreeMap::new(),
+            windows: 0,
         }
+    }
+
+    /// Past the first `confirm` windows: before, the verdict is still settling from the
+    /// `ok` every start begins with (a node failed before a restart is named failed again
+    /// only at its `confirm`-th window), so its changes are not counted as changes.
+    pub fn settled(&self) -> bool {
+        self.windows > self.confirm
     }
 
     /// One window's causes; returns the causes named now, worst first.
     pub fn observe(&mut self, found: Vec<Cause>) -> Vec<Cause> {
+        self.windows = self.windows.saturating_add(1);
         let mut found: BTreeMap<String, Cause> =
             found.into_iter().map(|c| (c.id.clone(), c)).collect();
         self.tracked.retain(|id, t| match found.remove(id) {
@@ -88,6 +99,21 @@ impl VerdictTracker {
         named.sort_by(|a, b| b.level.cmp(&a.level).then_with(|| a.id.cmp(&b.id)));
         named
     }
+}
+
+/// `next` (this window's verdict) as the held one after `held`: its changes carried over,
+/// and one more when the level changed once `settled` (see [`VerdictTracker::settled`]).
+pub fn hold(
+    held: &NodeVerdict,
+    mut next: NodeVerdict,
+    settled: bool,
+    at: SystemTime,
+) -> NodeVerdict {
+    next.changes = held.changes.clone();
+    if settled {
+        next.changes.record(held.level, next.level, at);
+    }
+    next
 }
 
 /// Where and how the verdict is published as NFD labels.
@@ -156,6 +182,39 @@ mod tests {
         t.observe(vec![]);
         t.observe(vec![]);
         assert_eq!(ids(&t.observe(link())), ["link_degraded:1"]);
+    }
+
+    #[test]
+    fn changes_count_from_the_settled_verdict_on() {
+        let mut t = VerdictTracker::new(2, 3);
+        let slow = || vec![cause("slow_device:0", Level::Failed, Some("0"))];
+        let at = SystemTime::UNIX_EPOCH;
+        let mut held = NodeVerdict::default();
+        let step = |t: &mut VerdictTracker, held: &mut NodeVerdict, found: Vec<Cause>| {
+            let named = t.observe(found);
+            *held = hold(
+                held,
+                NodeVerdict::immediate(named, BTreeMap::new()),
+                t.settled(),
+                at,
+            );
+            held.level
+        };
+        // Failed since before a restart: named at window 2, not a change.
+        assert_eq!(step(&mut t, &mut held, slow()), Level::Ok);
+        assert_eq!(step(&mut t, &mut held, slow()), Level::Failed);
+        assert!(held.changes.counts.is_empty());
+        // Recovers (after three clear windows), fails again (after two).
+        for _ in 0..3 {
+            step(&mut t, &mut held, vec![]);
+        }
+        assert_eq!(held.level, Level::Ok);
+        step(&mut t, &mut held, slow());
+        step(&mut t, &mut held, slow());
+        assert_eq!(held.level, Level::Failed);
+        assert_eq!(held.changes.count(Level::Failed, Level::Ok), 1);
+        assert_eq!(held.changes.count(Level::Ok, Level::Failed), 1);
+        assert_eq!(held.changes.last, Some(at));
     }
 
     #[test]

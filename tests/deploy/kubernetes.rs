@@ -44,7 +44,7 @@ fn base_with(component: &str) -> Vec<Value> {
 }
 
 /// Kustomizations built once per test run: the base, the Ascend overlay, and the base with
-/// each component (PodMonitor; TLS and basic auth).
+/// each component (PodMonitor; TLS and basic auth; NFD labels; the NPD condition).
 pub(crate) fn builds() -> &'static Vec<(String, Vec<Value>)> {
     static BUILDS: OnceLock<Vec<(String, Vec<Value>)>> = OnceLock::new();
     BUILDS.get_or_init(|| {
@@ -64,6 +64,7 @@ pub(crate) fn builds() -> &'static Vec<(String, Vec<Value>)> {
                 base_with("web-config"),
             ),
             ("base + components/nfd".to_string(), base_with("nfd")),
+            ("base + components/npd".to_string(), base_with("npd")),
         ]
     })
 }
@@ -156,8 +157,19 @@ pub(crate) struct Pod {
     pub(crate) spec: Value,
 }
 
+/// chd's pod (the DaemonSet named chd: components/npd adds node-problem-detector's).
 pub(crate) fn pod_template(docs: &[Value], build: &str) -> Pod {
-    let ds = only(docs, "DaemonSet", build);
+    let chd: Vec<&Value> = docs
+        .iter()
+        .filter(|d| kind(d) == "DaemonSet" && name(d) == "chd")
+        .collect();
+    assert_eq!(
+        chd.len(),
+        1,
+        "{build}: expected one DaemonSet chd, got {}",
+        chd.len()
+    );
+    let ds = chd[0];
     let tpl = at(ds, "spec.template", build);
     Pod {
         labels: string_map(&at(&tpl, "metadata.labels", build), build),
