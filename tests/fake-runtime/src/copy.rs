@@ -13,7 +13,10 @@
 //! `CHD_FAKE_H2D_GBPS` rate of the device they are timed on; both times
 //! `CHD_FAKE_LOAD_COPY_FACTOR` while a cuBLAS gemm is in flight on that device.
 //! Every timed copy also takes `CHD_FAKE_COPY_LATENCY_US` and runs at its size's
-//! `CHD_FAKE_SIZE_DIP` factor (see `Config::copy_ns`).
+//! `CHD_FAKE_SIZE_DIP` factor (see `Config::copy_ns`), and starts no earlier than its enqueue
+//! call ended (`CHD_FAKE_ENQUEUE_US`, see `host_clock`). A copy touching a device of
+//! `CHD_FAKE_HANG_DEVICES` is enqueued and never runs while the device hangs: nothing is
+//! copied, and the stream is held behind it (see `timing`).
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -210,6 +213,20 @@ pub unsafe fn copy(
             }
         }
     }
+    let buffers: Vec<usize> = [dst as usize, src as usize]
+        .into_iter()
+        .filter_map(memory::base_of)
+        .collect();
+    // CHD_FAKE_HANG_DEVICES: the copy is enqueued and never runs while the device hangs.
+    if let Some(&dev) = timed_on
+        .iter()
+        .chain(other.iter())
+        .find(|&&d| faults.hangs(d))
+    {
+        timing::enqueue_hung_copy(stream, api, dev, buffers)
+            .map_err(|_| CopyError::InvalidStream)?;
+        return Ok(());
+    }
     // SAFETY: the caller guarantees both ranges are valid for `count` bytes; device ranges
     // were checked against live allocations above. `ptr::copy` tolerates overlap.
     unsafe { std::ptr::copy(src.cast::<u8>(), dst.cast::<u8>(), count) };
@@ -244,7 +261,7 @@ pub unsafe fn copy(
         }
         // The stream was checked above; it can only vanish if another thread destroys it
         // while copying, which is the caller's race; the bytes are copied regardless.
-        let _: Result<(), TimingError> = timing::advance(stream, api, ns);
+        let _: Result<(), TimingError> = timing::enqueue_copy(stream, api, ns, buffers);
         timing::count_copy(stream, api);
         bump(dev);
         if let Some(o) = other.filter(|&o| o != dev) {
