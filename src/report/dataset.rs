@@ -315,6 +315,7 @@ impl Dataset {
                 format!("{} of {} measured", records.len(), plan.total_slots()),
             ),
         ]);
+        meta.extend(super::timing::meta_row(records));
         if let Some(ms) = plan.timeout_ms {
             meta.push((
                 "timeout per cell".to_string(),
@@ -766,6 +767,7 @@ mod tests {
 
     fn record(cpu: u32, device: &str, v: Option<f64>, load: &str) -> SampleRecord {
         SampleRecord {
+            timing: None,
             slot: SlotId {
                 matrix: MatrixKind::H2d,
                 load: load.into(),

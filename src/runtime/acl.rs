@@ -112,6 +112,12 @@ type FnUtilization = unsafe extern "C" fn(i32, *mut AclUtilizationInfo) -> AclEr
 type FnPciBusId = unsafe extern "C" fn(i32, *mut c_char, i32) -> AclError;
 type FnCanAccessPeer = unsafe extern "C" fn(*mut i32, i32, i32) -> AclError;
 type FnEnablePeer = unsafe extern "C" fn(i32, u32) -> AclError;
+/// `aclError aclrtLaunchHostFunc(aclrtStream stream, aclrtHostFunc fn, void *args)` (CANN 8.3
+/// and later, `typedef void (*aclrtHostFunc)(void *args)`).
+type FnLaunchHostFunc =
+    unsafe extern "C" fn(*mut c_void, super::stream_latch::HostFunction, *mut c_void) -> AclError;
+/// `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` (rt_error_codes.h).
+const ACL_ERROR_RT_FEATURE_NOT_SUPPORT: AclError = 207000;
 
 /// The peer-access calls, checked against CANN 8.0's `acl_rt.h`:
 /// `aclrtDeviceCanAccessPeer(int32_t *canAccessPeer, int32_t deviceId, int32_t peerDeviceId)`,
@@ -161,6 +167,8 @@ pub struct AclRuntime {
     utilization_rate: Option<FnUtilization>,
     pci_bus_id: Option<FnPciBusId>,
     peer: Option<PeerFns>,
+    /// The host-function latch of `stream_latch` (CANN 8.3 and later).
+    launch_host_func: Option<FnLaunchHostFunc>,
     /// Where it was loaded from.
     pub source: String,
     _library: Library,
@@ -215,6 +223,7 @@ impl AclRuntime {
                             .ok()?,
                     })
                 })(),
+                launch_host_func: library::symbol(&lib, &source, "aclrtLaunchHostFunc").ok(),
                 source,
                 _library: lib,
             };
@@ -499,6 +508,24 @@ impl DeviceApi for AclRuntime {
 
     fn device_lost(&self, code: i32) -> bool {
         code == ACL_ERROR_RT_LOST_HEARTBEAT
+    }
+
+    fn launch_host_function(
+        &self,
+        stream: Handle,
+        func: super::stream_latch::HostFunction,
+        data: *mut c_void,
+    ) -> Result<bool, ApiError> {
+        let Some(launch) = self.launch_host_func else {
+            return Ok(false);
+        };
+        // SAFETY: `stream` is live (the `DeviceApi` handle contract); `func` calls no ACL API
+        // (CANN: no resource, synchronization or task calls in the callback) and owns what
+        // `data` points to (`stream_latch`).
+        match unsafe { launch(stream, func, data) } {
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT => Ok(false),
+            code => self.check("aclrtLaunchHostFunc", code).map(|()| true),
+        }
     }
 }
 

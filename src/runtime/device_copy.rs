@@ -15,6 +15,7 @@
 use std::ffi::c_void;
 
 use super::pattern::{check_copy, fill_pattern};
+use super::stream_latch::{self, Latch, WORD_BYTES};
 use super::{CopyParams, DeviceInfo, Direction, HostMemory, HostStaging, ProbeError};
 
 /// An opaque runtime handle (stream, event, or memory pointer).
@@ -92,6 +93,34 @@ pub(crate) trait DeviceApi: Send + Sync {
     fn device_lost(&self, _code: i32) -> bool {
         false
     }
+    /// Whether this runtime's streams can wait on a word of its pinned host memory
+    /// ([`DeviceApi::stream_wait_word`]): then host buffers carry a latch word
+    /// ([`HostBuffer::with_latch_word`]).
+    fn has_stream_wait(&self) -> bool {
+        false
+    }
+    /// Enqueue on `stream` a wait until the 32-bit word at `word` (inside memory from
+    /// [`DeviceApi::host_alloc_pinned`]) reaches `value` (cyclic `>=`); work enqueued after it
+    /// waits too. `Ok(false)`: the driver refuses stream waits, nothing was enqueued.
+    fn stream_wait_word(
+        &self,
+        _stream: Handle,
+        _word: Handle,
+        _value: u32,
+    ) -> Result<bool, ApiError> {
+        Ok(false)
+    }
+    /// Enqueue `func(data)` on `stream`: it runs on a runtime thread once the work ahead of it
+    /// ran, and work enqueued after it waits until it returns. `func` calls no runtime API.
+    /// `Ok(false)`: this runtime has no host functions, nothing was enqueued.
+    fn launch_host_function(
+        &self,
+        _stream: Handle,
+        _func: super::stream_latch::HostFunction,
+        _data: *mut c_void,
+    ) -> Result<bool, ApiError> {
+        Ok(false)
+    }
 }
 
 fn warn_release(result: Result<(), ApiError>) {
@@ -102,29 +131,67 @@ fn warn_release(result: Result<(), ApiError>) {
 
 /// Host memory owned for one measurement.
 pub(crate) enum HostBuffer<'a, A: DeviceApi + ?Sized> {
-    Pinned { api: &'a A, ptr: Handle, len: usize },
+    /// `len` bytes for copies at `ptr`, in an allocation of `alloc_len` bytes: with a latch
+    /// word, the word follows the copy bytes on its own cache line.
+    Pinned {
+        api: &'a A,
+        ptr: Handle,
+        len: usize,
+        alloc_len: usize,
+    },
     Pageable(Vec<u8>),
+}
+
+/// Where a latch word starts after `len` copy bytes: the next cache line.
+fn word_offset(len: usize) -> usize {
+    len.div_ceil(WORD_BYTES) * WORD_BYTES
 }
 
 impl<'a, A: DeviceApi + ?Sized> HostBuffer<'a, A> {
     /// Allocate on the calling thread and first-touch every page here.
     pub(crate) fn new(api: &'a A, len: usize, kind: HostMemory) -> Result<Self, ApiError> {
-        let mut buf = match kind {
-            HostMemory::Pinned => HostBuffer::Pinned {
-                api,
-                ptr: api.host_alloc_pinned(len)?,
-                len,
-            },
+        Self::alloc(api, len, kind, false)
+    }
+
+    /// [`HostBuffer::new`], pinned memory followed by a zeroed latch word
+    /// ([`HostBuffer::latch_word`]) where the runtime's streams can wait on one.
+    pub(crate) fn with_latch_word(
+        api: &'a A,
+        len: usize,
+        kind: HostMemory,
+    ) -> Result<Self, ApiError> {
+        Self::alloc(api, len, kind, api.has_stream_wait())
+    }
+
+    fn alloc(api: &'a A, len: usize, kind: HostMemory, word: bool) -> Result<Self, ApiError> {
+        let buf = match kind {
+            HostMemory::Pinned => {
+                let alloc_len = if word {
+                    word_offset(len) + WORD_BYTES
+                } else {
+                    len
+                };
+                let ptr = api.host_alloc_pinned(alloc_len)?;
+                // Writing every byte first-touches the pages on this (bound) thread's node,
+                // and zeroes the latch word.
+                // SAFETY: `ptr` is a fresh allocation of `alloc_len` bytes.
+                unsafe { std::ptr::write_bytes(ptr.cast::<u8>(), 0, alloc_len) };
+                HostBuffer::Pinned {
+                    api,
+                    ptr,
+                    len,
+                    alloc_len,
+                }
+            }
             HostMemory::Pageable => HostBuffer::Pageable(vec![0u8; len]),
         };
-        // Writing every byte first-touches the pages on this (bound) thread's node.
-        buf.as_mut_slice().fill(0);
         Ok(buf)
     }
 
+    /// The copy bytes (never the latch word).
     pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
         match self {
-            // SAFETY: `ptr` is a live allocation of `len` bytes owned by this guard.
+            // SAFETY: `ptr` is a live allocation of at least `len` bytes owned by this guard.
             HostBuffer::Pinned { ptr, len, .. } => unsafe {
                 std::slice::from_raw_parts_mut(ptr.cast::<u8>(), *len)
             },
@@ -134,6 +201,31 @@ impl<'a, A: DeviceApi + ?Sized> HostBuffer<'a, A> {
 
     pub(crate) fn as_handle(&mut self) -> Handle {
         self.as_mut_slice().as_mut_ptr().cast()
+    }
+
+    /// The latch word of a buffer made by [`HostBuffer::with_latch_word`], if it has one: a
+    /// zeroed, 64-byte aligned word of the pinned allocation, alive as long as the buffer.
+    pub(crate) fn latch_word(&self) -> Option<Handle> {
+        match self {
+            HostBuffer::Pinned {
+                ptr,
+                len,
+                alloc_len,
+                ..
+            } if *alloc_len > *len => {
+                // SAFETY: the word lies inside the allocation (`alloc` sized it so).
+                Some(unsafe { ptr.cast::<u8>().add(word_offset(*len)) }.cast())
+            }
+            _ => None,
+        }
+    }
+
+    /// Bytes of pinned memory held (0 for pageable memory).
+    pub(crate) fn pinned_len(&self) -> usize {
+        match self {
+            HostBuffer::Pinned { alloc_len, .. } => *alloc_len,
+            HostBuffer::Pageable(_) => 0,
+        }
     }
 }
 
@@ -231,37 +323,24 @@ pub(crate) fn copy_and_wait<A: DeviceApi + ?Sized>(
 
 /// Milliseconds of `iterations` device-to-device copies of `bytes` from `src` to `dst` on
 /// `stream` (the devices may differ: a peer copy), between `start` and `end` recorded on that
-/// stream, after `warmup` untimed ones (synchronized before the first event). `on_copy` and
-/// `on_timing` map a failed copy or event call; events that measure no time are a timing
-/// error. The copy routine the same-device and the peer copy cells share.
+/// stream, after `warmup` untimed ones, the stream held by `latch` while they are enqueued
+/// ([`stream_latch::time_held`]). `on_copy` and `on_timing` map a failed copy or event call.
+/// The copy routine the same-device and the peer copy cells share.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn time_device_copies<A: DeviceApi + ?Sized>(
     api: &A,
+    latch: &mut Latch,
     (dst, src, bytes): (Handle, Handle, usize),
     stream: Handle,
-    (start, end): (Handle, Handle),
-    (warmup, iterations): (u32, u32),
+    events: (Handle, Handle),
+    counts: (u32, u32),
     on_copy: &dyn Fn(ApiError) -> ProbeError,
     on_timing: &dyn Fn(ApiError) -> ProbeError,
 ) -> Result<f32, ProbeError> {
-    for _ in 0..warmup {
-        api.copy_device_async(dst, src, bytes, stream)
-            .map_err(on_copy)?;
-    }
-    api.stream_synchronize(stream).map_err(on_copy)?;
-    api.event_record(start, stream).map_err(on_timing)?;
-    for _ in 0..iterations {
-        api.copy_device_async(dst, src, bytes, stream)
-            .map_err(on_copy)?;
-    }
-    api.event_record(end, stream).map_err(on_timing)?;
-    api.event_synchronize(end).map_err(on_timing)?;
-    let ms = api.event_elapsed_ms(start, end).map_err(on_timing)?;
-    if !(ms.is_finite() && ms > 0.0) {
-        return Err(ProbeError::Timing(format!(
-            "device events measured {ms} ms for {iterations} copies"
-        )));
-    }
-    Ok(ms)
+    let enqueue = || api.copy_device_async(dst, src, bytes, stream);
+    stream_latch::time_held(
+        api, latch, stream, events, counts, &enqueue, on_copy, on_timing,
+    )
 }
 
 pub(crate) fn measure<A: DeviceApi + ?Sized>(
@@ -302,27 +381,32 @@ pub(crate) struct Staging<'a, A: DeviceApi + ?Sized> {
     bytes: usize,
     memory: HostMemory,
     host: HostBuffer<'a, A>,
+    latch: Latch,
 }
 
 impl<'a, A: DeviceApi + ?Sized> Staging<'a, A> {
     /// Allocate and first-touch the host buffer for cells of `params`' size and memory.
     pub(crate) fn new(api: &'a A, params: &CopyParams) -> Result<Self, ProbeError> {
         let bytes = check_params(api, params)?;
-        let host = HostBuffer::new(api, bytes, params.host_memory).map_err(alloc_error(bytes))?;
+        let host = HostBuffer::with_latch_word(api, bytes, params.host_memory)
+            .map_err(alloc_error(bytes))?;
+        // Pageable copies are never held (`stream_latch`, `host-synchronous`).
+        let latch = match params.host_memory {
+            HostMemory::Pinned => Latch::new(host.latch_word()),
+            HostMemory::Pageable => Latch::host_synchronous(),
+        };
         Ok(Staging {
             api,
             bytes,
             memory: params.host_memory,
             host,
+            latch,
         })
     }
 
-    /// Pinned host bytes held now.
+    /// Pinned host bytes held now (the copy buffer and its latch word).
     pub(crate) fn pinned_bytes(&self) -> u64 {
-        match &self.host {
-            HostBuffer::Pinned { len, .. } => *len as u64,
-            HostBuffer::Pageable(_) => 0,
-        }
+        self.host.pinned_len() as u64
     }
 
     /// Measure one cell of this staging's size and memory on `device`.
@@ -366,29 +450,17 @@ impl<'a, A: DeviceApi + ?Sized> Staging<'a, A> {
             }
         };
 
-        for _ in 0..params.warmup {
-            api.copy_async(dst, src, bytes, params.direction, stream.handle)
-                .map_err(&copy_error)?;
-        }
-        api.stream_synchronize(stream.handle).map_err(&copy_error)?;
-        api.event_record(start.handle, stream.handle)
-            .map_err(&timing_error)?;
-        for _ in 0..params.iterations {
-            api.copy_async(dst, src, bytes, params.direction, stream.handle)
-                .map_err(&copy_error)?;
-        }
-        api.event_record(end.handle, stream.handle)
-            .map_err(&timing_error)?;
-        api.event_synchronize(end.handle).map_err(&timing_error)?;
-        let ms = api
-            .event_elapsed_ms(start.handle, end.handle)
-            .map_err(&timing_error)?;
-        if !(ms.is_finite() && ms > 0.0) {
-            return Err(ProbeError::Timing(format!(
-                "device events measured {ms} ms for {} copies",
-                params.iterations
-            )));
-        }
+        let enqueue = || api.copy_async(dst, src, bytes, params.direction, stream.handle);
+        let ms = stream_latch::time_held(
+            api,
+            &mut self.latch,
+            stream.handle,
+            (start.handle, end.handle),
+            (params.warmup, params.iterations),
+            &enqueue,
+            &copy_error,
+            &timing_error,
+        )?;
 
         if params.direction == Direction::H2d {
             // Read the head of the device buffer back over the (cleared) head of the host

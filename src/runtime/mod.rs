@@ -20,6 +20,7 @@ pub mod peer_access;
 pub mod peer_copy;
 mod same_device_copy;
 pub mod select;
+pub mod stream_latch;
 pub mod telemetry;
 
 use serde::{Deserialize, Serialize};

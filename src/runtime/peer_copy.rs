@@ -27,6 +27,7 @@ use super::device_copy::{
 };
 use super::pattern::{check_copy, fill_pattern};
 use super::peer_access::{PeerLink, PeerRoute};
+use super::stream_latch::Latch;
 use super::{DeviceCopyParams, Direction, HostMemory, ProbeError};
 
 /// What one peer copy cell measured.
@@ -101,7 +102,10 @@ fn timed(
         guard(api, api.event_create(), <dyn DeviceApi>::event_destroy).map_err(&timing_error)?;
     // The data check's host side: runtime-allocated (ACL's async copies need it).
     let head = bytes.min(1 << 20);
-    let mut host = HostBuffer::new(api, head, HostMemory::Pinned).map_err(alloc_error(head))?;
+    // Pinned, with the latch word the timed copies' stream waits on (where it can).
+    let mut host =
+        HostBuffer::with_latch_word(api, head, HostMemory::Pinned).map_err(alloc_error(head))?;
+    let mut latch = Latch::new(host.latch_word());
     // Last, so it is synchronized and destroyed before the events and buffers go.
     let stream = stream_guard(api).map_err(&timing_error)?;
 
@@ -118,6 +122,7 @@ fn timed(
 
     let ms = time_device_copies(
         api,
+        &mut latch,
         (to.handle, from.handle, bytes),
         stream.handle,
         (start.handle, end.handle),

@@ -20,6 +20,7 @@ use super::device_copy::{
     unless_lost, DeviceApi, HostBuffer,
 };
 use super::pattern::{check_copy, fill_pattern};
+use super::stream_latch::Latch;
 use super::{DeviceCopyParams, Direction, HostMemory, ProbeError};
 
 /// Bytes of the source the pattern check covers (the head of the buffers).
@@ -47,7 +48,10 @@ pub(crate) fn measure<A: DeviceApi + ?Sized>(
     let head = bytes.min(CHECK_BYTES);
     let src = guard(api, api.device_alloc(bytes), A::device_free).map_err(alloc_error(bytes))?;
     let dst = guard(api, api.device_alloc(bytes), A::device_free).map_err(alloc_error(bytes))?;
-    let mut host = HostBuffer::new(api, head, HostMemory::Pinned).map_err(alloc_error(head))?;
+    // Pinned, with the latch word the timed copies' stream waits on (where it can).
+    let mut host =
+        HostBuffer::with_latch_word(api, head, HostMemory::Pinned).map_err(alloc_error(head))?;
+    let mut latch = Latch::new(host.latch_word());
     let start = guard(api, api.event_create(), A::event_destroy).map_err(&timing_error)?;
     let end = guard(api, api.event_create(), A::event_destroy).map_err(&timing_error)?;
     // Last, so it is synchronized and destroyed before the events and buffers go.
@@ -75,6 +79,7 @@ pub(crate) fn measure<A: DeviceApi + ?Sized>(
 
     let ms = time_device_copies(
         api,
+        &mut latch,
         (dst.handle, src.handle, bytes),
         stream.handle,
         (start.handle, end.handle),

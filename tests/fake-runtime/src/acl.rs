@@ -478,6 +478,10 @@ unsafe fn memcpy(
             ACL_ERROR_RT_SYS_DMA,
             format!("peer copy from device {src} to device {dst} failed (CHD_FAKE_PAIR_FAIL)"),
         )),
+        Err(CopyError::WouldDeadlock) => Err((
+            ACL_ERROR_RT_INTERNAL_ERROR,
+            "a copy that would never return".to_owned(),
+        )),
         Err(CopyError::PeerAccessNotEnabled(local, remote)) => Err((
             ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
             format!(
@@ -661,7 +665,10 @@ pub unsafe extern "C" fn aclrtSynchronizeEvent(event: *mut c_void) -> AclError {
 /// [`aclrtSynchronizeEvent`], giving up after `timeout` milliseconds (-1: never) with
 /// `ACL_ERROR_RT_EVENT_SYNC_TIMEOUT`.
 #[no_mangle]
-pub unsafe extern "C" fn aclrtSynchronizeEventWithTimeout(event: *mut c_void, timeout: i32) -> AclError {
+pub unsafe extern "C" fn aclrtSynchronizeEventWithTimeout(
+    event: *mut c_void,
+    timeout: i32,
+) -> AclError {
     api("aclrtSynchronizeEventWithTimeout", || {
         timing::check_event(event, Api::Acl).map_err(timing_err)?;
         let limit = match timeout {

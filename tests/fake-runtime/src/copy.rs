@@ -54,6 +54,10 @@ pub enum CopyError {
     /// An ACL cross-device copy while the issuing device has no peer access to the other
     /// one: (issuing device, other device).
     PeerAccessNotEnabled(usize, usize),
+    /// A CUDA copy with a pageable host side on a stream a latch holds: the runtime stages
+    /// pageable memory and "may synchronize with the stream" to do so, inside the enqueue
+    /// call, which the held stream never lets return.
+    WouldDeadlock,
 }
 
 /// The collective rank whose `CHD_FAKE_PAIR_GBPS` CPU override applies to a peer copy from
@@ -170,6 +174,20 @@ pub unsafe fn copy(
         ) => (Some(sd), Some(dd)),
         (dir, _, _) => return Err(bad(&format!("pointers do not fit {dir:?}"))),
     };
+    // CUDA stages pageable host memory, possibly synchronizing with the stream first.
+    if api == Api::Cuda {
+        let pageable =
+            |loc: Location, p: usize| loc == Location::Host && !memory::in_pinned(p, count, api);
+        let host_side = match (d, s) {
+            (Location::Host, Location::Device(_)) => pageable(d, dst as usize),
+            (Location::Device(_), Location::Host) => pageable(s, src as usize),
+            _ => false,
+        };
+        if host_side && timing::held_by_latch(stream, api) {
+            timing::count_latch_deadlock();
+            return Err(CopyError::WouldDeadlock);
+        }
+    }
     let cfg = config::get();
     let faults = cfg.faults_now();
     // A lost device takes no work at all, whatever the stream did before.

@@ -133,7 +133,10 @@ impl Hold {
 #[derive(Clone, Debug)]
 enum Deferred {
     /// A copy of this many nanoseconds, touching the allocations at `buffers`.
-    Copy { ns: f64, buffers: Vec<usize> },
+    Copy {
+        ns: f64,
+        buffers: Vec<usize>,
+    },
     Record(usize),
     Hold(Hold),
     HostFunction(HostCall),
@@ -417,7 +420,11 @@ pub fn hold(stream: StreamRef, api: Api, hold: Hold) -> Result<(), TimingError> 
 
 /// Enqueues a host function on `stream`: it runs (on its own thread) once what is ahead of it
 /// has run, and holds the stream until it returns.
-pub fn launch_host_function(stream: StreamRef, api: Api, call: HostCall) -> Result<(), TimingError> {
+pub fn launch_host_function(
+    stream: StreamRef,
+    api: Api,
+    call: HostCall,
+) -> Result<(), TimingError> {
     let host = host_clock::enqueue();
     with(|t| {
         t.poll(stream, api);
@@ -586,6 +593,17 @@ fn blocked_by_latch(stream: StreamRef, api: Api) -> bool {
             .and_then(|s| s.held.as_ref().map(Hold::is_latch))
             .unwrap_or(false)
     })
+}
+
+/// Whether a latch (a wait-value or a host function) holds `stream` now.
+pub fn held_by_latch(stream: StreamRef, api: Api) -> bool {
+    with(|t| t.poll(stream, api));
+    blocked_by_latch(stream, api)
+}
+
+/// Counts one call that would have waited forever on a latch.
+pub fn count_latch_deadlock() {
+    LATCH_DEADLOCKS.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Waits until `done` says the work is done: as long as a hung device holds it, up to

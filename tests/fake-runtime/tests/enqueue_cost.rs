@@ -140,10 +140,8 @@ fn wait_value() -> WaitValue {
 fn device_pointer(host: *mut c_void) -> u64 {
     let mut d: *mut c_void = null_mut();
     // SAFETY: valid out-pointer; `host` is CUDA pinned memory.
-    assert_eq!(
-        unsafe { cudaHostGetDevicePointer(&mut d, host, 0) },
-        CUDA_SUCCESS
-    );
+    let rc = unsafe { cudaHostGetDevicePointer(&mut d, host, 0) };
+    assert_eq!(rc, CUDA_SUCCESS);
     d as u64
 }
 
@@ -227,10 +225,8 @@ fn a_latch_nobody_releases_never_drains_and_its_word_cannot_be_freed() {
     rig.flag().store(0, Ordering::Release);
     let before = hooks::chd_fake_latch_deadlocks();
     // SAFETY: a live stream and the device address of a pinned word.
-    assert_eq!(
-        unsafe { wait_value()(rig.stream, device_pointer(rig.flag), 1, 0) },
-        CU_SUCCESS
-    );
+    let rc = unsafe { wait_value()(rig.stream, device_pointer(rig.flag), 1, 0) };
+    assert_eq!(rc, CU_SUCCESS);
     rig.enqueue_timed();
     // SAFETY: live handles; the word is what the stream waits on.
     unsafe {
@@ -284,5 +280,39 @@ fn the_entry_point_is_a_driver_function_of_a_known_name_and_needs_device_accessi
     let mut word = 0u32;
     // SAFETY: a live stream; the address is an ordinary (pageable) local.
     let rc = unsafe { wait_value()(rig.stream, (&mut word as *mut u32) as u64, 1, 0) };
-    assert_eq!(rc, CU_ERROR_INVALID_VALUE, "pageable memory is not device-accessible");
+    assert_eq!(
+        rc, CU_ERROR_INVALID_VALUE,
+        "pageable memory is not device-accessible"
+    );
+}
+
+#[test]
+fn a_pageable_copy_on_a_latched_stream_would_never_return() {
+    let _g = setup();
+    let rig = Rig::new();
+    rig.flag().store(0, Ordering::Release);
+    let pageable = vec![0u8; LEN];
+    let before = hooks::chd_fake_latch_deadlocks();
+    // SAFETY: live handles; `pageable` spans `LEN` bytes.
+    unsafe {
+        assert_eq!(
+            wait_value()(rig.stream, device_pointer(rig.flag), 1, 0),
+            CU_SUCCESS
+        );
+        assert_eq!(
+            cudaMemcpyAsync(rig.dev, pageable.as_ptr().cast(), LEN, 1, rig.stream),
+            CUDA_ERROR_UNKNOWN,
+            "the runtime stages pageable memory after synchronizing the held stream"
+        );
+    }
+    assert_eq!(hooks::chd_fake_latch_deadlocks(), before + 1);
+    rig.flag().store(1, Ordering::Release);
+    // Released, the same copy goes through.
+    // SAFETY: as above.
+    unsafe {
+        assert_eq!(
+            cudaMemcpyAsync(rig.dev, pageable.as_ptr().cast(), LEN, 1, rig.stream),
+            CUDA_SUCCESS
+        );
+    }
 }
