@@ -286,7 +286,11 @@ fn gpu_check_compares_small_sizes_with_the_enqueue_excluded_on_both_sides() {
     for r in &small {
         assert_eq!((r[7], r[9]), ("1.000", "ok"), "{all}");
         if r[3] == "pinned" {
-            assert_eq!((r[5], r[6]), ("20.00", "20.00"), "the link, not the enqueue: {all}");
+            assert_eq!(
+                (r[5], r[6]),
+                ("20.00", "20.00"),
+                "the link, not the enqueue: {all}"
+            );
         }
     }
 }

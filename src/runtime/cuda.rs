@@ -13,6 +13,7 @@ use libloading::Library;
 
 use super::device_copy::{self, ApiError, DeviceApi, Handle};
 use super::library::{self, LoadError, SymbolError};
+use super::stuck_work::{self, StuckWork};
 use super::{Backend, CopyParams, DeviceInfo, Direction, ProbeError};
 use crate::topology::pci;
 
@@ -92,6 +93,8 @@ enum EntryPoint {
 /// `cudaHostAllocMapped`: map the allocation into the device address space (implied with
 /// unified addressing, explicit for the latch word a stream waits on).
 const CUDA_HOST_ALLOC_MAPPED: c_uint = 0x02;
+/// `cudaErrorNotReady`: an event query whose work has not completed.
+const CUDA_ERROR_NOT_READY: CudaError = 600;
 /// `cudaErrorNotSupported` / `CUDA_ERROR_NOT_SUPPORTED`.
 const CUDA_ERROR_NOT_SUPPORTED: CudaError = 801;
 /// `CU_STREAM_WAIT_VALUE_GEQ`: wait until `(int32_t)(*addr - value) >= 0`.
@@ -139,6 +142,7 @@ pub struct CudaRuntime {
     event_destroy: FnHandle,
     event_record: FnEventRecord,
     event_synchronize: FnHandle,
+    event_query: FnHandle,
     event_elapsed_time: FnElapsed,
     get_error_string: FnErrorString,
     get_error_name: FnErrorString,
@@ -150,6 +154,8 @@ pub struct CudaRuntime {
     /// `cuStreamWaitValue32`, asked of the runtime at the first latch (asking initialises the
     /// runtime, which loading must not).
     wait_value: std::sync::OnceLock<Option<FnWaitValue32>>,
+    /// Cells whose device work did not finish in time (`stuck_work`).
+    stuck: StuckWork,
     /// Where it was loaded from.
     pub source: String,
     _library: Library,
@@ -194,6 +200,7 @@ impl CudaRuntime {
                 event_destroy: library::symbol(&lib, &source, "cudaEventDestroy")?,
                 event_record: library::symbol(&lib, &source, "cudaEventRecord")?,
                 event_synchronize: library::symbol(&lib, &source, "cudaEventSynchronize")?,
+                event_query: library::symbol(&lib, &source, "cudaEventQuery")?,
                 event_elapsed_time: library::symbol(&lib, &source, "cudaEventElapsedTime")?,
                 get_error_string: library::symbol(&lib, &source, "cudaGetErrorString")?,
                 get_error_name: library::symbol(&lib, &source, "cudaGetErrorName")?,
@@ -213,6 +220,7 @@ impl CudaRuntime {
                     })
                     .ok(),
                 wait_value: std::sync::OnceLock::new(),
+                stuck: StuckWork::default(),
                 source,
                 _library: lib,
             })
@@ -410,6 +418,22 @@ impl DeviceApi for CudaRuntime {
         self.check("cudaEventSynchronize", unsafe {
             (self.event_synchronize)(event)
         })
+    }
+
+    /// Polls `cudaEventQuery` (`cudaSuccess` done, `cudaErrorNotReady` not yet).
+    fn event_wait(&self, event: Handle, timeout: std::time::Duration) -> Result<bool, ApiError> {
+        stuck_work::poll_event(timeout, &|| {
+            // SAFETY: `event` came from cudaEventCreate and is not destroyed yet (the
+            // `DeviceApi` handle contract).
+            match unsafe { (self.event_query)(event) } {
+                CUDA_ERROR_NOT_READY => Ok(false),
+                code => self.check("cudaEventQuery", code).map(|()| true),
+            }
+        })
+    }
+
+    fn stuck_work(&self) -> &StuckWork {
+        &self.stuck
     }
 
     fn event_elapsed_ms(&self, start: Handle, end: Handle) -> Result<f32, ApiError> {
@@ -638,5 +662,13 @@ impl Backend for CudaBackend {
             devices: &self.devices,
             staging: device_copy::Staging::new(&*self.runtime, params)?,
         }))
+    }
+
+    fn stuck(&self) -> stuck_work::StuckReport {
+        self.runtime.stuck.report(|d| d.to_string())
+    }
+
+    fn recheck_stuck(&self) {
+        self.runtime.stuck.recheck(&*self.runtime);
     }
 }

@@ -16,6 +16,7 @@ use std::ffi::c_void;
 
 use super::pattern::{check_copy, fill_pattern};
 use super::stream_latch::{self, Latch, WORD_BYTES};
+use super::stuck_work::{self, Deadline, LeakedHost, Stuck, StuckWork};
 use super::{CopyParams, DeviceInfo, Direction, HostMemory, HostStaging, ProbeError};
 
 /// An opaque runtime handle (stream, event, or memory pointer).
@@ -68,6 +69,14 @@ pub(crate) trait DeviceApi: Send + Sync {
     fn event_destroy(&self, event: Handle) -> Result<(), ApiError>;
     fn event_record(&self, event: Handle, stream: Handle) -> Result<(), ApiError>;
     fn event_synchronize(&self, event: Handle) -> Result<(), ApiError>;
+    /// Wait at most `timeout` for `event` to complete: `Ok(true)` once it has, `Ok(false)` if
+    /// it has not by then (zero: just ask). The default waits without a bound (a runtime
+    /// without an event query; `stuck_work` explains why every copy cell wants the bound).
+    fn event_wait(&self, event: Handle, _timeout: std::time::Duration) -> Result<bool, ApiError> {
+        self.event_synchronize(event).map(|()| true)
+    }
+    /// The work of this runtime's cells that did not finish in time.
+    fn stuck_work(&self) -> &StuckWork;
     /// Milliseconds between two recorded events.
     fn event_elapsed_ms(&self, start: Handle, end: Handle) -> Result<f32, ApiError>;
     /// Why this runtime's async copies cannot take pageable host memory, where they cannot
@@ -220,6 +229,21 @@ impl<'a, A: DeviceApi + ?Sized> HostBuffer<'a, A> {
         }
     }
 
+    /// Give the memory up without freeing it (work in flight may still use it): what a stuck
+    /// cell keeps.
+    pub(crate) fn leak(self) -> LeakedHost {
+        let this = std::mem::ManuallyDrop::new(self);
+        match &*this {
+            HostBuffer::Pinned { ptr, alloc_len, .. } => {
+                LeakedHost::Pinned(stuck_work::addr(*ptr), *alloc_len)
+            }
+            HostBuffer::Pageable(v) => {
+                // SAFETY: `this` is never dropped, so the Vec is moved out exactly once.
+                LeakedHost::Pageable(unsafe { std::ptr::read(v) })
+            }
+        }
+    }
+
     /// Bytes of pinned memory held (0 for pageable memory).
     pub(crate) fn pinned_len(&self) -> usize {
         match self {
@@ -247,6 +271,16 @@ pub(crate) struct Guard<'a, A: DeviceApi + ?Sized> {
 impl<A: DeviceApi + ?Sized> Drop for Guard<'_, A> {
     fn drop(&mut self) {
         warn_release((self.release)(self.api, self.handle));
+    }
+}
+
+impl<A: DeviceApi + ?Sized> Guard<'_, A> {
+    /// Give the resource up without releasing it (work in flight may still use it): its
+    /// address, for a stuck cell to keep.
+    pub(crate) fn leak(self) -> usize {
+        let handle = self.handle;
+        std::mem::forget(self);
+        stuck_work::addr(handle)
     }
 }
 
@@ -305,20 +339,20 @@ pub(crate) fn timing_error(e: ApiError) -> ProbeError {
     ProbeError::Timing(e.to_string())
 }
 
-/// Measure one cell on the calling thread: bytes per second of `params` on `device`, with a
-/// host buffer allocated for this cell alone.
-/// Copy `bytes` from `src` to `dst` in `direction` on `stream` and wait for it: how the copy
-/// cells stage their check pattern in and read it back, outside the timed copies.
+/// Copy `bytes` from `src` to `dst` in `direction` on `stream` and wait for it, by
+/// `deadline` (through `event`, recorded after the copy): how the copy cells stage their
+/// check pattern in and read it back, outside the timed copies.
 pub(crate) fn copy_and_wait<A: DeviceApi + ?Sized>(
     api: &A,
     (dst, src, bytes): (Handle, Handle, usize),
     direction: Direction,
-    stream: Handle,
+    (stream, event): (Handle, Handle),
+    deadline: &Deadline,
     on_copy: &dyn Fn(ApiError) -> ProbeError,
 ) -> Result<(), ProbeError> {
     api.copy_async(dst, src, bytes, direction, stream)
         .map_err(on_copy)?;
-    api.stream_synchronize(stream).map_err(on_copy)
+    stuck_work::wait_stream(api, stream, event, deadline, on_copy)
 }
 
 /// Milliseconds of `iterations` device-to-device copies of `bytes` from `src` to `dst` on
@@ -334,13 +368,78 @@ pub(crate) fn time_device_copies<A: DeviceApi + ?Sized>(
     stream: Handle,
     events: (Handle, Handle),
     counts: (u32, u32),
+    deadline: &Deadline,
     on_copy: &dyn Fn(ApiError) -> ProbeError,
     on_timing: &dyn Fn(ApiError) -> ProbeError,
 ) -> Result<f32, ProbeError> {
     let enqueue = || api.copy_device_async(dst, src, bytes, stream);
     stream_latch::time_held(
-        api, latch, stream, events, counts, &enqueue, on_copy, on_timing,
+        api, latch, stream, events, counts, deadline, &enqueue, on_copy, on_timing,
     )
+}
+
+/// The guards of one cell's device work: released on drop, or, after a timeout, kept as a
+/// [`Stuck`] entry ([`CellWork::keep_stuck`]).
+pub(crate) struct CellWork<'a, A: DeviceApi + ?Sized> {
+    pub(crate) devices: Vec<i32>,
+    /// Declared first: synchronized and destroyed before the rest goes.
+    pub(crate) stream: Guard<'a, A>,
+    /// `end` first: the event recorded last on the stream.
+    pub(crate) events: Vec<Guard<'a, A>>,
+    pub(crate) device_memory: Vec<(Guard<'a, A>, usize)>,
+    pub(crate) host_memory: Vec<HostBuffer<'a, A>>,
+}
+
+impl<'a, A: DeviceApi + ?Sized> CellWork<'a, A> {
+    /// `result` is the cell's; after a timeout everything is given to the runtime's stuck
+    /// work instead of being released (see `stuck_work`), with `peer_access` to undo once
+    /// the work is done.
+    pub(crate) fn finish<T>(
+        self,
+        api: &A,
+        result: Result<T, ProbeError>,
+        peer_access: Vec<(i32, i32)>,
+    ) -> Result<T, ProbeError> {
+        if matches!(result, Err(ProbeError::Timeout(_))) {
+            self.keep_stuck(api, peer_access);
+        }
+        result
+    }
+
+    fn keep_stuck(self, api: &A, peer_access: Vec<(i32, i32)>) {
+        let CellWork {
+            devices,
+            stream,
+            events,
+            device_memory,
+            host_memory,
+        } = self;
+        api.stuck_work().keep(Stuck {
+            devices,
+            stream: stream.leak(),
+            events: events.into_iter().map(Guard::leak).collect(),
+            device_memory: device_memory
+                .into_iter()
+                .map(|(g, bytes)| (g.leak(), bytes))
+                .collect(),
+            host_memory: host_memory.into_iter().map(HostBuffer::leak).collect(),
+            peer_access,
+        });
+    }
+}
+
+/// [`ProbeError::Quarantined`] when `device` has stuck work: nothing more is queued behind
+/// a copy that never finished.
+pub(crate) fn refuse_quarantined<A: DeviceApi + ?Sized>(
+    api: &A,
+    device: i32,
+) -> Result<(), ProbeError> {
+    if api.stuck_work().holds(device) {
+        return Err(ProbeError::Quarantined(format!(
+            "device {device}: a copy cell's work on it did not finish in time; no cells until              it does"
+        )));
+    }
+    Ok(())
 }
 
 pub(crate) fn measure<A: DeviceApi + ?Sized>(
@@ -380,108 +479,154 @@ pub(crate) struct Staging<'a, A: DeviceApi + ?Sized> {
     api: &'a A,
     bytes: usize,
     memory: HostMemory,
-    host: HostBuffer<'a, A>,
-    latch: Latch,
+    /// `None` after a cell timed out with it under its DMA (kept by the runtime's stuck
+    /// work): the next cell allocates and first-touches a new one.
+    host: Option<(HostBuffer<'a, A>, Latch)>,
 }
 
 impl<'a, A: DeviceApi + ?Sized> Staging<'a, A> {
     /// Allocate and first-touch the host buffer for cells of `params`' size and memory.
     pub(crate) fn new(api: &'a A, params: &CopyParams) -> Result<Self, ProbeError> {
         let bytes = check_params(api, params)?;
-        let host = HostBuffer::with_latch_word(api, bytes, params.host_memory)
-            .map_err(alloc_error(bytes))?;
-        // Pageable copies are never held (`stream_latch`, `host-synchronous`).
-        let latch = match params.host_memory {
-            HostMemory::Pinned => Latch::new(host.latch_word()),
-            HostMemory::Pageable => Latch::host_synchronous(),
-        };
-        Ok(Staging {
+        let mut staging = Staging {
             api,
             bytes,
             memory: params.host_memory,
-            host,
-            latch,
-        })
+            host: None,
+        };
+        staging.host()?;
+        Ok(staging)
+    }
+
+    /// The host buffer and its latch, allocated (and first-touched) here if there is none.
+    fn host(&mut self) -> Result<&mut (HostBuffer<'a, A>, Latch), ProbeError> {
+        if self.host.is_none() {
+            let host = HostBuffer::with_latch_word(self.api, self.bytes, self.memory)
+                .map_err(alloc_error(self.bytes))?;
+            // Pageable copies are never held (`stream_latch`, `host-synchronous`).
+            let latch = match self.memory {
+                HostMemory::Pinned => Latch::new(host.latch_word()),
+                HostMemory::Pageable => Latch::host_synchronous(),
+            };
+            self.host = Some((host, latch));
+        }
+        Ok(self.host.as_mut().expect("allocated above"))
     }
 
     /// Pinned host bytes held now (the copy buffer and its latch word).
     pub(crate) fn pinned_bytes(&self) -> u64 {
-        self.host.pinned_len() as u64
+        self.host.as_ref().map_or(0, |(h, _)| h.pinned_len() as u64)
     }
 
-    /// Measure one cell of this staging's size and memory on `device`.
+    /// Measure one cell of this staging's size and memory on `device`. Its device work must
+    /// finish within `probe.cell_timeout`; past it the cell is a timeout and its buffers,
+    /// this staging's host buffer included, are kept by the runtime's stuck work, never freed
+    /// under the DMA (the next cell gets a new host buffer).
     pub(crate) fn measure(&mut self, device: i32, params: &CopyParams) -> Result<f64, ProbeError> {
         let bytes = check_params(self.api, params)?;
         super::check_staging_fits(self.bytes as u64, self.memory, params)?;
         let api = self.api;
-        let copy_error = unless_lost(api, copy_error);
+        refuse_quarantined(api, device)?;
         let timing_error = unless_lost(api, timing_error);
         let alloc_error = |bytes| unless_lost(api, alloc_error(bytes));
         api.set_device(device)
             .map_err(|e| ProbeError::Device(e.to_string()))?;
-        let head = bytes.min(1 << 20);
-        let host = &mut self.host;
+        self.host()?;
         let dev =
             guard(api, api.device_alloc(bytes), A::device_free).map_err(alloc_error(bytes))?;
         let start = guard(api, api.event_create(), A::event_destroy).map_err(&timing_error)?;
         let end = guard(api, api.event_create(), A::event_destroy).map_err(&timing_error)?;
-        // Last, so it is synchronized and destroyed before the events and buffers go.
         let stream = stream_guard(api).map_err(&timing_error)?;
-
-        // The source holds the pattern: the host buffer for h2d; for d2h the device buffer,
-        // filled from a pattern staged through the (then cleared) host buffer.
-        let mut expected = vec![0u8; head];
-        fill_pattern(&mut expected);
-        fill_pattern(host.as_mut_slice());
-        let (dst, src) = match params.direction {
-            Direction::H2d => (dev.handle, host.as_handle()),
-            Direction::D2h => {
-                api.copy_async(
-                    dev.handle,
-                    host.as_handle(),
-                    bytes,
-                    Direction::H2d,
-                    stream.handle,
-                )
-                .map_err(&copy_error)?;
-                api.stream_synchronize(stream.handle).map_err(&copy_error)?;
-                host.as_mut_slice().fill(0);
-                (host.as_handle(), dev.handle)
-            }
-        };
-
-        let enqueue = || api.copy_async(dst, src, bytes, params.direction, stream.handle);
-        let ms = stream_latch::time_held(
+        let (mut host, mut latch) = self.host.take().expect("allocated above");
+        let result = timed_host_copies(
             api,
-            &mut self.latch,
-            stream.handle,
-            (start.handle, end.handle),
-            (params.warmup, params.iterations),
-            &enqueue,
-            &copy_error,
-            &timing_error,
-        )?;
-
-        if params.direction == Direction::H2d {
-            // Read the head of the device buffer back over the (cleared) head of the host
-            // buffer: runtime-allocated memory, as ACL's async copies require, and no second
-            // pinned buffer. The next cell fills the pattern in again.
-            host.as_mut_slice()[..head].fill(0);
-            api.copy_async(
-                host.as_handle(),
-                dev.handle,
-                head,
-                Direction::D2h,
-                stream.handle,
-            )
-            .map_err(&copy_error)?;
-            api.stream_synchronize(stream.handle).map_err(&copy_error)?;
+            (&mut host, &mut latch),
+            (dev.handle, stream.handle, (start.handle, end.handle)),
+            bytes,
+            params,
+        );
+        if matches!(result, Err(ProbeError::Timeout(_))) {
+            let work = CellWork {
+                devices: vec![device],
+                stream,
+                events: vec![end, start],
+                device_memory: vec![(dev, bytes)],
+                host_memory: vec![host],
+            };
+            return work.finish(api, result, Vec::new());
         }
-        // d2h: the host buffer already holds what the device sent.
-        let got = &host.as_mut_slice()[..head];
-        check_copy(&expected, got)?;
-        Ok(bytes as f64 * f64::from(params.iterations) / (f64::from(ms) / 1e3))
+        // Released here (the stream, declared last, first), after the work is done.
+        drop((stream, end, start, dev));
+        self.host = Some((host, latch));
+        result
     }
+}
+
+/// The copies of one host <-> device cell on `stream`: the check pattern staged, the timed
+/// copies, the check, every wait bounded by the cell's deadline.
+fn timed_host_copies<A: DeviceApi + ?Sized>(
+    api: &A,
+    (host, latch): (&mut HostBuffer<'_, A>, &mut Latch),
+    (dev, stream, (start, end)): (Handle, Handle, (Handle, Handle)),
+    bytes: usize,
+    params: &CopyParams,
+) -> Result<f64, ProbeError> {
+    let copy_error = unless_lost(api, copy_error);
+    let timing_error = unless_lost(api, timing_error);
+    let deadline = Deadline::for_cell();
+    let head = bytes.min(1 << 20);
+    // The source holds the pattern: the host buffer for h2d; for d2h the device buffer,
+    // filled from a pattern staged through the (then cleared) host buffer.
+    let mut expected = vec![0u8; head];
+    fill_pattern(&mut expected);
+    fill_pattern(host.as_mut_slice());
+    let (dst, src) = match params.direction {
+        Direction::H2d => (dev, host.as_handle()),
+        Direction::D2h => {
+            copy_and_wait(
+                api,
+                (dev, host.as_handle(), bytes),
+                Direction::H2d,
+                (stream, end),
+                &deadline,
+                &copy_error,
+            )?;
+            host.as_mut_slice().fill(0);
+            (host.as_handle(), dev)
+        }
+    };
+
+    let enqueue = || api.copy_async(dst, src, bytes, params.direction, stream);
+    let ms = stream_latch::time_held(
+        api,
+        latch,
+        stream,
+        (start, end),
+        (params.warmup, params.iterations),
+        &deadline,
+        &enqueue,
+        &copy_error,
+        &timing_error,
+    )?;
+
+    if params.direction == Direction::H2d {
+        // Read the head of the device buffer back over the (cleared) head of the host
+        // buffer: runtime-allocated memory, as ACL's async copies require, and no second
+        // pinned buffer. The next cell fills the pattern in again.
+        host.as_mut_slice()[..head].fill(0);
+        copy_and_wait(
+            api,
+            (host.as_handle(), dev, head),
+            Direction::D2h,
+            (stream, end),
+            &deadline,
+            &copy_error,
+        )?;
+    }
+    // d2h: the host buffer already holds what the device sent.
+    let got = &host.as_mut_slice()[..head];
+    check_copy(&expected, got)?;
+    Ok(bytes as f64 * f64::from(params.iterations) / (f64::from(ms) / 1e3))
 }
 
 /// The [`HostStaging`] of a stream-and-event runtime (CUDA, ACL).

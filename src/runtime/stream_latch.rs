@@ -57,6 +57,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::device_copy::{ApiError, DeviceApi, Handle};
+use super::stuck_work::{self, Deadline};
 use super::ProbeError;
 
 /// How a cell's timed region was held (the `timing` of a sample record).
@@ -313,7 +314,7 @@ impl Drop for Held {
 
 /// Milliseconds of `iterations` timed operations on `stream` between `start` and `end`
 /// recorded on it, after `warmup` untimed ones, with the stream held while they are enqueued
-/// (see the module documentation). `enqueue` enqueues one operation; `on_copy` and
+/// (see the module documentation), every wait by `deadline` (`stuck_work`). `enqueue` enqueues one operation; `on_copy` and
 /// `on_timing` map a failed operation or event call; events that measure no time are a timing
 /// error. The method used is kept for [`take_last_method`].
 #[allow(clippy::too_many_arguments)]
@@ -323,6 +324,7 @@ pub(crate) fn time_held<A: DeviceApi + ?Sized>(
     stream: Handle,
     (start, end): (Handle, Handle),
     (warmup, iterations): (u32, u32),
+    deadline: &Deadline,
     enqueue: &dyn Fn() -> Result<(), ApiError>,
     on_copy: &dyn Fn(ApiError) -> ProbeError,
     on_timing: &dyn Fn(ApiError) -> ProbeError,
@@ -334,7 +336,7 @@ pub(crate) fn time_held<A: DeviceApi + ?Sized>(
     if latched || !latch.holds {
         // A latch holds a drained stream: the warm-ups stay out of the timed region (and a
         // host-synchronous run drains as it always did).
-        api.stream_synchronize(stream).map_err(on_copy)?;
+        stuck_work::wait_stream(api, stream, end, deadline, on_copy)?;
     }
     let mut held = latch.hold(api, stream, iterations);
     if latched && held.method() == TimingMethod::WarmupAhead {
@@ -349,7 +351,7 @@ pub(crate) fn time_held<A: DeviceApi + ?Sized>(
     }
     api.event_record(end, stream).map_err(on_timing)?;
     held.release();
-    api.event_synchronize(end).map_err(on_timing)?;
+    stuck_work::wait_event(api, end, deadline, on_timing)?;
     let method = held.method();
     if held.let_go_early() {
         return Err(ProbeError::Timing(format!(
