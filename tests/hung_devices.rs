@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use chd_process::{Chd, Metrics};
 
-fn args(lib: &str) -> Vec<String> {
-    [
+fn args(backend: &str, lib: &str) -> Vec<String> {
+    let mut args: Vec<String> = [
         "--interval",
         "1s",
         "--window-budget",
@@ -40,14 +40,15 @@ fn args(lib: &str) -> Vec<String> {
         "--verdict-confirm-windows",
         "1",
         "--backend",
-        "cuda",
-        "--cuda-runtime",
-        lib,
-        "--nvml",
-        lib,
+        backend,
     ]
     .map(String::from)
-    .to_vec()
+    .to_vec();
+    match backend {
+        "cuda" => args.extend(["--cuda-runtime", lib, "--nvml", lib].map(String::from)),
+        _ => args.extend(["--acl-runtime", lib].map(String::from)),
+    }
+    args
 }
 
 fn quarantined(m: &Metrics, device: &str) -> bool {
@@ -76,7 +77,17 @@ fn measured(m: &Metrics, family: &str, labels: &[(&str, &str)]) -> bool {
 }
 
 #[test]
-fn a_hung_device_is_quarantined_its_memory_kept_and_the_others_measured_on_time() {
+fn cuda_a_hung_device_is_quarantined_its_memory_kept_and_the_others_measured_on_time() {
+    a_hung_device_is_quarantined("cuda");
+}
+
+/// The same on ACL, whose bounded wait is `aclrtSynchronizeEventWithTimeout`.
+#[test]
+fn acl_a_hung_device_is_quarantined_its_memory_kept_and_the_others_measured_on_time() {
+    a_hung_device_is_quarantined("acl");
+}
+
+fn a_hung_device_is_quarantined(backend: &str) {
     let lib = fake::fake_runtime_path();
     let dir = tempfile::tempdir().unwrap();
     let control = dir.path().join("faults");
@@ -89,7 +100,7 @@ fn a_hung_device_is_quarantined_its_memory_kept_and_the_others_measured_on_time(
         ("CHD_FAKE_CONTROL_FILE", control.to_str().unwrap()),
         ("CHD_FAKE_EXIT_REPORT", report.to_str().unwrap()),
     ];
-    let args = args(lib);
+    let args = args(backend, lib);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let chd = Chd::serve_env(&state, &args, &env);
 

@@ -116,7 +116,7 @@ type FnEnablePeer = unsafe extern "C" fn(i32, u32) -> AclError;
 /// `aclError aclrtLaunchHostFunc(aclrtStream stream, aclrtHostFunc fn, void *args)` (CANN 8.3
 /// and later, `typedef void (*aclrtHostFunc)(void *args)`).
 type FnLaunchHostFunc =
-    unsafe extern "C" fn(*mut c_void, super::stream_latch::HostFunction, *mut c_void) -> AclError;
+    unsafe extern "C" fn(*mut c_void, super::device_api::HostFunction, *mut c_void) -> AclError;
 /// `aclError aclrtSynchronizeEventWithTimeout(aclrtEvent event, int32_t timeout)` (acl_rt.h,
 /// CANN 7 and later: -1 waits forever, else milliseconds).
 type FnSyncEventTimeout = unsafe extern "C" fn(*mut c_void, i32) -> AclError;
@@ -513,7 +513,7 @@ impl DeviceApi for AclRuntime {
             }
         }
         if let Some(query) = self.query_event {
-            return stuck_work::poll_event(timeout, &|| {
+            return super::device_wait::poll_event(timeout, &|| {
                 let mut status: c_int = 0;
                 // SAFETY: `event` is live; `status` is a valid out-pointer.
                 self.check("aclrtQueryEventStatus", unsafe {
@@ -581,7 +581,7 @@ impl DeviceApi for AclRuntime {
     fn launch_host_function(
         &self,
         stream: Handle,
-        func: super::stream_latch::HostFunction,
+        func: super::device_api::HostFunction,
         data: *mut c_void,
     ) -> Result<bool, ApiError> {
         let Some(launch) = self.launch_host_func else {
@@ -735,7 +735,7 @@ impl Backend for AclBackend {
     }
 
     fn recheck_stuck(&self) {
-        self.runtime.stuck.recheck(&*self.runtime);
+        super::device_wait::recheck(&*self.runtime, &self.runtime.stuck);
     }
 }
 

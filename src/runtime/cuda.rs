@@ -57,7 +57,7 @@ type FnEnablePeer = unsafe extern "C" fn(c_int, c_uint) -> CudaError;
 /// `cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData)`
 /// (cuda_runtime_api.h, CUDA 10.0 and later).
 type FnLaunchHostFunc =
-    unsafe extern "C" fn(*mut c_void, super::stream_latch::HostFunction, *mut c_void) -> CudaError;
+    unsafe extern "C" fn(*mut c_void, super::device_api::HostFunction, *mut c_void) -> CudaError;
 /// `cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigned int flags)`.
 type FnHostGetDevicePointer =
     unsafe extern "C" fn(*mut *mut c_void, *mut c_void, c_uint) -> CudaError;
@@ -422,7 +422,7 @@ impl DeviceApi for CudaRuntime {
 
     /// Polls `cudaEventQuery` (`cudaSuccess` done, `cudaErrorNotReady` not yet).
     fn event_wait(&self, event: Handle, timeout: std::time::Duration) -> Result<bool, ApiError> {
-        stuck_work::poll_event(timeout, &|| {
+        super::device_wait::poll_event(timeout, &|| {
             // SAFETY: `event` came from cudaEventCreate and is not destroyed yet (the
             // `DeviceApi` handle contract).
             match unsafe { (self.event_query)(event) } {
@@ -516,7 +516,7 @@ impl DeviceApi for CudaRuntime {
     fn launch_host_function(
         &self,
         stream: Handle,
-        func: super::stream_latch::HostFunction,
+        func: super::device_api::HostFunction,
         data: *mut c_void,
     ) -> Result<bool, ApiError> {
         let Some(launch) = self.launch_host_func else {
@@ -669,6 +669,6 @@ impl Backend for CudaBackend {
     }
 
     fn recheck_stuck(&self) {
-        self.runtime.stuck.recheck(&*self.runtime);
+        super::device_wait::recheck(&*self.runtime, &self.runtime.stuck);
     }
 }

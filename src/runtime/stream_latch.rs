@@ -37,7 +37,7 @@
 //!   synchronize with the stream"): inside an enqueue call, a held stream would never drain.
 //!   Such copies are the host's staging as much as the link's, and read as such.
 //!
-//! Every hold is released on every path (the [`Held`] guard releases on drop), before the
+//! Every hold is released on every path (the `Held` guard releases on drop), before the
 //! stream is synchronized: a latch nobody releases never drains. At most
 //! [`MAX_HELD_COPIES`] copies are queued behind a latch (nvbench: "Do not queue too much work
 //! while blocking ... ~32 kernel launches max"), so the host never blocks in an enqueue call
@@ -56,8 +56,9 @@ use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::device_copy::{ApiError, DeviceApi, Handle};
-use super::stuck_work::{self, Deadline};
+use super::device_api::{ApiError, DeviceApi, Handle};
+use super::device_wait;
+use super::stuck_work::Deadline;
 use super::ProbeError;
 
 /// How a cell's timed region was held (the `timing` of a sample record).
@@ -128,9 +129,6 @@ pub const HOST_FUNCTION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Bytes of pinned host memory a latch word takes (a 32-bit word, on its own cache line).
 pub const WORD_BYTES: usize = 64;
-
-/// A host function: what `cudaLaunchHostFunc` / `aclrtLaunchHostFunc` call.
-pub(crate) type HostFunction = unsafe extern "C" fn(*mut c_void);
 
 thread_local! {
     static LAST_METHOD: Cell<Option<TimingMethod>> = const { Cell::new(None) };
@@ -336,7 +334,7 @@ pub(crate) fn time_held<A: DeviceApi + ?Sized>(
     if latched || !latch.holds {
         // A latch holds a drained stream: the warm-ups stay out of the timed region (and a
         // host-synchronous run drains as it always did).
-        stuck_work::wait_stream(api, stream, end, deadline, on_copy)?;
+        device_wait::wait_stream(api, stream, end, deadline, on_copy)?;
     }
     let mut held = latch.hold(api, stream, iterations);
     if latched && held.method() == TimingMethod::WarmupAhead {
@@ -351,7 +349,7 @@ pub(crate) fn time_held<A: DeviceApi + ?Sized>(
     }
     api.event_record(end, stream).map_err(on_timing)?;
     held.release();
-    stuck_work::wait_event(api, end, deadline, on_timing)?;
+    device_wait::wait_event(api, end, deadline, on_timing)?;
     let method = held.method();
     if held.let_go_early() {
         return Err(ProbeError::Timing(format!(

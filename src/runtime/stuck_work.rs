@@ -1,18 +1,18 @@
 //! Device work that did not finish in time, and the deadline copy cells wait under.
 //!
 //! Every wait of an event-timed copy cell (h2d, d2h, same-device, peer) is bounded: its stream
-//! is waited on through an event ([`DeviceApi::event_wait`]: CUDA polls `cudaEventQuery`,
-//! ACL calls `aclrtSynchronizeEventWithTimeout`) until the cell's deadline
+//! is waited on through an event (`device_wait`; CUDA polls `cudaEventQuery`, ACL calls
+//! `aclrtSynchronizeEventWithTimeout`) until the cell's deadline
 //! ([`cell_timeout`], `probe.cell_timeout`). A cell whose work is not done by then is a
 //! [`ProbeError::Timeout`], and what that work may still touch is never released under it:
 //! the stream is neither synchronized nor destroyed (CANN wants a synchronize first, which
 //! would never return), its events stay, and its device and host buffers are *leaked* rather
 //! than freed under the DMA (`aclrtFree` frees at once without waiting for tasks; `cudaFree`
-//! synchronizes, which would never return either). The leak is kept here, one [`Stuck`] entry
+//! synchronizes, which would never return either). The leak is kept here, one `Stuck` entry
 //! per cell, with the bytes it holds ([`StuckReport`], exported by the prober), and its
-//! devices are *quarantined*: [`StuckWork::holds`] says so and the copy cells refuse them
+//! devices are *quarantined*: `StuckWork::holds` says so and the copy cells refuse them
 //! ([`ProbeError::Quarantined`]) so no more work queues up behind the hung copy.
-//! [`StuckWork::recheck`] (at every window start) asks each entry's last event whether the
+//! `device_wait::recheck` (at every window start) asks each entry's last event whether the
 //! work finished after all; once it has, nothing touches the memory any more: the entry is
 //! released (stream synchronized and destroyed, events destroyed, buffers freed, the peer
 //! access the cell opened closed) and its devices answer again.
@@ -26,7 +26,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::device_copy::{ApiError, DeviceApi, Handle};
 use super::ProbeError;
 
 /// The default of `probe.cell_timeout`: longest the device work of one copy cell may take.
@@ -84,7 +83,7 @@ impl Deadline {
         self.at.saturating_duration_since(Instant::now())
     }
 
-    fn timed_out(&self) -> ProbeError {
+    pub(crate) fn timed_out(&self) -> ProbeError {
         if interrupted() {
             ProbeError::Timeout("chd is stopping: the device work in flight was left".into())
         } else {
@@ -94,60 +93,6 @@ impl Deadline {
             ))
         }
     }
-}
-
-/// Wait until `event` completed, by `deadline`: a [`ProbeError::Timeout`] past it, `on_error`
-/// for a failed call.
-pub(crate) fn wait_event<A: DeviceApi + ?Sized>(
-    api: &A,
-    event: Handle,
-    deadline: &Deadline,
-    on_error: &dyn Fn(ApiError) -> ProbeError,
-) -> Result<(), ProbeError> {
-    if api.event_wait(event, deadline.left()).map_err(on_error)? {
-        Ok(())
-    } else {
-        Err(deadline.timed_out())
-    }
-}
-
-/// Wait for everything enqueued on `stream` so far, by `deadline`: `event` is recorded on it
-/// and waited for ([`wait_event`]).
-pub(crate) fn wait_stream<A: DeviceApi + ?Sized>(
-    api: &A,
-    stream: Handle,
-    event: Handle,
-    deadline: &Deadline,
-    on_error: &dyn Fn(ApiError) -> ProbeError,
-) -> Result<(), ProbeError> {
-    api.event_record(event, stream).map_err(on_error)?;
-    wait_event(api, event, deadline, on_error)
-}
-
-/// Poll `query` (whether the event completed) until it says done or `timeout` passes; the
-/// default [`DeviceApi::event_wait`] of runtimes with an event query. Spins briefly, then
-/// sleeps up to 1 ms between queries.
-pub(crate) fn poll_event(
-    timeout: Duration,
-    query: &dyn Fn() -> Result<bool, ApiError>,
-) -> Result<bool, ApiError> {
-    let started = Instant::now();
-    let mut pause = Duration::from_micros(20);
-    for round in 0u32.. {
-        if query()? {
-            return Ok(true);
-        }
-        if started.elapsed() >= timeout || interrupted() {
-            return Ok(false);
-        }
-        if round < 64 {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(1));
-        }
-    }
-    Ok(false)
 }
 
 /// Host memory a stuck cell's work may still read or write.
@@ -189,36 +134,6 @@ impl Stuck {
                 LeakedHost::Pageable(v) => v.len() as u64,
             })
             .sum()
-    }
-
-    /// Release everything, the work being done.
-    fn release<A: DeviceApi + ?Sized>(self, api: &A) {
-        let h = |a: usize| a as Handle;
-        let warn = |what: &str, r: Result<(), ApiError>| {
-            if let Err(e) = r {
-                tracing::warn!("releasing a stuck cell's {what}: {e}");
-            }
-        };
-        warn("stream", api.stream_synchronize(h(self.stream)));
-        warn("stream", api.stream_destroy(h(self.stream)));
-        for e in &self.events {
-            warn("event", api.event_destroy(h(*e)));
-        }
-        for (p, _) in &self.device_memory {
-            warn("device memory", api.device_free(h(*p)));
-        }
-        for m in &self.host_memory {
-            if let LeakedHost::Pinned(p, _) = m {
-                warn("pinned memory", api.host_free_pinned(h(*p)));
-            }
-        }
-        for (dev, peer) in &self.peer_access {
-            warn(
-                "peer access",
-                api.set_device(*dev)
-                    .and_then(|()| api.disable_peer_access(*peer)),
-            );
-        }
     }
 }
 
@@ -274,27 +189,19 @@ impl StuckWork {
         }
     }
 
-    /// Release the entries whose work has finished (their last event completed).
-    pub(crate) fn recheck<A: DeviceApi + ?Sized>(&self, api: &A) {
-        let done: Vec<Stuck> = {
-            let mut entries = self.lock();
-            let (done, still): (Vec<Stuck>, Vec<Stuck>) =
-                std::mem::take(&mut *entries).into_iter().partition(|s| {
-                    s.events.first().is_some_and(|&e| {
-                        matches!(api.event_wait(e as Handle, Duration::ZERO), Ok(true))
-                    })
-                });
-            *entries = still;
-            done
-        };
-        for stuck in done {
-            tracing::info!(devices = ?stuck.devices, "a stuck copy cell finished: its memory is freed");
-            stuck.release(api);
-        }
+    /// Take out the entries `finished` says are done (their work no longer touches
+    /// anything): the caller releases them.
+    pub(crate) fn take_finished(&self, finished: impl Fn(&Stuck) -> bool) -> Vec<Stuck> {
+        let mut entries = self.lock();
+        let (done, still): (Vec<Stuck>, Vec<Stuck>) = std::mem::take(&mut *entries)
+            .into_iter()
+            .partition(finished);
+        *entries = still;
+        done
     }
 }
 
-/// A stuck cell's address of a handle.
-pub(crate) fn addr(h: Handle) -> usize {
+/// A stuck cell's address of a handle (`*mut c_void`).
+pub(crate) fn addr<T>(h: *mut T) -> usize {
     h as usize
 }
