@@ -325,7 +325,8 @@ pub(crate) fn refuse_quarantined<A: DeviceApi + ?Sized>(
 ) -> Result<(), ProbeError> {
     if api.stuck_work().holds(device) {
         return Err(ProbeError::Quarantined(format!(
-            "device {device}: a copy cell's work on it did not finish in time; no cells until              it does"
+            "device {device}: a copy cell's work on it did not finish in time; no cells \
+             until it does"
         )));
     }
     Ok(())
