@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Checks chd's real CUDA path on this machine's NVIDIA GPUs against a reference measured in the
 # same run, on the same CPUs, with CUDA events, by an independent CUDA program
-# (scripts/gpu-check/h2d_ref.cu): H2D and D2H, pinned and pageable, 64 and 256 MiB, a sample of
-# CPUs (2 per NUMA node) x every GPU, and each GPU's same-device copy (chd probe d2d); with two
+# (scripts/gpu-check/h2d_ref.cu): H2D and D2H, pinned and pageable, at 128 KiB, 4 MiB, 64 MiB and
+# 256 MiB (the small sizes, where one copy is shorter than one enqueue call, check that chd's
+# timed region excludes the host's enqueue time as the reference's does), a sample of CPUs (2 per
+# NUMA node) x every GPU, and each GPU's same-device copy (chd probe d2d); with two
 # or more GPUs also the peer-copy pair path, every ordered pair's peer copy (chd probe p2p)
 # and NCCL's allgather (shown without a reference). Prints one table, a row per path, GPU,
 # size and memory: chd's and the reference's median GB/s and their ratio. Exits 1 when a row's
@@ -32,9 +34,10 @@
 #   scripts/gpu-check.sh --bundle       # here, then on the GPU machine:
 #   run(command="GPU_CHECK_OUT=$OUT scripts/gpu-check.sh", carry=["target/gpu-check-bundle"])
 #
-# Environment: CPUS (chd --cpus selection, default per-node:2), SIZES (MiB, default 64,256),
+# Environment: CPUS (chd --cpus selection, default per-node:2), SIZES (KiB, MiB or GiB, a bare
+# number is MiB; default 128KiB,4MiB,64MiB,256MiB),
 # SAMPLES (default 3), ITERATIONS (10), WARMUP (2), TOLERANCE (0.05), PAIR_CPUS (per-node:1),
-# PAIR_SIZE (MiB, 64), SWEEP_FROM / SWEEP_TO (1MiB / 256MiB), BASICS_SIZE (MiB, 64),
+# PAIR_SIZE (MiB, 64), SWEEP_FROM / SWEEP_TO (128KiB / 256MiB), BASICS_SIZE (MiB, 64),
 # MATRIX_SIDE (4096), TIME_LIMIT (s, 270), GPU_CHECK_OUT (a folder: gets the table and a
 # tarball of chd's CSVs, the reference's output and every log), GPU_CHECK_BUNDLE
 # (target/gpu-check-bundle).
@@ -51,14 +54,14 @@ exec 3>&2
 die() { echo "gpu-check: $*" >&3; exit 1; }
 
 CPUS=${CPUS:-per-node:2}
-SIZES=${SIZES:-64,256}
+SIZES=${SIZES:-128KiB,4MiB,64MiB,256MiB}
 SAMPLES=${SAMPLES:-3}
 ITERATIONS=${ITERATIONS:-10}
 WARMUP=${WARMUP:-2}
 TOLERANCE=${TOLERANCE:-0.05}
 PAIR_CPUS=${PAIR_CPUS:-per-node:1}
 PAIR_SIZE=${PAIR_SIZE:-64}
-SWEEP_FROM=${SWEEP_FROM:-1MiB}
+SWEEP_FROM=${SWEEP_FROM:-128KiB}
 SWEEP_TO=${SWEEP_TO:-256MiB}
 BASICS_SIZE=${BASICS_SIZE:-64}
 MATRIX_SIDE=${MATRIX_SIDE:-4096}
@@ -267,7 +270,7 @@ EOF
 fi
 
 # ---- H2D / D2H: chd, then the reference on the same cells ----
-echo "chd: probing h2d,d2h x pinned,pageable (cpus $CPUS, sizes $SIZES MiB, $SAMPLES samples per cell)"
+echo "chd: probing h2d,d2h x pinned,pageable (cpus $CPUS, sizes $SIZES, $SAMPLES samples per cell)"
 chd_rc=0
 step 100 "chd probe h2d" "$chd" probe h2d "${runtime_args[@]}" --cpus "$CPUS" --sizes "$SIZES" \
   --directions h2d,d2h --memory pinned,pageable --repeats "$SAMPLES" --iterations "$ITERATIONS" \
@@ -293,7 +296,7 @@ cells() {
 cells "$work/chd.csv" > "$work/chd.cells" 2>/dev/null || true
 
 awk -v it="$ITERATIONS" -v wu="$WARMUP" -v n="$SAMPLES" '
-  { for (i = 0; i < n; i++) print $1, $2, $3, $4 / 1048576, $5, it, wu }' "$work/chd.cells" \
+  { for (i = 0; i < n; i++) print $1, $2, $3, $4, $5, it, wu }' "$work/chd.cells" \
   | shuf > "$work/ref.in"
 : > "$work/ref.out"
 if [ -s "$work/ref.in" ]; then
@@ -304,13 +307,13 @@ if [ -s "$work/ref.in" ]; then
 fi
 
 # ---- same-device copies: chd probe d2d, then the reference on the same cells ----
-echo "d2d: chd probe d2d (sizes $SIZES MiB, $SAMPLES samples per cell)"
+echo "d2d: chd probe d2d (sizes $SIZES, $SAMPLES samples per cell)"
 step 60 "chd probe d2d" "$chd" probe d2d "${runtime_args[@]}" --sizes "$SIZES" \
   --repeats "$SAMPLES" --iterations "$ITERATIONS" --warmup "$WARMUP" --no-progress-bar --format csv \
   > "$work/d2d.csv" 2> "$work/d2d.log" || failed $? "chd probe d2d" "$work/d2d.log"
 cells "$work/d2d.csv" > "$work/d2d.cells" 2>/dev/null || true
 awk -v it="$ITERATIONS" -v wu="$WARMUP" -v n="$SAMPLES" '
-  { for (i = 0; i < n; i++) print "d2d", $2, $3, $4 / 1048576, it, wu }' "$work/d2d.cells" > "$work/d2d.in"
+  { for (i = 0; i < n; i++) print "d2d", $2, $3, $4, it, wu }' "$work/d2d.cells" > "$work/d2d.in"
 if [ -s "$work/d2d.in" ]; then
   step 60 "reference (d2d)" "${ref_env[@]}" "$ref" < "$work/d2d.in" >> "$work/ref.out" 2>> "$work/ref.log" \
     || failed $? "the reference (d2d)" "$work/ref.log"
@@ -327,7 +330,7 @@ if [ "$ngpu" -ge 2 ]; then
   cells "$work/pair.csv" > "$work/pair.cells" 2>/dev/null || true
   awk -v it="$ITERATIONS" -v wu="$WARMUP" -v n="$SAMPLES" '
     { split($2, c, ","); split($3, d, ",")
-      for (i = 0; i < n; i++) print "p2p", c[1], c[2], d[1], d[2], $4 / 1048576, it, wu }' \
+      for (i = 0; i < n; i++) print "p2p", c[1], c[2], d[1], d[2], $4, it, wu }' \
     "$work/pair.cells" > "$work/pair.in"
   if [ -s "$work/pair.in" ]; then
     step 40 "reference (p2p)" "${ref_env[@]}" "$ref" < "$work/pair.in" >> "$work/ref.out" 2>> "$work/ref.log" \
@@ -347,7 +350,7 @@ if [ "$ngpu" -ge 2 ]; then
     > "$work/p2p.csv" 2> "$work/p2p.log" || failed $? "chd probe p2p" "$work/p2p.log"
   cells "$work/p2p.csv" > "$work/p2p.cells" 2>/dev/null || true
   awk -v it="$ITERATIONS" -v wu="$WARMUP" -v n="$SAMPLES" '
-    { split($3, d, ">"); for (i = 0; i < n; i++) print "peer", $2, d[1], d[2], $4 / 1048576, it, wu }' \
+    { split($3, d, ">"); for (i = 0; i < n; i++) print "peer", $2, d[1], d[2], $4, it, wu }' \
     "$work/p2p.cells" > "$work/p2p.in"
   if [ -s "$work/p2p.in" ]; then
     step 60 "reference (peer)" "${ref_env[@]}" "$ref" < "$work/p2p.in" >> "$work/ref.out" 2>> "$work/ref.log" \
@@ -393,7 +396,7 @@ awk -v tol="$TOLERANCE" -v expected="$expected_rows" -v expected_pair="$expected
       rank = ($1 == "h2d") ? 1 : ($1 == "d2h") ? 2 : ($1 == "d2d") ? 3 : ($1 == "p2p") ? 4 : ($1 == "peer") ? 5 : 6
       order[++ngroups] = g
       sortkey[g] = sprintf("%d %8s %015d %d", rank, $3, $4, ($5 == "pinned") ? 1 : 2)
-      path[g] = $1; gpu[g] = $3; mib[g] = $4 / 1048576; mem[g] = $5
+      path[g] = $1; gpu[g] = $3; mib[g] = sprintf("%g", $4 / 1048576); mem[g] = $5
     }
     cells[g]++
     if ($6 == "-" || $6 + 0 <= 0 || $7 + 0 > 0) { failed[g]++; next }
@@ -420,7 +423,7 @@ awk -v tol="$TOLERANCE" -v expected="$expected_rows" -v expected_pair="$expected
       if (path[g] == "allgather") {
         v = failed[g] ? "FAIL: " failed[g] " failed cells" : "no reference (NCCL)"
         if (failed[g]) bad = 1
-        printf "%-9s %-5s %5d %-8s %5d %9s %9s %7s %-13s %s\n", path[g], gpu[g], mib[g], mem[g], cells[g], cs, "-", "-", "-", v
+        printf "%-9s %-5s %5s %-8s %5d %9s %9s %7s %-13s %s\n", path[g], gpu[g], mib[g], mem[g], cells[g], cs, "-", "-", "-", v
         continue
       }
       m = median(ratios[g]); r = median(refs[g])
@@ -431,7 +434,7 @@ awk -v tol="$TOLERANCE" -v expected="$expected_rows" -v expected_pair="$expected
       if (m != "" && (m < 1 - tol || m > 1 + tol)) v = v ": off by more than " tol * 100 "%"
       if (note[g] != "") v = v " (reference: " note[g] " access)"
       if (!ok) bad = 1
-      printf "%-9s %-5s %5d %-8s %5d %9s %9s %7s %-13s %s\n", path[g], gpu[g], mib[g], mem[g], cells[g], cs,
+      printf "%-9s %-5s %5s %-8s %5d %9s %9s %7s %-13s %s\n", path[g], gpu[g], mib[g], mem[g], cells[g], cs,
         (r == "") ? "-" : sprintf("%.2f", r / 1e9), (m == "") ? "-" : sprintf("%.3f", m),
         (m == "") ? "-" : range(ratios[g]), v
     }

@@ -4,7 +4,7 @@
 # HCCL) for every command that calls into a vendor library:
 #   chd probe h2d (CUDA), chd probe pair (CUDA + NCCL), chd probe h2d and pair (ACL + HCCL),
 #   chd topology (CUDA + NVML), the error paths (a failing ACL device, failing NCCL
-#   collectives), and chd serve (a copy window and a pair window, /metrics scraped plain and
+#   collectives, a hung CUDA device whose cell times out), and chd serve (a copy window and a pair window, /metrics scraped plain and
 #   gzip, then SIGTERM).
 # A run fails on any invalid read or write, use of uninitialised memory, invalid free, or
 # definitely lost block (valgrind --error-exitcode), and when chd itself exits non-zero.
@@ -112,6 +112,10 @@ CHD_FAKE_FAIL_DEVICES=1 check probe-h2d-acl-failing 1 "$chd" probe h2d "${probe[
   --out "$work/h2d-acl-failing" "${acl[@]}"
 CHD_FAKE_PAIR_FAIL=1 check probe-pair-nccl-failing 1 "$chd" probe pair --pair 0,1 "${probe[@]}" \
   --out "$work/pair-nccl-failing" "${cuda[@]}" --nccl "$lib" --collective nccl
+# A hung device (issue 25): its first cell times out after probe.cell_timeout (10 s) and
+# keeps its memory (never freed under the DMA), its second is refused as quarantined.
+CHD_FAKE_HANG_DEVICES=1 check probe-h2d-cuda-hung 1 "$chd" probe h2d "${probe[@]}" \
+  --out "$work/h2d-cuda-hung" "${cuda[@]}"
 
 # chd serve: the first window right at start (copies, then the pair), two scrapes, SIGTERM.
 name=serve
@@ -142,5 +146,5 @@ wait "$serve_pid" || status=$?
 serve_pid=
 report "$name" "$status" "$start"
 
-echo "memcheck: ${#failed[@]} of 8 runs failed, $(($(date +%s) - start_all)) s in all"
+echo "memcheck: ${#failed[@]} of 9 runs failed, $(($(date +%s) - start_all)) s in all"
 [ ${#failed[@]} -eq 0 ] || fail "errors in: ${failed[*]}"

@@ -816,6 +816,11 @@ pub struct ServeArgs {
     /// (default 30s).
     #[arg(long, value_name = "DURATION")]
     pub pair_timeout: Option<String>,
+    /// Longest the device work of one copy cell may take; past it the cell is a timeout,
+    /// its memory is kept (never freed under the DMA) and its devices get no cells until it
+    /// finishes [probe.cell_timeout] (default 10s).
+    #[arg(long, value_name = "DURATION")]
+    pub cell_timeout: Option<String>,
     /// Export every core-pair cell; 409,600 series at 640 CPUs [exposition.pair_cells]
     /// (default false).
     #[arg(long, value_name = "BOOL")]
@@ -986,6 +991,7 @@ impl Cli {
             l.probe.pairs = (!a.pairs.is_empty()).then(|| a.pairs.clone());
             l.probe.pair_size_mib = a.pair_size;
             l.probe.pair_timeout = a.pair_timeout.clone();
+            l.probe.cell_timeout = a.cell_timeout.clone();
             l.probe.d2d_size_mib = a.d2d_size;
             l.probe.p2p_size_mib = a.p2p_size;
         }

@@ -261,6 +261,40 @@ fn gpu_check_on_the_fake_with_nvcc_13_0_88_prints_one_table_and_passes() {
     );
 }
 
+/// Issue 25: at 128 KiB one copy (6.55 us at 20 GB/s) is shorter than one enqueue call (the
+/// fake charges 10 us): chd and the reference both hold their streams until every timed copy
+/// is enqueued, so both read the link on pinned memory and agree; pageable copies are held by
+/// neither (host-synchronous) and agree too.
+#[test]
+fn gpu_check_compares_small_sizes_with_the_enqueue_excluded_on_both_sides() {
+    let out = gpu_check(
+        &[],
+        &[
+            ("CHD_FAKE_DEVICE_COUNT", "1"),
+            ("CHD_FAKE_H2D_GBPS", "20"),
+            ("CHD_FAKE_ENQUEUE_US", "10"),
+            ("CPUS", "per-node:1"),
+            ("SIZES", "128KiB,4"),
+        ],
+    );
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    let rows = rows(&all);
+    let small: Vec<&Vec<&str>> = rows.iter().filter(|r| r[2] == "0.125").collect();
+    // h2d and d2h, pinned and pageable, and d2d.
+    assert_eq!(small.len(), 5, "{all}");
+    for r in &small {
+        assert_eq!((r[7], r[9]), ("1.000", "ok"), "{all}");
+        if r[3] == "pinned" {
+            assert_eq!(
+                (r[5], r[6]),
+                ("20.00", "20.00"),
+                "the link, not the enqueue: {all}"
+            );
+        }
+    }
+}
+
 #[test]
 fn gpu_check_fails_on_the_rows_where_chd_and_the_reference_disagree() {
     // The reference alone sees device 1 (its copies to and from the host and within it) and

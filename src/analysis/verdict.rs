@@ -73,6 +73,8 @@ pub struct Inputs<'a> {
     pub rdma_down: &'a [String],
     /// Devices the telemetry reports lost now.
     pub lost_devices: &'a [String],
+    /// Devices quarantined now: a copy cell's work on them did not finish in time.
+    pub hung_devices: &'a [String],
 }
 
 /// What a running node observes besides its store, at the verdict's time: nothing for a
@@ -84,6 +86,9 @@ pub struct Observed {
     /// Devices the telemetry reports lost (NVML's `NVML_ERROR_GPU_IS_LOST`, ACL's
     /// `ACL_ERROR_RT_LOST_HEARTBEAT`).
     pub lost_devices: Vec<String>,
+    /// Devices quarantined because a copy cell's work on them did not finish within
+    /// `probe.cell_timeout` (`runtime::stuck_work`).
+    pub hung_devices: Vec<String>,
 }
 
 /// The matrices judged: sizes of at least [`JUDGED_SIZE_BYTES`]; a source with none of those
@@ -204,6 +209,17 @@ pub fn causes(analysis: &StoreAnalysis, inputs: &Inputs<'_>) -> Vec<Cause> {
             Some(device),
         );
     }
+    for device in inputs.hung_devices {
+        add(
+            format!("device_hung:{device}"),
+            Level::Failed,
+            format!(
+                "device {device} hung: a copy on it did not finish within probe.cell_timeout; \
+                 quarantined (no cells, its memory kept) until it does"
+            ),
+            Some(device),
+        );
+    }
     for port in inputs.rdma_down {
         add(
             format!("rdma_port_down:{port}"),
@@ -252,6 +268,7 @@ pub fn causes_of_store(
         unbindable: &unbindable,
         rdma_down: &observed.rdma_down,
         lost_devices: &observed.lost_devices,
+        hung_devices: &observed.hung_devices,
     };
     (causes(&analysis, &inputs), analysis.measured_nodes)
 }
@@ -464,6 +481,7 @@ mod tests {
             unbindable: &[5, 6, 7],
             rdma_down: &["mlx5_1/1".to_string()],
             lost_devices: &["3".to_string()],
+            hung_devices: &["1".to_string()],
         };
         let found = causes(&a, &inputs);
         let got: Vec<(&str, Level, &str)> = found
@@ -473,6 +491,12 @@ mod tests {
         assert_eq!(
             got,
             [
+                (
+                    "device_hung:1",
+                    Level::Failed,
+                    "device 1 hung: a copy on it did not finish within probe.cell_timeout; \
+                     quarantined (no cells, its memory kept) until it does"
+                ),
                 (
                     "device_lost:3",
                     Level::Failed,

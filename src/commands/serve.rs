@@ -449,6 +449,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         http,
         shutdown_rx.clone(),
     ));
+    // Every copy cell's device work is bounded by it (`runtime::stuck_work`).
+    chd::runtime::stuck_work::set_cell_timeout(config.probe.cell_timeout);
     let scheduler = Scheduler {
         roots: config.roots.clone(),
         schedule: config.schedule.clone(),

@@ -84,6 +84,8 @@ impl Layer {
                 pairs: Some(vec![]),
                 pair_size_mib: Some(64),
                 pair_timeout: Some("30s".into()),
+                // A 64 MiB cell takes milliseconds; 10 s is a device that stopped answering.
+                cell_timeout: Some("10s".into()),
                 // Two buffers of 64 MiB per device for one cell per window: a few
                 // milliseconds of copies at HBM rates.
                 d2d_size_mib: Some(64),

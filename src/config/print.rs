@@ -64,6 +64,7 @@ impl Config {
                 pairs: Some(self.probe.pairs.iter().map(|p| p.to_string()).collect()),
                 pair_size_mib: Some(self.probe.pair_size_bytes >> 20),
                 pair_timeout: Some(humantime::format_duration(self.probe.pair_timeout).to_string()),
+                cell_timeout: Some(humantime::format_duration(self.probe.cell_timeout).to_string()),
                 d2d_size_mib: Some(self.probe.d2d_size_bytes >> 20),
                 p2p_size_mib: Some(self.probe.p2p_size_bytes >> 20),
             },

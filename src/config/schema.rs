@@ -128,6 +128,9 @@ pub struct ProbeLayer {
     pub pair_size_mib: Option<u64>,
     /// Longest one pair cell may take before it is aborted, e.g. `30s`.
     pub pair_timeout: Option<String>,
+    /// Longest the device work of one copy cell (h2d, d2h, d2d, p2p) may take before the
+    /// cell is a timeout and its devices are quarantined, e.g. `10s`.
+    pub cell_timeout: Option<String>,
     /// Size of the same-device copy (HBM to HBM) cell each window measures on every
     /// device, MiB; 0 turns the d2d probe off.
     pub d2d_size_mib: Option<u64>,
@@ -204,6 +207,7 @@ layer_merge!(ProbeLayer {
     pairs,
     pair_size_mib,
     pair_timeout,
+    cell_timeout,
     d2d_size_mib,
     p2p_size_mib
 });

@@ -205,6 +205,7 @@ fn probe(l: ProbeLayer) -> Result<ProbeConfig, ConfigError> {
         MAX_PAIR_SIZE_MIB,
     )?;
     let pair_timeout = duration("probe.pair_timeout", l.pair_timeout)?;
+    let cell_timeout = duration("probe.cell_timeout", l.cell_timeout)?;
     // 0: no d2d cells.
     let d2d_size_mib = match given("probe.d2d_size_mib", l.d2d_size_mib)? {
         0 => 0,
@@ -271,6 +272,7 @@ fn probe(l: ProbeLayer) -> Result<ProbeConfig, ConfigError> {
         pairs,
         pair_size_bytes: pair_size_mib << 20,
         pair_timeout,
+        cell_timeout,
         d2d_size_bytes: d2d_size_mib << 20,
         p2p_size_bytes: p2p_size_mib << 20,
     })

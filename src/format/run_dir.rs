@@ -37,6 +37,11 @@ pub struct SampleRecord {
     /// Failure class (`bind`, `copy`, ...), as in `chd_probe_errors_total`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// How an event-timed sample's timed region was held (`latch-wait-value`,
+    /// `latch-host-function`, `warmup-ahead`: `runtime::stream_latch::TimingMethod`); absent
+    /// for samples timed otherwise (the host backend, collectives, matmul) and failed ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<String>,
     /// Unix time, seconds.
     pub at: f64,
 }
@@ -463,6 +468,7 @@ mod tests {
             .collect();
         for s in &slots[..2] {
             log.append(&SampleRecord {
+                timing: None,
                 slot: s.clone(),
                 bytes_per_second: Some(1e9),
                 error: None,
@@ -485,6 +491,7 @@ mod tests {
         assert_eq!(run, run_file());
         assert_eq!(records.len(), 2);
         log.append(&SampleRecord {
+            timing: None,
             slot: slots[2].clone(),
             bytes_per_second: None,
             error: Some("copy failed: x".into()),

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use rand::seq::SliceRandom;
 
 use crate::format::run_dir::{RunPlan, SampleRecord, SlotId};
-use crate::runtime::ProbeError;
+use crate::runtime::{stream_latch, ProbeError};
 use crate::store::unix_now;
 
 /// The slots of `load` still to measure, in measuring order: pass by pass, each pass
@@ -68,9 +68,15 @@ pub fn run(
                         out.stopped = true;
                         break;
                     }
+                    // The timing method the cell's timed region used (event-timed cells).
+                    let _ = stream_latch::take_last_method();
                     let result = measure(slot);
+                    let timing = stream_latch::take_last_method()
+                        .filter(|_| result.is_ok())
+                        .map(|m| m.as_str().to_string());
                     let record = SampleRecord {
                         slot: slot.clone(),
+                        timing,
                         bytes_per_second: result.as_ref().ok().copied(),
                         reason: result.as_ref().err().map(|e| e.reason().to_string()),
                         error: result.err().map(|e| e.to_string()),

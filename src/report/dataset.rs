@@ -312,6 +312,7 @@ impl Dataset {
                 ),
             ),
         ]);
+        meta.extend(super::timing::meta_row(records));
         if let Some(ms) = plan.timeout_ms {
             meta.push((
                 "timeout per cell".to_string(),
@@ -774,6 +775,7 @@ mod tests {
 
     fn record(cpu: u32, device: &str, v: Option<f64>, load: &str) -> SampleRecord {
         SampleRecord {
+            timing: None,
             slot: SlotRecord {
                 matrix: MatrixKind::H2d,
                 load: load.into(),

@@ -19,6 +19,7 @@ pub mod summary_d2d;
 pub mod svg;
 pub mod sweep;
 pub mod sweep_png;
+pub mod timing;
 pub mod xlsx;
 
 use std::collections::BTreeMap;

@@ -23,6 +23,7 @@ use libloading::Library;
 use super::device_copy::{self, ApiError, DeviceApi, Handle};
 use super::device_index;
 use super::library::{self, LoadError, SymbolError};
+use super::stuck_work::{self, StuckWork};
 use super::{Backend, CopyParams, DeviceInfo, Direction, HostMemory, ProbeError};
 use crate::topology::pci;
 
@@ -112,6 +113,21 @@ type FnUtilization = unsafe extern "C" fn(i32, *mut AclUtilizationInfo) -> AclEr
 type FnPciBusId = unsafe extern "C" fn(i32, *mut c_char, i32) -> AclError;
 type FnCanAccessPeer = unsafe extern "C" fn(*mut i32, i32, i32) -> AclError;
 type FnEnablePeer = unsafe extern "C" fn(i32, u32) -> AclError;
+/// `aclError aclrtLaunchHostFunc(aclrtStream stream, aclrtHostFunc fn, void *args)` (CANN 8.3
+/// and later, `typedef void (*aclrtHostFunc)(void *args)`).
+type FnLaunchHostFunc =
+    unsafe extern "C" fn(*mut c_void, super::device_api::HostFunction, *mut c_void) -> AclError;
+/// `aclError aclrtSynchronizeEventWithTimeout(aclrtEvent event, int32_t timeout)` (acl_rt.h,
+/// CANN 7 and later: -1 waits forever, else milliseconds).
+type FnSyncEventTimeout = unsafe extern "C" fn(*mut c_void, i32) -> AclError;
+/// `aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatus *status)`
+/// (acl_rt.h; `ACL_EVENT_RECORDED_STATUS_NOT_READY` 0, `_COMPLETE` 1).
+type FnQueryEvent = unsafe extern "C" fn(*mut c_void, *mut c_int) -> AclError;
+/// `ACL_ERROR_RT_EVENT_SYNC_TIMEOUT` (rt_error_codes.h, "event sync time out").
+const ACL_ERROR_RT_EVENT_SYNC_TIMEOUT: AclError = 507047;
+const ACL_EVENT_RECORDED_STATUS_COMPLETE: c_int = 1;
+/// `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` (rt_error_codes.h).
+const ACL_ERROR_RT_FEATURE_NOT_SUPPORT: AclError = 207000;
 
 /// The peer-access calls, checked against CANN 8.0's `acl_rt.h`:
 /// `aclrtDeviceCanAccessPeer(int32_t *canAccessPeer, int32_t deviceId, int32_t peerDeviceId)`,
@@ -161,6 +177,13 @@ pub struct AclRuntime {
     utilization_rate: Option<FnUtilization>,
     pci_bus_id: Option<FnPciBusId>,
     peer: Option<PeerFns>,
+    /// The host-function latch of `stream_latch` (CANN 8.3 and later).
+    launch_host_func: Option<FnLaunchHostFunc>,
+    /// The bounded event waits of `stuck_work`.
+    sync_event_timeout: Option<FnSyncEventTimeout>,
+    query_event: Option<FnQueryEvent>,
+    /// Cells whose device work did not finish in time (`stuck_work`).
+    stuck: StuckWork,
     /// Where it was loaded from.
     pub source: String,
     _library: Library,
@@ -215,6 +238,15 @@ impl AclRuntime {
                             .ok()?,
                     })
                 })(),
+                launch_host_func: library::symbol(&lib, &source, "aclrtLaunchHostFunc").ok(),
+                sync_event_timeout: library::symbol(
+                    &lib,
+                    &source,
+                    "aclrtSynchronizeEventWithTimeout",
+                )
+                .ok(),
+                query_event: library::symbol(&lib, &source, "aclrtQueryEventStatus").ok(),
+                stuck: StuckWork::default(),
                 source,
                 _library: lib,
             };
@@ -452,6 +484,51 @@ impl DeviceApi for AclRuntime {
         })
     }
 
+    /// `aclrtSynchronizeEventWithTimeout` in slices of at most 100 ms (so an interrupt is
+    /// seen), else polling `aclrtQueryEventStatus`, else (CANN before 7) an unbounded
+    /// `aclrtSynchronizeEvent`.
+    fn event_wait(&self, event: Handle, timeout: std::time::Duration) -> Result<bool, ApiError> {
+        if let Some(sync) = self.sync_event_timeout {
+            let until = std::time::Instant::now() + timeout;
+            loop {
+                let left = until.saturating_duration_since(std::time::Instant::now());
+                let slice = left
+                    .min(std::time::Duration::from_millis(100))
+                    .as_millis()
+                    .max(1);
+                // SAFETY: `event` came from aclrtCreateEvent and is live (the `DeviceApi`
+                // handle contract); the timeout is positive milliseconds.
+                match unsafe { sync(event, slice as i32) } {
+                    ACL_ERROR_RT_EVENT_SYNC_TIMEOUT => {
+                        if left.is_zero() || stuck_work::interrupted() {
+                            return Ok(false);
+                        }
+                    }
+                    code => {
+                        return self
+                            .check("aclrtSynchronizeEventWithTimeout", code)
+                            .map(|()| true)
+                    }
+                }
+            }
+        }
+        if let Some(query) = self.query_event {
+            return super::device_wait::poll_event(timeout, &|| {
+                let mut status: c_int = 0;
+                // SAFETY: `event` is live; `status` is a valid out-pointer.
+                self.check("aclrtQueryEventStatus", unsafe {
+                    query(event, &mut status)
+                })?;
+                Ok(status == ACL_EVENT_RECORDED_STATUS_COMPLETE)
+            });
+        }
+        self.event_synchronize(event).map(|()| true)
+    }
+
+    fn stuck_work(&self) -> &StuckWork {
+        &self.stuck
+    }
+
     fn event_elapsed_ms(&self, start: Handle, end: Handle) -> Result<f32, ApiError> {
         let mut ms = 0f32;
         // SAFETY: `ms` is a valid out-pointer; both events are live and recorded.
@@ -499,6 +576,24 @@ impl DeviceApi for AclRuntime {
 
     fn device_lost(&self, code: i32) -> bool {
         code == ACL_ERROR_RT_LOST_HEARTBEAT
+    }
+
+    fn launch_host_function(
+        &self,
+        stream: Handle,
+        func: super::device_api::HostFunction,
+        data: *mut c_void,
+    ) -> Result<bool, ApiError> {
+        let Some(launch) = self.launch_host_func else {
+            return Ok(false);
+        };
+        // SAFETY: `stream` is live (the `DeviceApi` handle contract); `func` calls no ACL API
+        // (CANN: no resource, synchronization or task calls in the callback) and owns what
+        // `data` points to (`stream_latch`).
+        match unsafe { launch(stream, func, data) } {
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT => Ok(false),
+            code => self.check("aclrtLaunchHostFunc", code).map(|()| true),
+        }
     }
 }
 
@@ -633,6 +728,14 @@ impl Backend for AclBackend {
             devices: &self.devices,
             staging: device_copy::Staging::new(&*self.runtime, params)?,
         }))
+    }
+
+    fn stuck(&self) -> stuck_work::StuckReport {
+        self.runtime.stuck.report(|d| d.to_string())
+    }
+
+    fn recheck_stuck(&self) {
+        super::device_wait::recheck(&*self.runtime, &self.runtime.stuck);
     }
 }
 

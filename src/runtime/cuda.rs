@@ -13,6 +13,7 @@ use libloading::Library;
 
 use super::device_copy::{self, ApiError, DeviceApi, Handle};
 use super::library::{self, LoadError, SymbolError};
+use super::stuck_work::{self, StuckWork};
 use super::{Backend, CopyParams, DeviceInfo, Direction, ProbeError};
 use crate::topology::pci;
 
@@ -53,6 +54,53 @@ type FnElapsed = unsafe extern "C" fn(*mut f32, *mut c_void, *mut c_void) -> Cud
 type FnErrorString = unsafe extern "C" fn(CudaError) -> *const c_char;
 type FnCanAccessPeer = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> CudaError;
 type FnEnablePeer = unsafe extern "C" fn(c_int, c_uint) -> CudaError;
+/// `cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData)`
+/// (cuda_runtime_api.h, CUDA 10.0 and later).
+type FnLaunchHostFunc =
+    unsafe extern "C" fn(*mut c_void, super::device_api::HostFunction, *mut c_void) -> CudaError;
+/// `cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigned int flags)`.
+type FnHostGetDevicePointer =
+    unsafe extern "C" fn(*mut *mut c_void, *mut c_void, c_uint) -> CudaError;
+/// `cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr, unsigned
+/// int cudaVersion, unsigned long long flags, cudaDriverEntryPointQueryResult *driverStatus)`
+/// (CUDA 12.5 and later; 12.9 and 13.0 checked).
+type FnEntryPointByVersion =
+    unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_uint, u64, *mut c_int) -> CudaError;
+/// `cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long
+/// flags, cudaDriverEntryPointQueryResult *driverStatus)` (the CUDA 12 declaration; CUDA 11's
+/// has no `driverStatus`, so chd calls it only on a 12.x runtime).
+type FnEntryPoint =
+    unsafe extern "C" fn(*const c_char, *mut *mut c_void, u64, *mut c_int) -> CudaError;
+/// `CUresult cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned
+/// int flags)` (cuda.h, CUDA 12 and 13: the `_v2` ABI `cuda.h` maps the name to).
+type FnWaitValue32 = unsafe extern "C" fn(*mut c_void, u64, u32, c_uint) -> c_int;
+
+/// How chd reaches the driver's `cuStreamWaitValue32`: through the runtime
+/// (`cudaGetDriverEntryPoint[ByVersion]`), never by loading `libcuda.so.1` itself. The runtime
+/// hands out the function of the very driver it loaded and initialised, in the ABI version
+/// asked for; a second `dlopen` of libcuda could pick another copy than the runtime's (a
+/// container's compat libraries ahead of the host driver on the library path) and would have to
+/// choose between the `cuStreamWaitValue32` (v1, behind a driver opt-in before CUDA 12) and
+/// `cuStreamWaitValue32_v2` exports by hand. PyPI ships libcudart but no libcuda (it comes
+/// with the driver), so only the runtime's entry points are checked against a real library
+/// (`tests/real_libs.rs`); the driver function is the fake's on CI and the real one on a GPU.
+#[derive(Clone, Copy)]
+enum EntryPoint {
+    ByVersion(FnEntryPointByVersion),
+    Plain(FnEntryPoint),
+}
+
+/// `cudaHostAllocMapped`: map the allocation into the device address space (implied with
+/// unified addressing, explicit for the latch word a stream waits on).
+const CUDA_HOST_ALLOC_MAPPED: c_uint = 0x02;
+/// `cudaErrorNotReady`: an event query whose work has not completed.
+const CUDA_ERROR_NOT_READY: CudaError = 600;
+/// `cudaErrorNotSupported` / `CUDA_ERROR_NOT_SUPPORTED`.
+const CUDA_ERROR_NOT_SUPPORTED: CudaError = 801;
+/// `CU_STREAM_WAIT_VALUE_GEQ`: wait until `(int32_t)(*addr - value) >= 0`.
+const CU_STREAM_WAIT_VALUE_GEQ: c_uint = 0;
+/// The ABI chd asks the runtime for: CUDA 12.0's (`cuStreamWaitValue32_v2`).
+const DRIVER_ABI_VERSION: c_uint = 12000;
 
 /// The peer-access calls (cuda_runtime_api.h, CUDA 12.4: `cudaDeviceCanAccessPeer(int*, int,
 /// int)`, `cudaDeviceEnablePeerAccess(int, unsigned int)`, `cudaDeviceDisablePeerAccess(int)`).
@@ -94,10 +142,20 @@ pub struct CudaRuntime {
     event_destroy: FnHandle,
     event_record: FnEventRecord,
     event_synchronize: FnHandle,
+    event_query: FnHandle,
     event_elapsed_time: FnElapsed,
     get_error_string: FnErrorString,
     get_error_name: FnErrorString,
     peer: PeerFns,
+    /// The stream latches (`stream_latch`): absent from runtimes that lack them.
+    launch_host_func: Option<FnLaunchHostFunc>,
+    host_get_device_pointer: Option<FnHostGetDevicePointer>,
+    entry_point: Option<EntryPoint>,
+    /// `cuStreamWaitValue32`, asked of the runtime at the first latch (asking initialises the
+    /// runtime, which loading must not).
+    wait_value: std::sync::OnceLock<Option<FnWaitValue32>>,
+    /// Cells whose device work did not finish in time (`stuck_work`).
+    stuck: StuckWork,
     /// Where it was loaded from.
     pub source: String,
     _library: Library,
@@ -142,6 +200,7 @@ impl CudaRuntime {
                 event_destroy: library::symbol(&lib, &source, "cudaEventDestroy")?,
                 event_record: library::symbol(&lib, &source, "cudaEventRecord")?,
                 event_synchronize: library::symbol(&lib, &source, "cudaEventSynchronize")?,
+                event_query: library::symbol(&lib, &source, "cudaEventQuery")?,
                 event_elapsed_time: library::symbol(&lib, &source, "cudaEventElapsedTime")?,
                 get_error_string: library::symbol(&lib, &source, "cudaGetErrorString")?,
                 get_error_name: library::symbol(&lib, &source, "cudaGetErrorName")?,
@@ -150,6 +209,18 @@ impl CudaRuntime {
                     enable: library::symbol(&lib, &source, "cudaDeviceEnablePeerAccess")?,
                     disable: library::symbol(&lib, &source, "cudaDeviceDisablePeerAccess")?,
                 },
+                launch_host_func: library::symbol(&lib, &source, "cudaLaunchHostFunc").ok(),
+                host_get_device_pointer: library::symbol(&lib, &source, "cudaHostGetDevicePointer")
+                    .ok(),
+                entry_point: library::symbol(&lib, &source, "cudaGetDriverEntryPointByVersion")
+                    .map(EntryPoint::ByVersion)
+                    .or_else(|_| {
+                        library::symbol(&lib, &source, "cudaGetDriverEntryPoint")
+                            .map(EntryPoint::Plain)
+                    })
+                    .ok(),
+                wait_value: std::sync::OnceLock::new(),
+                stuck: StuckWork::default(),
                 source,
                 _library: lib,
             })
@@ -237,9 +308,13 @@ impl DeviceApi for CudaRuntime {
 
     fn host_alloc_pinned(&self, bytes: usize) -> Result<Handle, ApiError> {
         let mut p = std::ptr::null_mut();
-        // SAFETY: `p` is a valid out-pointer; the flags are a defined cudaHostAlloc flag.
+        // SAFETY: `p` is a valid out-pointer; the flags are defined cudaHostAlloc flags.
         self.check("cudaHostAlloc", unsafe {
-            (self.host_alloc)(&mut p, bytes, CUDA_HOST_ALLOC_PORTABLE)
+            (self.host_alloc)(
+                &mut p,
+                bytes,
+                CUDA_HOST_ALLOC_PORTABLE | CUDA_HOST_ALLOC_MAPPED,
+            )
         })?;
         Ok(p)
     }
@@ -345,6 +420,22 @@ impl DeviceApi for CudaRuntime {
         })
     }
 
+    /// Polls `cudaEventQuery` (`cudaSuccess` done, `cudaErrorNotReady` not yet).
+    fn event_wait(&self, event: Handle, timeout: std::time::Duration) -> Result<bool, ApiError> {
+        super::device_wait::poll_event(timeout, &|| {
+            // SAFETY: `event` came from cudaEventCreate and is not destroyed yet (the
+            // `DeviceApi` handle contract).
+            match unsafe { (self.event_query)(event) } {
+                CUDA_ERROR_NOT_READY => Ok(false),
+                code => self.check("cudaEventQuery", code).map(|()| true),
+            }
+        })
+    }
+
+    fn stuck_work(&self) -> &StuckWork {
+        &self.stuck
+    }
+
     fn event_elapsed_ms(&self, start: Handle, end: Handle) -> Result<f32, ApiError> {
         let mut ms = 0f32;
         // SAFETY: `ms` is a valid out-pointer; both events are live and recorded.
@@ -391,6 +482,85 @@ impl DeviceApi for CudaRuntime {
     /// or unavailable at the current time").
     fn device_lost(&self, code: i32) -> bool {
         code == CUDA_ERROR_DEVICES_UNAVAILABLE
+    }
+
+    fn has_stream_wait(&self) -> bool {
+        self.entry_point.is_some() && self.host_get_device_pointer.is_some()
+    }
+
+    fn stream_wait_word(&self, stream: Handle, word: Handle, value: u32) -> Result<bool, ApiError> {
+        let (Some(wait), Some(device_pointer)) =
+            (self.wait_value_fn(), self.host_get_device_pointer)
+        else {
+            return Ok(false);
+        };
+        let mut addr = std::ptr::null_mut();
+        // SAFETY: `addr` is a valid out-pointer; `word` lies in memory from cudaHostAlloc
+        // (mapped), as `DeviceApi::stream_wait_word` requires; flags must be 0.
+        self.check("cudaHostGetDevicePointer", unsafe {
+            device_pointer(&mut addr, word, 0)
+        })?;
+        // SAFETY: `stream` is a live stream (the `DeviceApi` handle contract), `addr` the device
+        // address of a 4-byte aligned word that outlives every stream waiting on it.
+        match unsafe { wait(stream, addr as u64, value, CU_STREAM_WAIT_VALUE_GEQ) } {
+            CUDA_SUCCESS => Ok(true),
+            CUDA_ERROR_NOT_SUPPORTED => Ok(false),
+            code => Err(ApiError {
+                call: "cuStreamWaitValue32",
+                code,
+                text: format!("CUresult {code}"),
+            }),
+        }
+    }
+
+    fn launch_host_function(
+        &self,
+        stream: Handle,
+        func: super::device_api::HostFunction,
+        data: *mut c_void,
+    ) -> Result<bool, ApiError> {
+        let Some(launch) = self.launch_host_func else {
+            return Ok(false);
+        };
+        // SAFETY: `stream` is live (the `DeviceApi` handle contract); `func` calls no CUDA API
+        // and owns what `data` points to (`stream_latch`).
+        match unsafe { launch(stream, func, data) } {
+            CUDA_ERROR_NOT_SUPPORTED => Ok(false),
+            code => self.check("cudaLaunchHostFunc", code).map(|()| true),
+        }
+    }
+}
+
+impl CudaRuntime {
+    /// The driver's `cuStreamWaitValue32`, asked of the runtime once (see [`EntryPoint`]).
+    fn wait_value_fn(&self) -> Option<FnWaitValue32> {
+        *self.wait_value.get_or_init(|| {
+            let mut f = std::ptr::null_mut();
+            let mut status: c_int = -1;
+            let name = c"cuStreamWaitValue32".as_ptr();
+            let code = match self.entry_point? {
+                // SAFETY: a NUL-terminated name and valid out-pointers; flags 0 is
+                // cudaEnableDefault.
+                EntryPoint::ByVersion(get) => unsafe {
+                    get(name, &mut f, DRIVER_ABI_VERSION, 0, &mut status)
+                },
+                // The CUDA 12 declaration only: CUDA 11's runtime takes three arguments.
+                EntryPoint::Plain(get) if self.runtime_version().ok()? >= 12000 => {
+                    // SAFETY: as above.
+                    unsafe { get(name, &mut f, 0, &mut status) }
+                }
+                EntryPoint::Plain(_) => return None,
+            };
+            if code != CUDA_SUCCESS || f.is_null() {
+                tracing::debug!(
+                    "the CUDA runtime has no cuStreamWaitValue32 (code {code}, status {status})"
+                );
+                return None;
+            }
+            // SAFETY: the runtime returned the driver's cuStreamWaitValue32 in the CUDA 12 ABI,
+            // whose C type is `FnWaitValue32`; the driver stays loaded as long as the runtime.
+            Some(unsafe { std::mem::transmute::<*mut c_void, FnWaitValue32>(f) })
+        })
     }
 }
 
@@ -492,5 +662,13 @@ impl Backend for CudaBackend {
             devices: &self.devices,
             staging: device_copy::Staging::new(&*self.runtime, params)?,
         }))
+    }
+
+    fn stuck(&self) -> stuck_work::StuckReport {
+        self.runtime.stuck.report(|d| d.to_string())
+    }
+
+    fn recheck_stuck(&self) {
+        super::device_wait::recheck(&*self.runtime, &self.runtime.stuck);
     }
 }

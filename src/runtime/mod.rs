@@ -6,7 +6,9 @@ pub mod acl;
 pub mod collective;
 pub mod cuda;
 pub mod describe;
+pub mod device_api;
 pub mod device_copy;
+mod device_wait;
 pub mod gemm;
 pub mod host;
 pub mod library;
@@ -20,6 +22,8 @@ pub mod peer_access;
 pub mod peer_copy;
 mod same_device_copy;
 pub mod select;
+pub mod stream_latch;
+pub mod stuck_work;
 pub mod telemetry;
 
 use serde::Serialize;
@@ -88,6 +92,8 @@ pub enum ProbeError {
     Collective(String),
     #[error("timed out: {0}")]
     Timeout(String),
+    #[error("quarantined: {0}")]
+    Quarantined(String),
     #[error("not supported: {0}")]
     Unsupported(String),
     #[error("compute failed: {0}")]
@@ -107,6 +113,7 @@ impl ProbeError {
             ProbeError::Device(_) => "device",
             ProbeError::Collective(_) => "collective",
             ProbeError::Timeout(_) => "timeout",
+            ProbeError::Quarantined(_) => "quarantined",
             ProbeError::Unsupported(_) => "unsupported",
             ProbeError::Compute(_) => "compute",
         }
@@ -191,6 +198,14 @@ pub trait Backend: Send + Sync {
             self.name()
         )))
     }
+    /// The devices whose copy-cell work did not finish in time (quarantined: their cells are
+    /// refused) and the memory that work holds (`runtime::stuck_work`). Default: none.
+    fn stuck(&self) -> stuck_work::StuckReport {
+        stuck_work::StuckReport::default()
+    }
+    /// Ask the stuck work again whether it finished; release what has (its devices answer
+    /// again). Default: nothing to ask.
+    fn recheck_stuck(&self) {}
     /// Why this backend cannot measure copies with `memory` on the host side, if it cannot: a
     /// configuration error, reported before any cell runs.
     fn check_host_memory(&self, _memory: HostMemory) -> Result<(), String> {

@@ -96,6 +96,14 @@ impl PeerLink {
         link
     }
 
+    /// The directions chd enabled, as (device, peer): what [`PeerLink::close`] would disable.
+    pub(crate) fn enabled_directions(&self) -> Vec<(i32, i32)> {
+        (0..2)
+            .filter(|&r| self.enabled[r])
+            .map(|r| (self.pair[r], self.pair[1 - r]))
+            .collect()
+    }
+
     /// Disable the directions chd enabled.
     pub(crate) fn close(self, api: &dyn DeviceApi) {
         for r in 0..2 {

@@ -3,7 +3,9 @@
 //! after `warmup` untimed ones, timed with events on that stream. Peer access is opened
 //! before (`PeerLink::open`: queried and enabled both ways) and closed after (what chd
 //! enabled is disabled again), whatever happened between; every buffer, event and the
-//! stream are released on every path (RAII guards; the stream is synchronized first).
+//! stream are released on every path (RAII guards; the stream is synchronized first), except
+//! after a timeout: then they and the peer access are kept until the copy in flight is done
+//! (`stuck_work`).
 //!
 //! The copy is `cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream)` /
 //! `aclrtMemcpyAsync(dst, n, src, n, ACL_MEMCPY_DEVICE_TO_DEVICE, stream)` through
@@ -22,11 +24,14 @@
 //! error cell naming the refusal.
 
 use super::device_copy::{
-    alloc_error, copy_and_wait, copy_error, guard, stream_guard, time_device_copies, timing_error,
-    unless_lost, ApiError, DeviceApi, HostBuffer,
+    alloc_error, copy_and_wait, copy_error, guard, refuse_quarantined, stream_guard,
+    time_device_copies, timing_error, unless_lost, ApiError, CellWork, DeviceApi, Handle,
+    HostBuffer,
 };
 use super::pattern::{check_copy, fill_pattern};
 use super::peer_access::{PeerLink, PeerRoute};
+use super::stream_latch::Latch;
+use super::stuck_work::Deadline;
 use super::{DeviceCopyParams, Direction, HostMemory, ProbeError};
 
 /// What one peer copy cell measured.
@@ -58,70 +63,130 @@ pub(crate) fn measure(
             "a cell needs a size and at least one iteration".into(),
         ));
     }
+    for d in [src, dst] {
+        refuse_quarantined(api, d)?;
+    }
     let link = PeerLink::open(api, [src, dst]);
     let route = link.route.clone();
     let result = match &route {
-        PeerRoute::Refused(why) => Err(ProbeError::Unsupported(format!(
-            "device {src} -> device {dst}: peer access refused ({why}); this runtime cannot \
-             copy between devices without it"
-        ))),
-        PeerRoute::Direct | PeerRoute::Staged(_) => timed(api, src, dst, bytes, params),
+        PeerRoute::Refused(why) => {
+            link.close(api);
+            Err(ProbeError::Unsupported(format!(
+                "device {src} -> device {dst}: peer access refused ({why}); this runtime \
+                 cannot copy between devices without it"
+            )))
+        }
+        PeerRoute::Direct | PeerRoute::Staged(_) => timed(api, (src, dst), bytes, params, link),
     };
-    link.close(api);
     Ok(PeerCopy {
         bytes_per_second: result?,
         method: route.method(),
     })
 }
 
-/// The copies themselves: buffers on both devices, stream and events on `src`.
+/// The copies themselves: buffers on both devices, stream and events on `src`. After a
+/// timeout everything is kept (`stuck_work`), with the peer access `link` opened, to close
+/// once the work is done.
 fn timed(
     api: &dyn DeviceApi,
-    src: i32,
-    dst: i32,
+    (src, dst): (i32, i32),
     bytes: usize,
     params: &DeviceCopyParams,
+    link: PeerLink,
 ) -> Result<f64, ProbeError> {
-    let copy_error = unless_lost(api, copy_error);
     let timing_error = unless_lost(api, timing_error);
     let alloc_error = |bytes| unless_lost(api, alloc_error(bytes));
     let device = |d: i32| {
         api.set_device(d)
             .map_err(|e: ApiError| ProbeError::Device(e.to_string()))
     };
-    device(dst)?;
-    let to = guard(api, api.device_alloc(bytes), <dyn DeviceApi>::device_free)
-        .map_err(alloc_error(bytes))?;
-    device(src)?;
-    let from = guard(api, api.device_alloc(bytes), <dyn DeviceApi>::device_free)
-        .map_err(alloc_error(bytes))?;
-    let start =
-        guard(api, api.event_create(), <dyn DeviceApi>::event_destroy).map_err(&timing_error)?;
-    let end =
-        guard(api, api.event_create(), <dyn DeviceApi>::event_destroy).map_err(&timing_error)?;
-    // The data check's host side: runtime-allocated (ACL's async copies need it).
-    let head = bytes.min(1 << 20);
-    let mut host = HostBuffer::new(api, head, HostMemory::Pinned).map_err(alloc_error(head))?;
-    // Last, so it is synchronized and destroyed before the events and buffers go.
-    let stream = stream_guard(api).map_err(&timing_error)?;
+    let staged = (|| {
+        device(dst)?;
+        let to = guard(api, api.device_alloc(bytes), <dyn DeviceApi>::device_free)
+            .map_err(alloc_error(bytes))?;
+        device(src)?;
+        let from = guard(api, api.device_alloc(bytes), <dyn DeviceApi>::device_free)
+            .map_err(alloc_error(bytes))?;
+        let start = guard(api, api.event_create(), <dyn DeviceApi>::event_destroy)
+            .map_err(&timing_error)?;
+        let end = guard(api, api.event_create(), <dyn DeviceApi>::event_destroy)
+            .map_err(&timing_error)?;
+        // The data check's host side: runtime-allocated (ACL's async copies need it), with
+        // the latch word the timed copies' stream waits on (where it can).
+        let head = bytes.min(1 << 20);
+        let host = HostBuffer::with_latch_word(api, head, HostMemory::Pinned)
+            .map_err(alloc_error(head))?;
+        let stream = stream_guard(api).map_err(&timing_error)?;
+        Ok(CellWork {
+            devices: vec![src, dst],
+            stream,
+            events: vec![end, start],
+            device_memory: vec![(to, bytes), (from, bytes)],
+            host_memory: vec![host],
+        })
+    })();
+    let mut work = match staged {
+        Ok(work) => work,
+        Err(e) => {
+            link.close(api);
+            return Err(e);
+        }
+    };
+    let mut latch = Latch::new(work.host_memory[0].latch_word());
+    let handles = (
+        work.device_memory[1].0.handle,
+        work.device_memory[0].0.handle,
+        work.stream.handle,
+        (work.events[1].handle, work.events[0].handle),
+    );
+    let result = copies(
+        api,
+        (&mut work.host_memory[0], &mut latch),
+        handles,
+        bytes,
+        params,
+    );
+    if matches!(result, Err(ProbeError::Timeout(_))) {
+        // Peer access stays open under the copy in flight; closed with the rest once done.
+        return work.finish(api, result, link.enabled_directions());
+    }
+    drop(work);
+    link.close(api);
+    result
+}
 
+/// One cell's copies from `from` (on `src`) to `to`, every wait by the cell's deadline.
+fn copies(
+    api: &dyn DeviceApi,
+    (host, latch): (&mut HostBuffer<'_, dyn DeviceApi + '_>, &mut Latch),
+    (from, to, stream, (start, end)): (Handle, Handle, Handle, (Handle, Handle)),
+    bytes: usize,
+    params: &DeviceCopyParams,
+) -> Result<f64, ProbeError> {
+    let copy_error = unless_lost(api, copy_error);
+    let timing_error = unless_lost(api, timing_error);
+    let deadline = Deadline::for_cell();
+    let head = bytes.min(1 << 20);
     let mut expected = vec![0u8; head];
     fill_pattern(&mut expected);
     host.as_mut_slice().copy_from_slice(&expected);
     copy_and_wait(
         api,
-        (from.handle, host.as_handle(), head),
+        (from, host.as_handle(), head),
         Direction::H2d,
-        stream.handle,
+        (stream, end),
+        &deadline,
         &copy_error,
     )?;
 
     let ms = time_device_copies(
         api,
-        (to.handle, from.handle, bytes),
-        stream.handle,
-        (start.handle, end.handle),
+        latch,
+        (to, from, bytes),
+        stream,
+        (start, end),
         (params.warmup, params.iterations),
+        &deadline,
         &copy_error,
         &timing_error,
     )?;
@@ -130,9 +195,10 @@ fn timed(
     host.as_mut_slice().fill(0);
     copy_and_wait(
         api,
-        (host.as_handle(), to.handle, head),
+        (host.as_handle(), to, head),
         Direction::D2h,
-        stream.handle,
+        (stream, end),
+        &deadline,
         &copy_error,
     )?;
     check_copy(&expected, host.as_mut_slice())?;

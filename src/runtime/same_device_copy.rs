@@ -3,7 +3,8 @@
 //! device allocations of the cell's size on the device, a small pinned host buffer that
 //! stages the check pattern into the source and reads the destination back, events around
 //! `iterations` async device-to-device copies after `warmup` untimed ones. Everything is
-//! released on every path, the stream synchronized first (it is declared last).
+//! released on every path, the stream synchronized first, except after a timeout: then it is
+//! kept, never freed under the DMA (`stuck_work`).
 //!
 //! Checked against: the CUDA Runtime API reference, `cudaMemcpyAsync` ("the memory areas may
 //! not overlap": two allocations; kind `cudaMemcpyDeviceToDevice`), and CANN's
@@ -16,10 +17,12 @@
 //! [`device_copy`]: super::device_copy
 
 use super::device_copy::{
-    alloc_error, copy_and_wait, copy_error, guard, stream_guard, time_device_copies, timing_error,
-    unless_lost, DeviceApi, HostBuffer,
+    alloc_error, copy_and_wait, copy_error, guard, refuse_quarantined, stream_guard,
+    time_device_copies, timing_error, unless_lost, CellWork, DeviceApi, Handle, HostBuffer,
 };
 use super::pattern::{check_copy, fill_pattern};
+use super::stream_latch::Latch;
+use super::stuck_work::Deadline;
 use super::{DeviceCopyParams, Direction, HostMemory, ProbeError};
 
 /// Bytes of the source the pattern check covers (the head of the buffers).
@@ -39,7 +42,7 @@ pub(crate) fn measure<A: DeviceApi + ?Sized>(
             "a cell needs a size and at least one iteration".into(),
         ));
     }
-    let copy_error = unless_lost(api, copy_error);
+    refuse_quarantined(api, device)?;
     let timing_error = unless_lost(api, timing_error);
     let alloc_error = |bytes| unless_lost(api, alloc_error(bytes));
     api.set_device(device)
@@ -47,38 +50,74 @@ pub(crate) fn measure<A: DeviceApi + ?Sized>(
     let head = bytes.min(CHECK_BYTES);
     let src = guard(api, api.device_alloc(bytes), A::device_free).map_err(alloc_error(bytes))?;
     let dst = guard(api, api.device_alloc(bytes), A::device_free).map_err(alloc_error(bytes))?;
-    let mut host = HostBuffer::new(api, head, HostMemory::Pinned).map_err(alloc_error(head))?;
+    // Pinned, with the latch word the timed copies' stream waits on (where it can).
+    let mut host =
+        HostBuffer::with_latch_word(api, head, HostMemory::Pinned).map_err(alloc_error(head))?;
+    let mut latch = Latch::new(host.latch_word());
     let start = guard(api, api.event_create(), A::event_destroy).map_err(&timing_error)?;
     let end = guard(api, api.event_create(), A::event_destroy).map_err(&timing_error)?;
-    // Last, so it is synchronized and destroyed before the events and buffers go.
     let stream = stream_guard(api).map_err(&timing_error)?;
+    let result = timed(
+        api,
+        (&mut host, &mut latch),
+        (src.handle, dst.handle, bytes),
+        (stream.handle, start.handle, end.handle),
+        params,
+    );
+    // After a timeout everything is kept (`stuck_work`); else released, the stream first.
+    CellWork {
+        devices: vec![device],
+        stream,
+        events: vec![end, start],
+        device_memory: vec![(src, bytes), (dst, bytes)],
+        host_memory: vec![host],
+    }
+    .finish(api, result, Vec::new())
+}
 
+/// The copies of one cell: the pattern staged, the timed copies, the check, every wait by the
+/// cell's deadline.
+fn timed<A: DeviceApi + ?Sized>(
+    api: &A,
+    (host, latch): (&mut HostBuffer<'_, A>, &mut Latch),
+    (src, dst, bytes): (Handle, Handle, usize),
+    (stream, start, end): (Handle, Handle, Handle),
+    params: &DeviceCopyParams,
+) -> Result<f64, ProbeError> {
+    let copy_error = unless_lost(api, copy_error);
+    let timing_error = unless_lost(api, timing_error);
+    let deadline = Deadline::for_cell();
+    let head = bytes.min(CHECK_BYTES);
     // Device memory is not zeroed: clear the destination's head (the host buffer is zeros
     // after `HostBuffer::new`), then stage the pattern into the source's head.
     let mut expected = vec![0u8; head];
     fill_pattern(&mut expected);
     copy_and_wait(
         api,
-        (dst.handle, host.as_handle(), head),
+        (dst, host.as_handle(), head),
         Direction::H2d,
-        stream.handle,
+        (stream, end),
+        &deadline,
         &copy_error,
     )?;
     host.as_mut_slice().copy_from_slice(&expected);
     copy_and_wait(
         api,
-        (src.handle, host.as_handle(), head),
+        (src, host.as_handle(), head),
         Direction::H2d,
-        stream.handle,
+        (stream, end),
+        &deadline,
         &copy_error,
     )?;
 
     let ms = time_device_copies(
         api,
-        (dst.handle, src.handle, bytes),
-        stream.handle,
-        (start.handle, end.handle),
+        latch,
+        (dst, src, bytes),
+        stream,
+        (start, end),
         (params.warmup, params.iterations),
+        &deadline,
         &copy_error,
         &timing_error,
     )?;
@@ -87,9 +126,10 @@ pub(crate) fn measure<A: DeviceApi + ?Sized>(
     host.as_mut_slice().fill(0);
     copy_and_wait(
         api,
-        (host.as_handle(), dst.handle, head),
+        (host.as_handle(), dst, head),
         Direction::D2h,
-        stream.handle,
+        (stream, end),
+        &deadline,
         &copy_error,
     )?;
     check_copy(&expected, host.as_mut_slice())?;

@@ -40,6 +40,9 @@ impl Cells for DeviceCopyCells<'_> {
     type Key = D2dCell;
 
     fn measure(&mut self, cell: &D2dCell) -> Option<f64> {
+        if super::quarantine::skips(self.backend, &cell.key.device) {
+            return None;
+        }
         let params = DeviceCopyParams {
             size_bytes: cell.key.size_bytes,
             warmup: self.spec.warmup,

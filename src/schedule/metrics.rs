@@ -58,6 +58,19 @@ pub struct ProbeLabels {
     pub probe: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DeviceLabels {
+    pub device: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MemoryLabels {
+    pub memory: String,
+}
+
+/// `memory` of `chd_leaked_memory_bytes`.
+pub const LEAKED_MEMORY: [&str; 2] = ["device", "host"];
+
 fn duration_histogram() -> Histogram {
     Histogram::new([
         0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0,
@@ -76,6 +89,13 @@ pub struct ProbeMetrics {
     pub held_host_memory: Gauge,
     /// Saves of `state.json` that failed, by reason.
     pub state_save_errors: Family<ReasonLabels, Counter>,
+    /// Devices quarantined now (their copy cells' work did not finish in time): 1, and no
+    /// series for the others.
+    pub quarantined: Family<DeviceLabels, Gauge>,
+    /// The devices `quarantined` has a series for.
+    quarantined_now: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    /// Memory kept (leaked) under work that did not finish, by memory.
+    pub leaked_memory: Family<MemoryLabels, Gauge>,
 }
 
 impl Default for ProbeMetrics {
@@ -88,6 +108,9 @@ impl Default for ProbeMetrics {
             rechecks: Family::default(),
             held_host_memory: Gauge::default(),
             state_save_errors: Family::default(),
+            quarantined: Family::default(),
+            quarantined_now: Default::default(),
+            leaked_memory: Family::default(),
         }
     }
 }
@@ -158,6 +181,24 @@ impl ProbeMetrics {
             });
         }
         registry.register(
+            "chd_device_quarantined",
+            "1 for each device quarantined: a copy cell's work on it did not finish within \
+             probe.cell_timeout, so it gets no cells until that work finishes",
+            m.quarantined.clone(),
+        );
+        for memory in LEAKED_MEMORY {
+            let _ = m.leaked_memory.get_or_create(&MemoryLabels {
+                memory: memory.into(),
+            });
+        }
+        registry.register(
+            "chd_leaked_memory_bytes",
+            "Memory chd keeps allocated under device work that did not finish (never freed \
+             under a DMA that may still run), by memory (device, host); freed when the work \
+             finishes",
+            m.leaked_memory.clone(),
+        );
+        registry.register(
             "chd_state_save_errors",
             "Saves of the state file that failed (read_only, no_space, permission, other); \
              the matrix stays in memory and the next save that succeeds writes all of it",
@@ -208,6 +249,37 @@ impl ProbeMetrics {
                 outcome: outcome.into(),
             })
             .inc();
+    }
+
+    /// Export `devices` as the quarantined ones (series of the others removed) and the
+    /// memory leaked under their work.
+    pub fn quarantine(
+        &self,
+        devices: &std::collections::BTreeSet<String>,
+        (device_bytes, host_bytes): (u64, u64),
+    ) {
+        let mut now = self
+            .quarantined_now
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        for gone in now.difference(devices) {
+            self.quarantined.remove(&DeviceLabels {
+                device: gone.clone(),
+            });
+        }
+        for d in devices {
+            self.quarantined
+                .get_or_create(&DeviceLabels { device: d.clone() })
+                .set(1);
+        }
+        *now = devices.clone();
+        for (memory, bytes) in [("device", device_bytes), ("host", host_bytes)] {
+            self.leaked_memory
+                .get_or_create(&MemoryLabels {
+                    memory: memory.into(),
+                })
+                .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        }
     }
 
     pub fn observe_duration(&self, probe: &str, seconds: f64) {

@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod p2p_window;
 pub mod pair_window;
 pub mod planner;
+pub mod quarantine;
 pub mod settings;
 pub mod state_saver;
 pub mod verdict;
@@ -161,6 +162,7 @@ impl Scheduler {
     fn judge(&self, tracker: &mut VerdictTracker) {
         let numa = crate::analysis::live::numa_map(&self.topology);
         let observed = Observed {
+            hung_devices: self.backend.stuck().devices.into_iter().collect(),
             rdma_down: crate::collect::rdma::ports_not_active(&self.roots.sysfs, &self.hcas),
             lost_devices: self
                 .telemetry
@@ -245,7 +247,14 @@ impl Scheduler {
             return None;
         }
         let devices = self.backend.devices();
-        let key = next_p2p_pair(devices.iter().map(|d| d.id.as_str()), store, rng)?;
+        // A quarantined device's pairs wait for it (they would be skipped, and so tried first
+        // again and again).
+        let quarantined = self.backend.stuck().devices;
+        let usable = devices
+            .iter()
+            .map(|d| d.id.as_str())
+            .filter(|d| !quarantined.contains(*d));
+        let key = next_p2p_pair(usable, store, rng)?;
         let numa_node = devices
             .iter()
             .find(|d| d.id == key.src())
@@ -389,6 +398,9 @@ impl Scheduler {
                 }
                 _ = shutdown.wait_for(|stop| *stop), if !stopping.load(Ordering::SeqCst) => {
                     stopping.store(true, Ordering::SeqCst);
+                    // A copy cell waiting on a hung device gives up at once (its memory is
+                    // kept): the exit does not wait for its deadline.
+                    crate::runtime::stuck_work::interrupt_waits();
                     // A pair cell in flight may wait on a hung collective for its whole
                     // timeout (30 s by default): give it up now.
                     if let Some(probe) = &self.pair_probe {

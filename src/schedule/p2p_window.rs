@@ -55,6 +55,10 @@ impl Cells for PeerCopyCells<'_> {
     type Key = P2pCell;
 
     fn measure(&mut self, cell: &P2pCell) -> Option<f64> {
+        let quarantined = |d: &str| super::quarantine::skips(self.backend, d);
+        if quarantined(cell.key.src()) || quarantined(cell.key.dst()) {
+            return None;
+        }
         let params = DeviceCopyParams {
             size_bytes: self.spec.size_bytes,
             warmup: self.spec.warmup,

@@ -33,6 +33,8 @@ pub struct ProbeConfig {
     pub pairs: Vec<PairSelection>,
     pub pair_size_bytes: u64,
     pub pair_timeout: Duration,
+    /// Longest the device work of one copy cell may take (`runtime::stuck_work`).
+    pub cell_timeout: Duration,
     /// Size of each device's same-device copy cell per window; 0: none.
     pub d2d_size_bytes: u64,
     /// Size of the one ordered peer copy cell per window; 0: none.

@@ -173,6 +173,9 @@ impl Cells for CopyCells<'_> {
     type Key = CellKey;
 
     fn measure(&mut self, cell: &CellKey) -> Option<f64> {
+        if super::quarantine::skips(self.backend, &cell.device) {
+            return None;
+        }
         match self.measure_in_group(cell) {
             Ok(v) => {
                 self.read_link(&cell.device);
@@ -235,6 +238,7 @@ pub fn run(
     metrics: &ProbeMetrics,
     keep_going: &mut dyn FnMut() -> bool,
 ) -> WindowReport {
+    super::quarantine::window_start(backend, metrics);
     run_affinity_scan(&spec.affinity_cpus, store, metrics);
     let mut cells = CopyCells {
         spec,
@@ -279,6 +283,7 @@ pub fn run(
         let p2p = p2p_window::run(&spec.p2p, left, backend, store, metrics, keep_going);
         add(&mut report, &p2p);
     }
+    super::quarantine::export(backend, metrics);
     report
 }
 

@@ -53,6 +53,12 @@ pub const ACL_ERROR_RT_STREAM_NOT_COMPLETE: AclError = 507_004;
 /// scheduler stopped responding).
 pub const ACL_ERROR_RT_LOST_HEARTBEAT: AclError = 507_010;
 pub const ACL_ERROR_RT_SYS_DMA: AclError = 507_013;
+/// `ACL_ERROR_RT_EVENT_SYNC_TIMEOUT` (`rt_error_codes.h`, "event sync time out"): what
+/// `aclrtSynchronizeEventWithTimeout` returns when the event is not done in time.
+pub const ACL_ERROR_RT_EVENT_SYNC_TIMEOUT: AclError = 507_047;
+/// `aclrtEventRecordedStatus`: `ACL_EVENT_RECORDED_STATUS_NOT_READY`, `_COMPLETE`.
+pub const ACL_EVENT_RECORDED_STATUS_NOT_READY: c_int = 0;
+pub const ACL_EVENT_RECORDED_STATUS_COMPLETE: c_int = 1;
 
 /// Alignment `aclrtMemcpyAsync` wants of its addresses (and `aclrtMallocHost` guarantees).
 pub const ACL_COPY_ALIGN: usize = 64;
@@ -97,6 +103,18 @@ type AclResult = Result<(), (AclError, String)>;
 
 fn api(name: &str, body: impl FnOnce() -> AclResult) -> AclError {
     let mut failure: Option<(AclError, String)> = None;
+    // CANN's aclrtLaunchHostFunc: the callback must not call resource, synchronization or task
+    // interfaces ("may cause errors or deadlock"); the fake refuses every ACL call there.
+    let body = || {
+        if timing::in_host_function() {
+            timing::count_host_function_api_call();
+            return Err((
+                ACL_ERROR_RT_INTERNAL_ERROR,
+                "called from inside an aclrtLaunchHostFunc callback".to_owned(),
+            ));
+        }
+        body()
+    };
     let rc = ffi::guard(ACL_ERROR_RT_INTERNAL_ERROR, || match body() {
         Ok(()) => ACL_SUCCESS,
         Err((rc, msg)) => {
@@ -283,6 +301,13 @@ pub unsafe extern "C" fn aclrtMallocHost(host_ptr: *mut *mut c_void, size: usize
 /// Refuses to free the allocation at `base` while an unsynchronized copy uses it: CANN's
 /// `aclrtFree`/`aclrtFreeHost` free at once, with no implicit synchronization.
 fn refuse_in_use(base: usize, call: &str) -> AclResult {
+    if timing::in_flight_uses(base) {
+        memory::count_free_in_flight();
+        return Err((
+            ACL_ERROR_RT_STREAM_NOT_COMPLETE,
+            format!("{base:#x} is used by work in flight (a hung copy): {call} would free it under the device"),
+        ));
+    }
     if pending::in_use(base) {
         pending::refuse();
         return Err((
@@ -412,6 +437,7 @@ pub unsafe extern "C" fn aclrtSynchronizeStream(stream: *mut c_void) -> AclError
     api("aclrtSynchronizeStream", || {
         let stream = stream_ref(stream);
         timing::stream_device(stream, Api::Acl).map_err(timing_err)?;
+        timing::synchronize_stream(stream, Api::Acl).map_err(wait_err)?;
         pending::synchronize_stream(stream);
         Ok(())
     })
@@ -451,6 +477,10 @@ unsafe fn memcpy(
         Err(CopyError::LinkFailed(src, dst)) => Err((
             ACL_ERROR_RT_SYS_DMA,
             format!("peer copy from device {src} to device {dst} failed (CHD_FAKE_PAIR_FAIL)"),
+        )),
+        Err(CopyError::WouldDeadlock) => Err((
+            ACL_ERROR_RT_INTERNAL_ERROR,
+            "a copy that would never return".to_owned(),
         )),
         Err(CopyError::PeerAccessNotEnabled(local, remote)) => Err((
             ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
@@ -625,9 +655,94 @@ pub unsafe extern "C" fn aclrtRecordEvent(event: *mut c_void, stream: *mut c_voi
 pub unsafe extern "C" fn aclrtSynchronizeEvent(event: *mut c_void) -> AclError {
     api("aclrtSynchronizeEvent", || {
         timing::check_event(event, Api::Acl).map_err(timing_err)?;
+        timing::synchronize_event(event, Api::Acl, None).map_err(wait_err)?;
         pending::synchronize_event(event as usize);
         Ok(())
     })
+}
+
+/// `aclrtSynchronizeEventWithTimeout(aclrtEvent event, int32_t timeout)`: as
+/// [`aclrtSynchronizeEvent`], giving up after `timeout` milliseconds (-1: never) with
+/// `ACL_ERROR_RT_EVENT_SYNC_TIMEOUT`.
+#[no_mangle]
+pub unsafe extern "C" fn aclrtSynchronizeEventWithTimeout(
+    event: *mut c_void,
+    timeout: i32,
+) -> AclError {
+    api("aclrtSynchronizeEventWithTimeout", || {
+        timing::check_event(event, Api::Acl).map_err(timing_err)?;
+        let limit = match timeout {
+            -1 => None,
+            t if t > 0 => Some(std::time::Duration::from_millis(t as u64)),
+            t => return Err(invalid(format!("timeout {t} is neither -1 nor positive"))),
+        };
+        timing::synchronize_event(event, Api::Acl, limit).map_err(wait_err)?;
+        pending::synchronize_event(event as usize);
+        Ok(())
+    })
+}
+
+/// `aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatus *status)`:
+/// `ACL_EVENT_RECORDED_STATUS_COMPLETE` once the work before the event ran, else `_NOT_READY`.
+#[no_mangle]
+pub unsafe extern "C" fn aclrtQueryEventStatus(event: *mut c_void, status: *mut c_int) -> AclError {
+    api("aclrtQueryEventStatus", || {
+        let done = timing::event_done(event, Api::Acl).map_err(timing_err)?;
+        let value = if done {
+            ACL_EVENT_RECORDED_STATUS_COMPLETE
+        } else {
+            ACL_EVENT_RECORDED_STATUS_NOT_READY
+        };
+        // SAFETY: module contract.
+        unsafe { put(status, value, "status") }
+    })
+}
+
+/// `aclrtLaunchHostFunc(aclrtStream stream, aclrtHostFunc fn, void *args)` (CANN 8.3 and
+/// later): `fn(args)` runs on its own thread once the work ahead of it on `stream` ran, and
+/// holds the stream until it returns ("the callback task blocks later tasks of this stream by
+/// default"). ACL calls from inside it are refused and counted
+/// (`chd_fake_host_function_api_calls`); `CHD_FAKE_ACL_HOST_FUNC=0` answers
+/// `ACL_ERROR_RT_FEATURE_NOT_SUPPORT`.
+#[no_mangle]
+pub unsafe extern "C" fn aclrtLaunchHostFunc(
+    stream: *mut c_void,
+    func: Option<unsafe extern "C" fn(*mut c_void)>,
+    args: *mut c_void,
+) -> AclError {
+    api("aclrtLaunchHostFunc", || {
+        if !config::get().acl_host_func {
+            return Err((
+                ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                "aclrtLaunchHostFunc is not supported (CHD_FAKE_ACL_HOST_FUNC=0)".to_owned(),
+            ));
+        }
+        let func = func.ok_or_else(|| invalid("fn is NULL"))?;
+        let call = timing::HostCall {
+            func,
+            data: args as usize,
+            api: Api::Acl,
+        };
+        timing::launch_host_function(stream_ref(stream), Api::Acl, call).map_err(timing_err)
+    })
+}
+
+fn wait_err(e: timing::WaitError) -> (AclError, String) {
+    match e {
+        timing::WaitError::Timing(e) => timing_err(e),
+        timing::WaitError::TimedOut => (
+            ACL_ERROR_RT_EVENT_SYNC_TIMEOUT,
+            "the event did not complete within the timeout".to_owned(),
+        ),
+        timing::WaitError::WouldHang => (
+            ACL_ERROR_RT_INTERNAL_ERROR,
+            format!(
+                "a host function holds the stream and never returns: the real runtime would \
+                 wait forever (the fake gave up after {} ms)",
+                timing::LATCH_DEADLOCK_MS
+            ),
+        ),
+    }
 }
 
 /// `aclrtEventElapsedTime`: milliseconds between the clocks `start` and `end` captured.

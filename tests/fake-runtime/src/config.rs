@@ -228,6 +228,18 @@ pub struct Config {
     /// `CHD_FAKE_SIZE_DIP`: (copy size in bytes, bandwidth factor) rules, applied to timed
     /// copies of exactly that size.
     pub size_dips: Vec<(u64, f64)>,
+    /// `CHD_FAKE_ENQUEUE_US`: host time each enqueue call takes, microseconds (0: none; see
+    /// `host_clock`).
+    pub enqueue_us: f64,
+    /// `CHD_FAKE_STREAM_WAIT_VALUE`: whether `cuStreamWaitValue32` (reached through
+    /// `cudaGetDriverEntryPoint[ByVersion]`) is supported (`0`: it answers
+    /// `CUDA_ERROR_NOT_SUPPORTED`, as a driver without stream memory operations).
+    pub stream_wait_value: bool,
+    /// `CHD_FAKE_ACL_HOST_FUNC`: whether `aclrtLaunchHostFunc` is supported (`0`: it answers
+    /// `ACL_ERROR_RT_FEATURE_NOT_SUPPORT`, as CANN before 8.3).
+    pub acl_host_func: bool,
+    /// `CHD_FAKE_HANG_DEVICES`: devices whose copies never complete (see [`Faults`]).
+    pub hang_devices: BTreeSet<usize>,
 }
 
 impl Config {
@@ -279,6 +291,10 @@ impl Default for Config {
             pin_sleep: false,
             copy_latency_us: 0.0,
             size_dips: Vec::new(),
+            enqueue_us: 0.0,
+            stream_wait_value: true,
+            acl_host_func: true,
+            hang_devices: BTreeSet::new(),
         }
     }
 }
@@ -726,6 +742,22 @@ impl Config {
             cfg.size_dips = parse_size_dips(v)?;
             Ok(())
         });
+        field("CHD_FAKE_ENQUEUE_US", "0", &mut |v| {
+            cfg.enqueue_us = parse_non_negative(v, "microseconds")?;
+            Ok(())
+        });
+        field("CHD_FAKE_STREAM_WAIT_VALUE", "1", &mut |v| {
+            cfg.stream_wait_value = parse_switch(v)?;
+            Ok(())
+        });
+        field("CHD_FAKE_ACL_HOST_FUNC", "1", &mut |v| {
+            cfg.acl_host_func = parse_switch(v)?;
+            Ok(())
+        });
+        field("CHD_FAKE_HANG_DEVICES", "none", &mut |v| {
+            cfg.hang_devices = parse_device_list(v)?;
+            Ok(())
+        });
         cfg
     }
 
@@ -824,6 +856,9 @@ pub struct Faults {
     pub lost_devices: BTreeSet<usize>,
     /// Wall-clock delay of every collective and cross-device copy.
     pub pair_hang_ms: u64,
+    /// Devices whose copies never complete while they are listed: the copy is enqueued, the
+    /// stream never gets past it (see README, "Hung devices").
+    pub hang_devices: BTreeSet<usize>,
 }
 
 impl Faults {
@@ -836,11 +871,16 @@ impl Faults {
     pub fn lost(&self, device: usize) -> bool {
         self.lost_devices.contains(&device)
     }
+
+    /// Whether copies on `device` hang.
+    pub fn hangs(&self, device: usize) -> bool {
+        self.hang_devices.contains(&device)
+    }
 }
 
 /// Applies the `KEY=VALUE` lines of a control file over `faults` (`#` starts a comment; blank
-/// lines are ignored). Keys: `fail_devices`, `lost_devices` (device lists, empty = none) and
-/// `pair_hang_ms`; a key not in the file keeps its environment value.
+/// lines are ignored). Keys: `fail_devices`, `lost_devices`, `hang_devices` (device lists,
+/// empty = none) and `pair_hang_ms`; a key not in the file keeps its environment value.
 pub fn parse_control(text: &str, mut faults: Faults) -> Result<Faults, String> {
     for line in text.lines() {
         let line = line.split('#').next().unwrap_or("").trim();
@@ -854,6 +894,7 @@ pub fn parse_control(text: &str, mut faults: Faults) -> Result<Faults, String> {
         match key.trim() {
             "fail_devices" => faults.fail_devices = parse_device_list(value)?,
             "lost_devices" => faults.lost_devices = parse_device_list(value)?,
+            "hang_devices" => faults.hang_devices = parse_device_list(value)?,
             "pair_hang_ms" => {
                 faults.pair_hang_ms = value
                     .parse()
@@ -874,6 +915,7 @@ impl Config {
             fail_devices: self.fail_devices.clone(),
             lost_devices: BTreeSet::new(),
             pair_hang_ms: self.pair_hang_ms,
+            hang_devices: self.hang_devices.clone(),
         };
         let Some(path) = &self.control_file else {
             return env;
@@ -1211,6 +1253,7 @@ mod tests {
             fail_devices: [2].into(),
             lost_devices: BTreeSet::new(),
             pair_hang_ms: 7,
+            hang_devices: BTreeSet::new(),
         };
         let f = parse_control(
             "# faults\nlost_devices=1, 3\n\npair_hang_ms = 500\n",

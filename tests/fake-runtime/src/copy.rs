@@ -13,7 +13,10 @@
 //! `CHD_FAKE_H2D_GBPS` rate of the device they are timed on; both times
 //! `CHD_FAKE_LOAD_COPY_FACTOR` while a cuBLAS gemm is in flight on that device.
 //! Every timed copy also takes `CHD_FAKE_COPY_LATENCY_US` and runs at its size's
-//! `CHD_FAKE_SIZE_DIP` factor (see `Config::copy_ns`).
+//! `CHD_FAKE_SIZE_DIP` factor (see `Config::copy_ns`), and starts no earlier than its enqueue
+//! call ended (`CHD_FAKE_ENQUEUE_US`, see `host_clock`). A copy touching a device of
+//! `CHD_FAKE_HANG_DEVICES` is enqueued and never runs while the device hangs: nothing is
+//! copied, and the stream is held behind it (see `timing`).
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,6 +54,10 @@ pub enum CopyError {
     /// An ACL cross-device copy while the issuing device has no peer access to the other
     /// one: (issuing device, other device).
     PeerAccessNotEnabled(usize, usize),
+    /// A CUDA copy with a pageable host side on a stream a latch holds: the runtime stages
+    /// pageable memory and "may synchronize with the stream" to do so, inside the enqueue
+    /// call, which the held stream never lets return.
+    WouldDeadlock,
 }
 
 /// The collective rank whose `CHD_FAKE_PAIR_GBPS` CPU override applies to a peer copy from
@@ -167,6 +174,20 @@ pub unsafe fn copy(
         ) => (Some(sd), Some(dd)),
         (dir, _, _) => return Err(bad(&format!("pointers do not fit {dir:?}"))),
     };
+    // CUDA stages pageable host memory, possibly synchronizing with the stream first.
+    if api == Api::Cuda {
+        let pageable =
+            |loc: Location, p: usize| loc == Location::Host && !memory::in_pinned(p, count, api);
+        let host_side = match (d, s) {
+            (Location::Host, Location::Device(_)) => pageable(d, dst as usize),
+            (Location::Device(_), Location::Host) => pageable(s, src as usize),
+            _ => false,
+        };
+        if host_side && timing::held_by_latch(stream, api) {
+            timing::count_latch_deadlock();
+            return Err(CopyError::WouldDeadlock);
+        }
+    }
     let cfg = config::get();
     let faults = cfg.faults_now();
     // A lost device takes no work at all, whatever the stream did before.
@@ -210,6 +231,20 @@ pub unsafe fn copy(
             }
         }
     }
+    let buffers: Vec<usize> = [dst as usize, src as usize]
+        .into_iter()
+        .filter_map(memory::base_of)
+        .collect();
+    // CHD_FAKE_HANG_DEVICES: the copy is enqueued and never runs while the device hangs.
+    if let Some(&dev) = timed_on
+        .iter()
+        .chain(other.iter())
+        .find(|&&d| faults.hangs(d))
+    {
+        timing::enqueue_hung_copy(stream, api, dev, buffers)
+            .map_err(|_| CopyError::InvalidStream)?;
+        return Ok(());
+    }
     // SAFETY: the caller guarantees both ranges are valid for `count` bytes; device ranges
     // were checked against live allocations above. `ptr::copy` tolerates overlap.
     unsafe { std::ptr::copy(src.cast::<u8>(), dst.cast::<u8>(), count) };
@@ -244,7 +279,7 @@ pub unsafe fn copy(
         }
         // The stream was checked above; it can only vanish if another thread destroys it
         // while copying, which is the caller's race; the bytes are copied regardless.
-        let _: Result<(), TimingError> = timing::advance(stream, api, ns);
+        let _: Result<(), TimingError> = timing::enqueue_copy(stream, api, ns, buffers);
         timing::count_copy(stream, api);
         bump(dev);
         if let Some(o) = other.filter(|&o| o != dev) {

@@ -22,7 +22,7 @@ use crate::copy::{self, CopyError, Direction};
 use crate::device;
 use crate::ffi::{self, StrWrite};
 use crate::memory::{self, Api};
-use crate::timing::{self, StreamRef, TimingError};
+use crate::timing::{self, StreamRef, TimingError, WaitError};
 
 /// `cudaError_t`.
 pub type CudaError = c_int;
@@ -42,7 +42,28 @@ pub const CUDA_ERROR_PEER_ACCESS_UNSUPPORTED: CudaError = 217;
 pub const CUDA_ERROR_INVALID_RESOURCE_HANDLE: CudaError = 400;
 pub const CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: CudaError = 704;
 pub const CUDA_ERROR_PEER_ACCESS_NOT_ENABLED: CudaError = 705;
+/// `cudaErrorNotReady`: an event or stream query whose work has not completed.
+pub const CUDA_ERROR_NOT_READY: CudaError = 600;
+/// `cudaErrorNotPermitted`: a CUDA call from inside a host function ("The host function must
+/// not make any CUDA API calls. Attempting to use a CUDA API may result in
+/// cudaErrorNotPermitted", `cudaLaunchHostFunc`).
+pub const CUDA_ERROR_NOT_PERMITTED: CudaError = 800;
 pub const CUDA_ERROR_UNKNOWN: CudaError = 999;
+
+/// `CUresult` codes of the driver API entry points handed out by `cudaGetDriverEntryPoint`.
+pub const CU_SUCCESS: c_int = 0;
+pub const CU_ERROR_INVALID_VALUE: c_int = 1;
+pub const CU_ERROR_INVALID_HANDLE: c_int = 400;
+pub const CU_ERROR_NOT_PERMITTED: c_int = 800;
+pub const CU_ERROR_NOT_SUPPORTED: c_int = 801;
+/// `cudaDriverEntryPointQueryResult`: `cudaDriverEntryPointSuccess`,
+/// `cudaDriverEntryPointSymbolNotFound`, `cudaDriverEntryPointVersionNotSufficent`.
+pub const ENTRY_POINT_SUCCESS: c_int = 0;
+pub const ENTRY_POINT_SYMBOL_NOT_FOUND: c_int = 1;
+pub const ENTRY_POINT_VERSION_NOT_SUFFICIENT: c_int = 2;
+/// `cuStreamWaitValue32` flags: `CU_STREAM_WAIT_VALUE_GEQ`, `_EQ`, `_AND` (`_NOR`, 3, is not
+/// supported here).
+const CU_STREAM_WAIT_VALUE_AND: c_uint = 2;
 
 /// `cudaMemcpyKind` values.
 pub const CUDA_MEMCPY_HOST_TO_HOST: c_int = 0;
@@ -61,8 +82,14 @@ thread_local! {
     static LAST_ERROR: Cell<CudaError> = const { Cell::new(CUDA_SUCCESS) };
 }
 
-/// Runs `body` behind the panic guard and records a failure as the thread's last error.
+/// Runs `body` behind the panic guard and records a failure as the thread's last error. A
+/// call from inside a host function is refused and counted.
 fn api(body: impl FnOnce() -> CudaError) -> CudaError {
+    if timing::in_host_function() {
+        timing::count_host_function_api_call();
+        LAST_ERROR.with(|e| e.set(CUDA_ERROR_NOT_PERMITTED));
+        return CUDA_ERROR_NOT_PERMITTED;
+    }
     let rc = ffi::guard(CUDA_ERROR_UNKNOWN, body);
     if rc != CUDA_SUCCESS {
         LAST_ERROR.with(|e| e.set(rc));
@@ -272,11 +299,26 @@ pub unsafe extern "C" fn cudaFreeHost(ptr: *mut c_void) -> CudaError {
         if ptr.is_null() {
             return CUDA_SUCCESS;
         }
+        if let Err(e) = refuse_in_flight(ptr as usize) {
+            return e;
+        }
         match memory::free_pinned(ptr as usize, Api::Cuda) {
             Ok(()) => CUDA_SUCCESS,
             Err(_) => CUDA_ERROR_INVALID_VALUE,
         }
     })
+}
+
+/// Refuses (and counts) freeing an allocation that work still in flight uses: a copy queued
+/// behind a hold, a hung copy, or the word a `cuStreamWaitValue32` waits on. The real
+/// `cudaFree`/`cudaFreeHost` synchronize first, which never ends while the work hangs.
+fn refuse_in_flight(base: usize) -> Result<(), CudaError> {
+    if timing::in_flight_uses(base) {
+        memory::count_free_in_flight();
+        Err(CUDA_ERROR_UNKNOWN)
+    } else {
+        Ok(())
+    }
 }
 
 /// `cudaMalloc`: host memory tagged with the current device; size 0 yields NULL.
@@ -312,6 +354,9 @@ pub unsafe extern "C" fn cudaFree(dev_ptr: *mut c_void) -> CudaError {
     api(|| {
         if dev_ptr.is_null() {
             return CUDA_SUCCESS;
+        }
+        if let Err(e) = refuse_in_flight(dev_ptr as usize) {
+            return e;
         }
         match memory::free_device(dev_ptr as usize, Api::Cuda) {
             Ok(()) => CUDA_SUCCESS,
@@ -369,12 +414,40 @@ fn stream_ref(stream: *mut c_void) -> StreamRef {
     StreamRef::from_raw(stream, device::current())
 }
 
-/// `cudaStreamSynchronize`: copies are synchronous, so this only validates the handle.
+fn wait_code(e: WaitError) -> CudaError {
+    match e {
+        WaitError::Timing(e) => timing_code(e),
+        // A latch nobody releases (the real runtime hangs), or a timeout the CUDA calls
+        // here never ask for.
+        WaitError::WouldHang | WaitError::TimedOut => CUDA_ERROR_UNKNOWN,
+    }
+}
+
+/// `cudaStreamSynchronize`: waits until the stream's work has run (at once unless something
+/// holds it: see `timing`).
 #[no_mangle]
 pub unsafe extern "C" fn cudaStreamSynchronize(stream: *mut c_void) -> CudaError {
+    api(|| {
+        let stream = stream_ref(stream);
+        match timing::stream_device(stream, Api::Cuda) {
+            Ok(d) => {
+                if let Err(e) = check_lost(d) {
+                    return e;
+                }
+                code(timing::synchronize_stream(stream, Api::Cuda).map_err(wait_code))
+            }
+            Err(e) => timing_code(e),
+        }
+    })
+}
+
+/// `cudaStreamQuery`: `cudaSuccess` once the stream's work has run, else `cudaErrorNotReady`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaStreamQuery(stream: *mut c_void) -> CudaError {
     api(
-        || match timing::stream_device(stream_ref(stream), Api::Cuda) {
-            Ok(d) => code(check_lost(d)),
+        || match timing::stream_done(stream_ref(stream), Api::Cuda) {
+            Ok(true) => CUDA_SUCCESS,
+            Ok(false) => CUDA_ERROR_NOT_READY,
             Err(e) => timing_code(e),
         },
     )
@@ -404,6 +477,8 @@ unsafe fn memcpy(
         Err(CopyError::DeviceLost(_)) => CUDA_ERROR_DEVICES_UNAVAILABLE,
         // CUDA stages such copies through host memory instead; kept for completeness.
         Err(CopyError::PeerAccessNotEnabled(..)) => CUDA_ERROR_PEER_ACCESS_NOT_ENABLED,
+        // The real call would never return (counted in `chd_fake_latch_deadlocks`).
+        Err(CopyError::WouldDeadlock) => CUDA_ERROR_UNKNOWN,
     }
 }
 
@@ -608,10 +683,161 @@ pub unsafe extern "C" fn cudaEventRecord(event: *mut c_void, stream: *mut c_void
     })
 }
 
-/// `cudaEventSynchronize`: validates the handle.
+/// `cudaEventSynchronize`: waits until the event completed (at once unless its stream is
+/// held: see `timing`).
 #[no_mangle]
 pub unsafe extern "C" fn cudaEventSynchronize(event: *mut c_void) -> CudaError {
-    api(|| code(timing::check_event(event, Api::Cuda).map_err(timing_code)))
+    api(|| {
+        if let Err(e) = timing::check_event(event, Api::Cuda) {
+            return timing_code(e);
+        }
+        code(timing::synchronize_event(event, Api::Cuda, None).map_err(wait_code))
+    })
+}
+
+/// `cudaEventQuery`: `cudaSuccess` once the event completed, else `cudaErrorNotReady`.
+#[no_mangle]
+pub unsafe extern "C" fn cudaEventQuery(event: *mut c_void) -> CudaError {
+    api(|| match timing::event_done(event, Api::Cuda) {
+        Ok(true) => CUDA_SUCCESS,
+        Ok(false) => CUDA_ERROR_NOT_READY,
+        Err(e) => timing_code(e),
+    })
+}
+
+/// `cudaHostGetDevicePointer`: the device address of CUDA pinned memory, which with unified
+/// addressing is its host address; `flags` must be 0.
+#[no_mangle]
+pub unsafe extern "C" fn cudaHostGetDevicePointer(
+    p_device: *mut *mut c_void,
+    p_host: *mut c_void,
+    flags: c_uint,
+) -> CudaError {
+    api(|| {
+        if flags != 0 || !memory::in_pinned(p_host as usize, 1, Api::Cuda) {
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        // SAFETY: module contract.
+        match unsafe { ffi::write(p_device, p_host) } {
+            true => CUDA_SUCCESS,
+            false => CUDA_ERROR_INVALID_VALUE,
+        }
+    })
+}
+
+/// `cudaLaunchHostFunc`: `fn(userData)` runs on its own thread once the work ahead of it on
+/// `stream` has run, and holds the stream until it returns. CUDA calls from inside it are
+/// refused with `cudaErrorNotPermitted` and counted (`chd_fake_host_function_api_calls`).
+#[no_mangle]
+pub unsafe extern "C" fn cudaLaunchHostFunc(
+    stream: *mut c_void,
+    func: Option<unsafe extern "C" fn(*mut c_void)>,
+    user_data: *mut c_void,
+) -> CudaError {
+    api(|| {
+        let Some(func) = func else {
+            return CUDA_ERROR_INVALID_VALUE;
+        };
+        let call = timing::HostCall {
+            func,
+            data: user_data as usize,
+            api: Api::Cuda,
+        };
+        code(timing::launch_host_function(stream_ref(stream), Api::Cuda, call).map_err(timing_code))
+    })
+}
+
+/// The driver entry points `cudaGetDriverEntryPoint[ByVersion]` hands out: only
+/// `cuStreamWaitValue32` (introduced in CUDA 8.0).
+unsafe fn entry_point(
+    symbol: *const c_char,
+    func_ptr: *mut *mut c_void,
+    version: c_uint,
+    status: *mut c_int,
+) -> CudaError {
+    if symbol.is_null() || func_ptr.is_null() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    // SAFETY: module contract (a NUL-terminated symbol name).
+    let name = unsafe { std::ffi::CStr::from_ptr(symbol) };
+    let (found, result) = match name.to_bytes() {
+        b"cuStreamWaitValue32" if version >= 8000 => (
+            cuStreamWaitValue32 as unsafe extern "C" fn(_, _, _, _) -> _ as *mut c_void,
+            ENTRY_POINT_SUCCESS,
+        ),
+        b"cuStreamWaitValue32" => (std::ptr::null_mut(), ENTRY_POINT_VERSION_NOT_SUFFICIENT),
+        _ => (std::ptr::null_mut(), ENTRY_POINT_SYMBOL_NOT_FOUND),
+    };
+    // SAFETY: module contract.
+    unsafe {
+        ffi::write(func_ptr, found);
+        if !status.is_null() {
+            ffi::write(status, result);
+        }
+    }
+    CUDA_SUCCESS
+}
+
+/// `cudaGetDriverEntryPoint(symbol, funcPtr, flags, driverStatus)` (CUDA 12): as the runtime's
+/// own version (12040) asks for it.
+#[no_mangle]
+pub unsafe extern "C" fn cudaGetDriverEntryPoint(
+    symbol: *const c_char,
+    func_ptr: *mut *mut c_void,
+    _flags: u64,
+    status: *mut c_int,
+) -> CudaError {
+    // SAFETY: module contract.
+    api(|| unsafe { entry_point(symbol, func_ptr, RUNTIME_VERSION as c_uint, status) })
+}
+
+/// `cudaGetDriverEntryPointByVersion(symbol, funcPtr, cudaVersion, flags, driverStatus)` (CUDA
+/// 12.5 and later).
+#[no_mangle]
+pub unsafe extern "C" fn cudaGetDriverEntryPointByVersion(
+    symbol: *const c_char,
+    func_ptr: *mut *mut c_void,
+    version: c_uint,
+    _flags: u64,
+    status: *mut c_int,
+) -> CudaError {
+    // SAFETY: module contract.
+    api(|| unsafe { entry_point(symbol, func_ptr, version, status) })
+}
+
+/// `CUresult cuStreamWaitValue32(CUstream, CUdeviceptr addr, cuuint32_t value, unsigned int
+/// flags)` (`cuda.h`, the `_v2` ABI): work enqueued after it on the stream waits until the
+/// word at `addr` satisfies the condition. `addr` must be 4-byte aligned device-accessible
+/// memory: CUDA pinned memory (with unified addressing its device address is its host
+/// address) or device memory; `CHD_FAKE_STREAM_WAIT_VALUE=0` answers
+/// `CUDA_ERROR_NOT_SUPPORTED`. Not exported: chd reaches it only through the runtime, as a
+/// real driver function.
+pub unsafe extern "C" fn cuStreamWaitValue32(
+    stream: *mut c_void,
+    addr: u64,
+    value: u32,
+    flags: c_uint,
+) -> c_int {
+    if timing::in_host_function() {
+        timing::count_host_function_api_call();
+        return CU_ERROR_NOT_PERMITTED;
+    }
+    ffi::guard(CUDA_ERROR_UNKNOWN, || {
+        if !config::get().stream_wait_value {
+            return CU_ERROR_NOT_SUPPORTED;
+        }
+        let addr = addr as usize;
+        let accessible = memory::in_pinned(addr, 4, Api::Cuda)
+            || matches!(memory::locate(addr, 4), memory::Location::Device(_));
+        if flags > CU_STREAM_WAIT_VALUE_AND || addr % 4 != 0 || !accessible {
+            return CU_ERROR_INVALID_VALUE;
+        }
+        let hold = timing::Hold::WaitValue { addr, value, flags };
+        match timing::hold(stream_ref(stream), Api::Cuda, hold) {
+            Ok(()) => CU_SUCCESS,
+            Err(_) => CU_ERROR_INVALID_HANDLE,
+        }
+    })
 }
 
 /// `cudaEventElapsedTime`: milliseconds between the clocks `start` and `end` captured.
@@ -677,6 +903,8 @@ pub unsafe extern "C" fn cudaGetErrorString(err: CudaError) -> *const c_char {
         CUDA_ERROR_INVALID_RESOURCE_HANDLE => c"invalid resource handle",
         CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => c"peer access is already enabled",
         CUDA_ERROR_PEER_ACCESS_NOT_ENABLED => c"peer access has not been enabled",
+        CUDA_ERROR_NOT_READY => c"device not ready",
+        CUDA_ERROR_NOT_PERMITTED => c"operation not permitted",
         CUDA_ERROR_UNKNOWN => c"unknown error",
         _ => c"unrecognized error code",
     }
@@ -698,6 +926,8 @@ pub unsafe extern "C" fn cudaGetErrorName(err: CudaError) -> *const c_char {
         CUDA_ERROR_INVALID_RESOURCE_HANDLE => c"cudaErrorInvalidResourceHandle",
         CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => c"cudaErrorPeerAccessAlreadyEnabled",
         CUDA_ERROR_PEER_ACCESS_NOT_ENABLED => c"cudaErrorPeerAccessNotEnabled",
+        CUDA_ERROR_NOT_READY => c"cudaErrorNotReady",
+        CUDA_ERROR_NOT_PERMITTED => c"cudaErrorNotPermitted",
         CUDA_ERROR_UNKNOWN => c"cudaErrorUnknown",
         _ => c"unrecognized error code",
     }

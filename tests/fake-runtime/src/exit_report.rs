@@ -5,13 +5,14 @@
 //! CPU before it exited; a process killed without running its exit path leaves no report.
 //!
 //! Format: `KEY=VALUE` lines, `live_pinned_allocations`, `live_pinned_bytes`,
-//! `live_device_allocations`, `live_communicators`, then one
+//! `live_device_allocations`, `live_communicators`, `latch_deadlocks`,
+//! `host_function_api_calls`, `frees_in_flight` (see the hooks of the same names), then one
 //! `thread=TID NAME CPUS_ALLOWED_LIST` line per thread of the process (from
 //! `/proc/self/task/*/{comm,status}`), the process's main thread (TID = pid) first.
 
 use std::fmt::Write as _;
 
-use crate::{collective, memory};
+use crate::{collective, memory, timing};
 
 /// One thread's name and `Cpus_allowed_list`, from procfs.
 fn thread_line(tid: &str) -> Option<String> {
@@ -40,6 +41,13 @@ pub fn report() -> String {
         "live_communicators={}",
         collective::live_communicators()
     );
+    let _ = writeln!(out, "latch_deadlocks={}", timing::latch_deadlocks());
+    let _ = writeln!(
+        out,
+        "host_function_api_calls={}",
+        timing::host_function_api_calls()
+    );
+    let _ = writeln!(out, "frees_in_flight={}", memory::frees_in_flight());
     let pid = std::process::id().to_string();
     let mut tids: Vec<String> = std::fs::read_dir("/proc/self/task")
         .map(|d| {

@@ -97,3 +97,32 @@ pub extern "C" fn chd_fake_pinned_allocations_total() -> u64 {
 pub extern "C" fn chd_fake_unportable_pinned_copies() -> u64 {
     std::panic::catch_unwind(crate::cost::unportable_copies).unwrap_or(u64::MAX)
 }
+
+/// Synchronizes that would have waited forever on a latch nobody released (a
+/// `cuStreamWaitValue32` whose word never changed, a host function that never returned): the
+/// real runtime hangs there.
+#[no_mangle]
+pub extern "C" fn chd_fake_latch_deadlocks() -> u64 {
+    std::panic::catch_unwind(crate::timing::latch_deadlocks).unwrap_or(u64::MAX)
+}
+
+/// API calls made from inside a host function (`cudaLaunchHostFunc`, `aclrtLaunchHostFunc`),
+/// each refused.
+#[no_mangle]
+pub extern "C" fn chd_fake_host_function_api_calls() -> u64 {
+    std::panic::catch_unwind(crate::timing::host_function_api_calls).unwrap_or(u64::MAX)
+}
+
+/// Streams (live or destroyed) whose work waits behind a hold now: an unreleased latch, a
+/// running host function or a hung copy.
+#[no_mangle]
+pub extern "C" fn chd_fake_held_streams() -> u64 {
+    std::panic::catch_unwind(crate::timing::held_streams).unwrap_or(u64::MAX)
+}
+
+/// Frees refused because work in flight (a hung copy, a copy queued behind a hold, a stream
+/// waiting on the memory) still used the memory.
+#[no_mangle]
+pub extern "C" fn chd_fake_frees_in_flight() -> u64 {
+    std::panic::catch_unwind(memory::frees_in_flight).unwrap_or(u64::MAX)
+}

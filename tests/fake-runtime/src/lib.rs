@@ -10,7 +10,7 @@
 //! variables, described in `README.md` and in [`config`].
 //!
 //! Module map: [`config`] (environment), [`device`] (per-thread current device, current CPU),
-//! [`memory`] (allocation registry), [`cost`] (simulated pinning and copy time), [`timing`] (streams, events, virtual clocks), [`pending`]
+//! [`memory`] (allocation registry), [`cost`] (simulated pinning and copy time), [`host_clock`] (the host time enqueue calls take), [`timing`] (streams, events, virtual clocks, holds), [`pending`]
 //! (ACL work not yet synchronized), [`copy`]
 //! (the copy engine), [`collective`] (communicators and the allgather engine), [`cublas`] (gemms that load a
 //! device), [`cuda`],
@@ -33,6 +33,7 @@ pub mod exit_report;
 pub mod fatbinary;
 pub mod hccl;
 pub mod hooks;
+pub mod host_clock;
 pub mod memory;
 pub mod nccl;
 pub mod nvml;

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::config;
@@ -251,4 +252,16 @@ pub fn live_device_on(device: usize) -> u64 {
         .values()
         .filter(|a| a.device == Some(device))
         .count() as u64
+}
+
+static FREES_IN_FLIGHT: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one refused free of memory that work in flight still uses (see `timing`).
+pub fn count_free_in_flight() {
+    FREES_IN_FLIGHT.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Frees refused so far because work in flight used the memory.
+pub fn frees_in_flight() -> u64 {
+    FREES_IN_FLIGHT.load(Ordering::Relaxed)
 }
