@@ -9,75 +9,41 @@
 //!
 //! Run: `cargo bench --bench login_flood` (about a minute; two with CHD_BENCH_BEFORE).
 
+#[path = "../tests/support/chd_process.rs"]
+mod chd_process;
 #[path = "../tests/support/login_flood.rs"]
 mod login_flood;
 
-use std::io::BufRead;
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
+use chd_process::Chd;
 use login_flood::{basic, summary, timed_scrapes, web_config, Attack, Flood};
 
 const CLIENTS: usize = 30;
 const COST: u32 = 10;
 
+/// A running `chd serve` and the binary's name in the report.
 struct Server {
     name: String,
-    child: Child,
-    addr: SocketAddr,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    chd: Chd,
+    _state: tempfile::TempDir,
 }
 
 fn start(name: &str, binary: &str, web: &std::path::Path) -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(binary)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--no-probe",
-            "--backend",
-            "host",
-        ])
-        .arg("--state-dir")
-        .arg(dir.path())
-        .arg("--web.config.file")
-        .arg(web)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {binary}: {e}"));
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            if let Some(rest) = line.split("listening on ").nth(1) {
-                let _ = tx.send(rest.trim().to_string());
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("chd serve listening")
-        .parse()
-        .unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let args = [
+        "--no-probe",
+        "--backend",
+        "host",
+        "--web.config.file",
+        web.to_str().unwrap(),
+    ];
+    let chd = Chd::spawn(Command::new(binary), state.path(), &args);
     Server {
         name: name.to_string(),
-        child,
-        addr,
-        _dir: dir,
+        chd,
+        _state: state,
     }
 }
 
@@ -112,7 +78,7 @@ fn main() {
     let auth = basic("alice", "s3cret");
     for s in &servers {
         // The first login pays its bcrypt.
-        timed_scrapes(s.addr, &auth, 1, Duration::from_secs(60));
+        timed_scrapes(s.chd.addr, &auth, 1, Duration::from_secs(60));
     }
     let rounds: usize = std::env::var("CHD_BENCH_ROUNDS")
         .ok()
@@ -120,15 +86,15 @@ fn main() {
         .unwrap_or(2);
     for round in 0..rounds {
         for s in &servers {
-            let unloaded = timed_scrapes(s.addr, &auth, 100, Duration::from_secs(30));
+            let unloaded = timed_scrapes(s.chd.addr, &auth, 100, Duration::from_secs(30));
             report(s, "unloaded", &unloaded, &format!(" round={round}"));
             for (case, attack) in [
                 ("same_password_one_address", Attack::SamePassword),
                 ("fresh_passwords_30_addresses", Attack::FreshPasswords),
             ] {
-                let flood = Flood::start(s.addr, CLIENTS, "alice", attack);
+                let flood = Flood::start(s.chd.addr, CLIENTS, "alice", attack);
                 std::thread::sleep(Duration::from_secs(1));
-                let loaded = timed_scrapes(s.addr, &auth, 40, Duration::from_secs(60));
+                let loaded = timed_scrapes(s.chd.addr, &auth, 40, Duration::from_secs(60));
                 let answers: Vec<String> = flood
                     .stop()
                     .into_iter()

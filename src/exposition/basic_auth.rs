@@ -243,7 +243,7 @@ impl BasicAuth {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Condvar;
+    use crate::exposition::bcrypt_worker::gate::Gate;
 
     const PEER: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 
@@ -411,38 +411,6 @@ mod tests {
         }
     }
 
-    /// A verifier that blocks until opened and counts the checks it finished.
-    #[derive(Default)]
-    struct Gate {
-        open: Mutex<bool>,
-        opened: Condvar,
-        finished: std::sync::atomic::AtomicUsize,
-    }
-
-    impl Gate {
-        fn verifier(self: &Arc<Self>) -> Verify {
-            let gate = self.clone();
-            Arc::new(move |password, hash| {
-                let mut open = gate.open.lock().unwrap();
-                while !*open {
-                    open = gate.opened.wait(open).unwrap();
-                }
-                gate.finished
-                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                bcrypt::verify(password, hash).unwrap_or(false)
-            })
-        }
-
-        fn set(&self, open: bool) {
-            *self.open.lock().unwrap() = open;
-            self.opened.notify_all();
-        }
-
-        fn finished(&self) -> usize {
-            self.finished.load(std::sync::atomic::Ordering::SeqCst)
-        }
-    }
-
     /// Issue 30: a valid login must not wait for other clients' failed checks. With the
     /// bcrypt thread held in a check and its queue full of wrong passwords from 30 clients,
     /// a cached valid login, a repeated wrong password and a new login from a full queue
@@ -450,7 +418,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn no_login_waits_for_other_clients_failed_checks() {
         let gate = Arc::new(Gate::default());
-        let auth = Arc::new(BasicAuth::with_verifier(gate.verifier()));
+        let bcrypt = |password: &[u8], hash: &str| bcrypt::verify(password, hash).unwrap_or(false);
+        let auth = Arc::new(BasicAuth::with_verifier(gate.verifier(bcrypt)));
         let users = Arc::new(users());
         gate.set(true);
         assert_eq!(check(&auth, &users, "alice:s3cret").await, Ok(()));
@@ -460,6 +429,7 @@ mod tests {
         );
         gate.set(false);
         let before = gate.finished();
+        assert_eq!(gate.entered(), before, "no check held yet");
 
         // 30 clients, each from its own address, each with a new wrong password.
         let mut flood = Vec::new();
@@ -471,9 +441,13 @@ mod tests {
                 auth.check(&users, Some(&header), peer).await
             }));
         }
-        // Wait (by work, not time) until the queue is full: a new address is refused. Each
-        // probe comes from an address of its own and is polled once (one that was queued
-        // stays queued, unanswered, and is skipped later).
+        // Wait (by work, not time) until the bcrypt thread holds a check at the gate, so the
+        // queue can only fill, then until it is full: a new address is refused. Each probe
+        // comes from an address of its own and is polled once (one that was queued stays
+        // queued, unanswered, and is skipped later).
+        while gate.entered() == before {
+            tokio::task::yield_now().await;
+        }
         for probe in 0u16.. {
             let [hi, lo] = probe.to_be_bytes();
             let header = basic(&format!("bob:probe{probe}"));

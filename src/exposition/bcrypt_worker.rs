@@ -104,34 +104,65 @@ impl BcryptWorker {
     }
 }
 
+/// A verifier for tests that holds every check until it is opened.
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::Condvar;
+pub(crate) mod gate {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Condvar, Mutex};
 
-    /// A verifier that blocks until opened and counts the checks it finished.
+    use super::Verify;
+
+    /// Holds checks while closed (it starts closed) and counts the ones that finished.
     #[derive(Default)]
-    struct Gate {
+    pub(crate) struct Gate {
         open: Mutex<bool>,
         opened: Condvar,
+        entered: AtomicUsize,
+        finished: AtomicUsize,
     }
 
     impl Gate {
-        fn verify(self: &Arc<Self>) -> Verify {
+        /// A verifier that waits for the gate, then answers with `check`.
+        pub(crate) fn verifier(self: &Arc<Self>, check: fn(&[u8], &str) -> bool) -> Verify {
             let gate = self.clone();
             Arc::new(move |password, hash| {
+                gate.entered.fetch_add(1, Ordering::SeqCst);
                 let mut open = gate.open.lock().unwrap();
                 while !*open {
                     open = gate.opened.wait(open).unwrap();
                 }
-                password == hash.as_bytes()
+                drop(open);
+                let answer = check(password, hash);
+                gate.finished.fetch_add(1, Ordering::SeqCst);
+                answer
             })
         }
 
-        fn open(&self) {
-            *self.open.lock().unwrap() = true;
+        pub(crate) fn set(&self, open: bool) {
+            *self.open.lock().unwrap() = open;
             self.opened.notify_all();
         }
+
+        /// Checks started so far (held at the gate while it is closed, or finished).
+        pub(crate) fn entered(&self) -> usize {
+            self.entered.load(Ordering::SeqCst)
+        }
+
+        /// Checks finished so far.
+        pub(crate) fn finished(&self) -> usize {
+            self.finished.load(Ordering::SeqCst)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gate::Gate;
+    use super::*;
+
+    /// The tests' "hash" is the password itself.
+    fn same(password: &[u8], hash: &str) -> bool {
+        password == hash.as_bytes()
     }
 
     fn peer(n: u8) -> IpAddr {
@@ -141,7 +172,7 @@ mod tests {
     #[tokio::test]
     async fn one_check_per_address_and_a_bounded_queue_the_rest_answered_at_once() {
         let gate = Arc::new(Gate::default());
-        let worker = BcryptWorker::start(gate.verify()).unwrap();
+        let worker = BcryptWorker::start(gate.verifier(same)).unwrap();
         // The first check runs (and blocks in the gate); QUEUE more wait behind it.
         let mut answers = vec![worker.submit(peer(0), "x".into(), b"x".to_vec()).unwrap()];
         while worker.pending.lock().unwrap().len() < 1 + QUEUE {
@@ -162,7 +193,7 @@ mod tests {
             worker.submit(peer(3), "x".into(), b"x".to_vec()).err(),
             Some(Refused::PeerPending)
         );
-        gate.open();
+        gate.set(true);
         let mut results = Vec::new();
         for a in answers {
             results.push(a.await.unwrap());
@@ -180,7 +211,7 @@ mod tests {
         let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counted = runs.clone();
         let gate = Arc::new(Gate::default());
-        let gated = gate.verify();
+        let gated = gate.verifier(same);
         let worker = BcryptWorker::start(Arc::new(move |p, h| {
             counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             gated(p, h)
@@ -195,7 +226,7 @@ mod tests {
             }
         };
         drop(gone);
-        gate.open();
+        gate.set(true);
         assert!(first.await.unwrap());
         // The address is free once the dropped check was skipped; the next one runs.
         let last = loop {
