@@ -179,7 +179,8 @@ fn plain(status: StatusCode, content_type: &str, body: &'static str) -> Response
 /// writing. Requests to chd are a few hundred bytes; hyper's default (~400 KiB) let each
 /// connection that sends a long head without ending it hold that much, 4 GiB at the largest
 /// `server.max_connections` (10,000) against the DaemonSet's 1 GiB limit. At 16 KiB it is
-/// 160 MiB, with TLS's own buffers (rustls: up to ~34 KiB a connection) about 500 MiB.
+/// 160 MiB (with TLS, rustls' own per-connection buffers come on top; this does not bound
+/// them).
 pub const MAX_BUF_BYTES: usize = 16 * 1024;
 
 /// Renders a page on demand (`/matrix`'s HTML, the ledger's JSON); called on the blocking
