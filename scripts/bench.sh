@@ -13,7 +13,9 @@
 #      gzip, served from the per-window cache (what chd serve runs) and, interleaved in the
 #      same rounds, encoded afresh at every scrape (before the cache; also what the first
 #      scrape after a probe window pays): median time, bytes, series, and the ratio. Plus
-#      (benches/connections.rs) RSS and /healthz under 10,000 half-open connections.
+#      (benches/connections.rs) RSS and /healthz under 10,000 half-open connections, and
+#      (benches/login_flood.rs) valid scrapes with basic auth at bcrypt cost 10, unloaded and
+#      while 30 clients loop wrong passwords, and their ratio.
 #   2. collectors over HTTP: chd serve --no-probe and Debian's prometheus-node-exporter on the
 #      same fixture tree (tests/fixtures/collectors/roce-dual-rail), their counter collectors
 #      only (chd: rdma, numa, netdev, pcie; node_exporter: infiniband, netdev, meminfo_numa),
@@ -151,6 +153,22 @@ row "RSS with 10,000 half-open connections" "$(($(conn rss_with_open_kib) / 1024
   "$(($(conn rss_before_kib) / 1024)) MiB before, $(($(conn rss_after_close_kib) / 1024)) MiB after they close (targets < 64, < 40)"
 row "/healthz during the flood" "$(sed -n 's/^connections: healthz_ok=\([0-9/]*\).*/\1/p' "$out/connections.txt")" \
   "slowest $(conn slowest_ms) ms"
+
+# 2c. Valid scrapes while 30 clients loop wrong passwords (basic auth at bcrypt cost 10).
+echo "scripts/bench.sh: valid scrapes under a wrong-password flood" >&2
+CHD_BENCH_ROUNDS=1 cargo bench --locked --quiet --bench login_flood >"$out/login_flood.txt" 2>&1
+flood() { # median ms, max ms and scrapes over 1 s of case $1
+  sed -n "s/^login_flood: binary=this case=$1 n=[0-9]* median_ms=\([0-9.]*\) p99_ms=[0-9.]* max_ms=\([0-9.]*\) over_1s=\([0-9]*\).*/\1 \2 \3/p" \
+    "$out/login_flood.txt" | head -1
+}
+read -r base _ _ <<<"$(flood unloaded)"
+[ -n "$base" ] || { echo "scripts/bench.sh: no figures in $out/login_flood.txt" >&2; exit 1; }
+row "valid scrape, basic auth, unloaded (median)" "$base ms" "cached credentials, keep-alive"
+for c in same_password_one_address fresh_passwords_30_addresses; do
+  read -r ms max over <<<"$(flood "$c")"
+  row "valid scrape, 30 clients looping wrong passwords, ${c//_/ } (median)" "$ms ms" \
+    "$(awk -v a="$ms" -v b="$base" 'BEGIN {printf "%.1f", a/b}') x unloaded; slowest $max ms, $over over 1 s (target: none)"
+done
 
 # 4. Idle CPU of the exporter between windows (the collectors server from step 2).
 echo "scripts/bench.sh: idle CPU (${idle_s} s)" >&2

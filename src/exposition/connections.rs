@@ -1,10 +1,12 @@
 //! The HTTP server's connection bound: at most `max_connections` open at once, and the
 //! metrics that show it.
 //!
-//! A connection is *busy* from the moment its request head is parsed until hyper has taken
-//! its response body (into its write buffer: up to ~400 KiB of it may still be on the way
-//! to a slow reader), *idle* otherwise (waiting for its first or next request, a
-//! half-sent header included). At the cap a new connection is admitted by closing the
+//! A connection is *busy* from the moment its request is let in (its head parsed and, with
+//! basic auth, its credentials accepted) until hyper has taken its response body (into its
+//! write buffer: up to `server::MAX_BUF_BYTES` of it may still be on the way to a slow
+//! reader), *idle* otherwise (waiting for its first or next request, a half-sent header
+//! included, or for its credentials' bcrypt check: a flood of wrong passwords cannot pin
+//! slots). At the cap a new connection is admitted by closing the
 //! connection that has been idle longest, so a flood of silent or half-open connections
 //! cannot lock out a scraper or `/healthz`: each new one displaces the oldest idler, and a
 //! client that sends its request at once is served. Only when every slot is busy does the
@@ -22,9 +24,12 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::sync::Notify;
 
+use super::basic_auth::Refusal;
+
 /// `reason` of `chd_http_connections_dropped_total`.
 pub const DROP_REASONS: [&str; 3] = ["header_timeout", "evicted", "tls_handshake"];
 
+/// The `reason` label of the connection and login counters.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DropLabels {
     pub reason: String,
@@ -41,6 +46,8 @@ pub struct ServerMetrics {
     pub accepted: Counter,
     /// `chd_http_connections_dropped_total{reason}`: closed by chd, not the client.
     pub dropped: Family<DropLabels, Counter>,
+    /// `chd_http_auth_failures_total{reason}`: requests basic auth did not let in.
+    pub auth_failures: Family<DropLabels, Counter>,
 }
 
 impl ServerMetrics {
@@ -50,6 +57,9 @@ impl ServerMetrics {
         m.limit.set(max_connections as i64);
         for reason in DROP_REASONS {
             m.drop_counter(reason);
+        }
+        for refusal in Refusal::ALL {
+            m.auth_counter(refusal);
         }
         registry.register(
             "chd_http_connections",
@@ -75,7 +85,30 @@ impl ServerMetrics {
              server.header_timeout)",
             m.dropped.clone(),
         );
+        registry.register(
+            "chd_http_auth_failures",
+            "Requests basic auth did not let in (server.web_config_file with \
+             basic_auth_users): missing (no or malformed Basic credentials), wrong (bcrypt \
+             checked them and they did not match, unknown users included), repeated \
+             (credentials that failed before, refused from the cache without bcrypt), busy \
+             (not checked, answered 503: the bcrypt queue was full or a check from the same \
+             address was pending)",
+            m.auth_failures.clone(),
+        );
         m
+    }
+
+    fn auth_counter(&self, refusal: Refusal) -> Counter {
+        self.auth_failures
+            .get_or_create(&DropLabels {
+                reason: refusal.label().to_string(),
+            })
+            .clone()
+    }
+
+    /// Count a request basic auth refused.
+    pub fn auth_refused(&self, refusal: Refusal) {
+        self.auth_counter(refusal).inc();
     }
 
     fn drop_counter(&self, reason: &str) -> Counter {

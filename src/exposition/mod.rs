@@ -4,9 +4,11 @@
 //! at every scrape with the store's families, which `matrix_cache` encodes once per store
 //! generation. `server` serves it over HTTP, gzipped when asked (`content_coding`), within
 //! the connection bounds of `connections`, with TLS and basic auth from the exporters' web
-//! config file (`web_config`, reloaded by `web_settings`, passwords checked by `basic_auth`).
+//! config file (`web_config`, reloaded by `web_settings`, passwords checked by `basic_auth` on
+//! the thread of `bcrypt_worker`).
 
 pub mod basic_auth;
+pub mod bcrypt_worker;
 pub mod connections;
 pub mod content_coding;
 pub mod matrix_cache;

@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
 use hyper::header::{
-    HeaderValue, ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE, VARY,
-    WWW_AUTHENTICATE,
+    HeaderValue, ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE,
+    RETRY_AFTER, VARY, WWW_AUTHENTICATE,
 };
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -38,11 +38,10 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::basic_auth::BasicAuth;
+use super::basic_auth::{BasicAuth, Refusal};
 use super::connections::{Busy, Limit, ServerMetrics, Ticket};
 use super::content_coding::{self, Acceptable, Coding};
 use super::scrape::Exposition;
-use super::web_config::WebConfig;
 use super::web_settings::WebSettings;
 use super::Format;
 
@@ -98,10 +97,11 @@ impl Body for Chunks {
     }
 }
 
-/// A response body that keeps its connection marked busy until hyper has taken all of it.
+/// A response body that keeps its connection marked busy until hyper has taken all of it
+/// (a refused login's answer leaves it idle: it was never busy).
 pub struct ReplyBody {
     inner: Chunks,
-    _busy: Busy,
+    _busy: Option<Busy>,
 }
 
 impl Body for ReplyBody {
@@ -174,6 +174,15 @@ fn plain(status: StatusCode, content_type: &str, body: &'static str) -> Response
         .unwrap_or_else(|_| Response::new(Chunks::default()))
 }
 
+/// The most a connection buffers (hyper's `max_buf_size`): its read buffer, which a request
+/// head must fit in (a longer head is answered 431), and the response bytes it holds before
+/// writing. Requests to chd are a few hundred bytes; hyper's default (~400 KiB) let each
+/// connection that sends a long head without ending it hold that much, 4 GiB at the largest
+/// `server.max_connections` (10,000) against the DaemonSet's 1 GiB limit. At 16 KiB it is
+/// 160 MiB (with TLS, rustls' own per-connection buffers come on top; this does not bound
+/// them).
+pub const MAX_BUF_BYTES: usize = 16 * 1024;
+
 /// Renders a page on demand (`/matrix`'s HTML, the ledger's JSON); called on the blocking
 /// pool.
 pub type PageRenderer = Arc<dyn Fn() -> String + Send + Sync>;
@@ -198,9 +207,10 @@ pub struct Pages {
 struct Site {
     exposition: Arc<Exposition>,
     pages: Pages,
-    auth: Arc<BasicAuth>,
+    auth: BasicAuth,
     /// [`CONCURRENT_RENDERS`] permits.
     renders: Arc<tokio::sync::Semaphore>,
+    metrics: ServerMetrics,
 }
 
 impl Site {
@@ -248,32 +258,71 @@ async fn rendered(
     }
 }
 
-/// Authenticate (when `web` has users), serve, and add `web`'s extra headers.
+/// Authenticate (when the web config in force has users), serve, and add its extra headers.
+/// The config is looked up for every request (a stat of its files), so a removed user or a
+/// changed password takes effect on open keep-alive connections too. The connection is
+/// marked busy (not evictable) only once the request is let in: one waiting for its bcrypt
+/// check is idle, and a refused one never turns busy.
 async fn handle(
     site: Arc<Site>,
-    web: Option<Arc<WebConfig>>,
+    web: Option<Arc<WebSettings>>,
+    peer: SocketAddr,
+    ticket: Arc<Ticket>,
     req: Request<Incoming>,
-) -> Response<Chunks> {
-    let Some(web) = web else {
-        return route(site, req).await;
+) -> Response<ReplyBody> {
+    let serve = |site: Arc<Site>, req| {
+        let busy = ticket.busy();
+        async move {
+            route(site, req).await.map(|inner| ReplyBody {
+                inner,
+                _busy: Some(busy),
+            })
+        }
     };
-    let mut response = if web.users.is_empty()
-        || site
-            .auth
-            .authorized(&web.users, req.headers().get(AUTHORIZATION))
-            .await
-    {
-        route(site, req).await
+    let Some(web) = web.map(|w| w.current()) else {
+        return serve(site, req).await;
+    };
+    let allowed = if web.users.is_empty() {
+        Ok(())
     } else {
-        let mut r = plain(StatusCode::UNAUTHORIZED, TEXT, "unauthorized\n");
-        r.headers_mut()
-            .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Basic"));
-        r
+        site.auth
+            .check(
+                &web.users,
+                req.headers().get(AUTHORIZATION),
+                peer.ip().to_canonical(),
+            )
+            .await
+    };
+    let mut response = match allowed {
+        Ok(()) => serve(site, req).await,
+        Err(refusal) => {
+            site.metrics.auth_refused(refusal);
+            refused(refusal).map(|inner| ReplyBody { inner, _busy: None })
+        }
     };
     for (name, value) in &web.headers {
         response.headers_mut().insert(name.clone(), value.clone());
     }
     response
+}
+
+/// The answer to a request basic auth did not let in: 401, or 503 when its credentials were
+/// not checked (the bcrypt queue was full), to be retried.
+fn refused(refusal: Refusal) -> Response<Chunks> {
+    if refusal == Refusal::Busy {
+        let mut r = plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            TEXT,
+            "too many logins being checked, retry\n",
+        );
+        r.headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+        return r;
+    }
+    let mut r = plain(StatusCode::UNAUTHORIZED, TEXT, "unauthorized\n");
+    r.headers_mut()
+        .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Basic"));
+    r
 }
 
 async fn route(site: Arc<Site>, req: Request<Incoming>) -> Response<Chunks> {
@@ -364,8 +413,7 @@ async fn connection(
     metrics: ServerMetrics,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let web = web.map(|w| w.current());
-    let Some(tls) = web.as_ref().and_then(|w| w.tls.clone()) else {
+    let Some(tls) = web.as_ref().and_then(|w| w.current().tls.clone()) else {
         return http(stream, peer, ticket, site, web, settings, metrics, shutdown).await;
     };
     let handshake = tokio::time::timeout(
@@ -409,7 +457,7 @@ async fn http<S>(
     peer: SocketAddr,
     ticket: Ticket,
     site: Arc<Site>,
-    web: Option<Arc<WebConfig>>,
+    web: Option<Arc<WebSettings>>,
     settings: Arc<ServerSettings>,
     metrics: ServerMetrics,
     mut shutdown: watch::Receiver<bool>,
@@ -420,18 +468,14 @@ async fn http<S>(
     let service = {
         let ticket = ticket.clone();
         service_fn(move |req| {
-            let busy = ticket.busy();
-            let site = site.clone();
-            let web = web.clone();
-            async move {
-                let response = handle(site, web, req).await;
-                Ok::<_, Infallible>(response.map(|inner| ReplyBody { inner, _busy: busy }))
-            }
+            let response = handle(site.clone(), web.clone(), peer, ticket.clone(), req);
+            async move { Ok::<_, Infallible>(response.await) }
         })
     };
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(settings.header_timeout)
+        .max_buf_size(MAX_BUF_BYTES)
         .serve_connection(TokioIo::new(stream), service);
     tokio::pin!(conn);
     tokio::select! {
@@ -468,8 +512,9 @@ pub async fn serve(
     let site = Arc::new(Site {
         exposition,
         pages,
-        auth: Arc::new(BasicAuth::default()),
+        auth: BasicAuth::default(),
         renders: Arc::new(tokio::sync::Semaphore::new(CONCURRENT_RENDERS)),
+        metrics: metrics.clone(),
     });
     let limit = Limit::new(settings.max_connections, metrics.clone());
     let settings = Arc::new(settings);

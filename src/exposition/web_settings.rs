@@ -1,10 +1,13 @@
 //! The web config in force, reloaded as exporter-toolkit does (it re-reads the file for every
-//! new TLS connection) but cheaper: each new connection looks at the modification time,
-//! size and inode of the config file and of the certificate, key and CA files it names, and
-//! only when one changed is the config read and validated again. So a rotated certificate
-//! (cert-manager, a renewed Kubernetes Secret) or a changed password hash takes effect for
-//! the next connection, without a signal. A reload that fails, or that would turn TLS on or
-//! off (the listener's scheme is fixed at startup), is logged and the config in force stays.
+//! new TLS connection and its users for every request) but cheaper: each request looks at the
+//! modification time, size and inode of the config file and of the certificate, key and CA
+//! files it names, and only when one changed is the config read and validated again. So a
+//! rotated certificate (cert-manager, a renewed Kubernetes Secret) takes effect for the next
+//! connection, and a changed password hash or a removed user for the next request, open
+//! keep-alive connections included, without a signal. A reload that fails is logged and the
+//! config in force stays. So does one that would turn TLS on or off (the listener's scheme is
+//! fixed at startup) or basic auth off (users -> none would open every path to anyone, which
+//! a mistaken edit should not do silently): both take a restart, and are logged as warnings.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -63,7 +66,8 @@ impl WebSettings {
         &self.path
     }
 
-    /// The config for a new connection, re-read first when one of its files changed.
+    /// The config for a new connection or request, re-read first when one of its files
+    /// changed.
     pub fn current(&self) -> Arc<WebConfig> {
         let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
         let now = stamps(&loaded.files);
@@ -77,6 +81,13 @@ impl WebSettings {
                     path = %self.path.display(),
                     "web config changed whether TLS is on; that takes a restart, keeping the \
                      config in force"
+                );
+            }
+            Ok(c) if c.users.is_empty() && !loaded.config.users.is_empty() => {
+                tracing::warn!(
+                    path = %self.path.display(),
+                    "web config has no basic_auth_users any more, which would turn basic auth \
+                     off; that takes a restart, keeping the config in force"
                 );
             }
             Ok(c) => {

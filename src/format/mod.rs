@@ -12,8 +12,11 @@
 //!   checkpoints, the per-rank files of pair runs, `affinity.json`).
 //! - [`launch_map`]: a proposed launch map for `chd advise --map`.
 //! - [`web_config`]: the web config file of Prometheus exporters (`--web.config.file`).
+//! - [`atomic_file`]: how every file chd writes whole is written (temporary file, rename) in
+//!   directories others may write to.
 
 pub mod affinity_file;
+pub mod atomic_file;
 pub mod calibration;
 pub mod cluster_health;
 pub mod launch_map;

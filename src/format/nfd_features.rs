@@ -3,7 +3,9 @@
 //! after which nfd-worker ignores the lines that follow (so labels written by a chd that has
 //! died go away instead of lying). nfd-worker reads every file of the directory whose name does
 //! not start with `.`, at most 64 KiB each (NFD's `source/local/local.go`), so the file is
-//! written as a hidden temporary file and renamed over the old one: NFD never reads half a file.
+//! written as a hidden temporary file and renamed over the old one ([`super::atomic_file`]:
+//! the directory is group-writable, so the temporary file gets a random name and is never
+//! opened through a planted symlink or FIFO): NFD never reads half a file.
 //!
 //! Names carry the `chd.feature.node.kubernetes.io/` prefix: NFD accepts sub-namespaces of
 //! `feature.node.kubernetes.io` without extra configuration (`-extra-label-ns`). Values follow
@@ -91,28 +93,14 @@ pub fn render(
 }
 
 /// Write `text` to `path` through a hidden temporary file in the same directory (which NFD
-/// skips), synced, then renamed over `path`.
+/// skips), synced, then renamed over `path` ([`super::atomic_file::write`]).
 pub fn write(path: &Path, text: &str) -> Result<(), NfdError> {
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| NfdError::Io { path, source }
-    };
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "chd".into());
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let result = (|| {
-        let mut file = std::fs::File::create(&tmp).map_err(io(&tmp))?;
-        file.write_all(text.as_bytes()).map_err(io(&tmp))?;
-        file.sync_all().map_err(io(&tmp))?;
-        std::fs::rename(&tmp, path).map_err(io(path))
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    super::atomic_file::write(path, |f| f.write_all(text.as_bytes())).map_err(|source| {
+        NfdError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    })
 }
 
 #[cfg(test)]

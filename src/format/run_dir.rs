@@ -314,16 +314,14 @@ impl CellLog {
     }
 }
 
-/// Write `run.json` atomically (temp file, then rename).
+/// Write `run.json` atomically ([`super::atomic_file`]: temp file, then rename).
 pub fn write_run_file(dir: &Path, run: &RunFile) -> Result<(), RunDirError> {
     let path = dir.join(RUN_FILE);
-    let tmp = dir.join(format!("{RUN_FILE}.tmp"));
     let text = serde_json::to_string_pretty(run).map_err(|e| RunDirError::Format {
         path: path.clone(),
         reason: e.to_string(),
     })?;
-    std::fs::write(&tmp, text + "\n").map_err(io(&tmp))?;
-    std::fs::rename(&tmp, &path).map_err(io(&path))
+    super::atomic_file::write(&path, |f| f.write_all((text + "\n").as_bytes())).map_err(io(&path))
 }
 
 /// Read `run.json` of `dir`.

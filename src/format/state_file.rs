@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -242,37 +243,20 @@ fn why_not_a_state_file(bytes: &[u8]) -> Option<StateReadError> {
     Some(StateReadError::NoVersion { shape })
 }
 
-/// Write `dir/state.json` atomically: the old file stays whole until the new one is on
-/// disk, and a write that fails (`EROFS`, `ENOSPC` half-way) removes its temp file, so a
-/// full disk is not kept full by chd's own leftovers.
+/// Write `dir/state.json` atomically ([`super::atomic_file`]): the old file stays whole until
+/// the new one is on disk, and a write that fails (`EROFS`, `ENOSPC` half-way) removes its
+/// temp file, so a full disk is not kept full by chd's own leftovers.
 pub fn save(dir: &Path, file: &StateFile) -> Result<(), StateWriteError> {
     let path = state_path(dir);
-    let tmp = dir.join(format!("{STATE_FILE}.tmp"));
-    let write_err = |source| StateWriteError::Write {
-        path: path.clone(),
-        source,
-    };
-    let f = File::create(&tmp).map_err(write_err)?;
     // Streamed through a buffer, not encoded whole first: at the seed's shape the JSON is
     // 14 MB, and one buffer that size per save made glibc keep 16 MiB blocks in the arena of
     // every pool thread a save ran on (tests/load.rs).
-    let written = (|| {
+    super::atomic_file::write(&path, |f| {
         let mut out = std::io::BufWriter::with_capacity(1 << 16, f);
         serde_json::to_writer(&mut out, file).map_err(std::io::Error::from)?;
-        let f = out.into_inner().map_err(|e| e.into_error())?;
-        f.sync_all()?;
-        drop(f);
-        fs::rename(&tmp, &path)
-    })();
-    if let Err(source) = written {
-        let _ = fs::remove_file(&tmp);
-        return Err(write_err(source));
-    }
-    // Make the rename itself durable.
-    if let Ok(d) = File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
+        out.flush()
+    })
+    .map_err(|source| StateWriteError::Write { path, source })
 }
 
 /// Read `dir/state.json`'s bytes: `None` when there is no state file yet.
@@ -417,32 +401,34 @@ mod tests {
         assert_eq!(decode(text.as_bytes()).unwrap(), file());
     }
 
+    /// Issue 30: the temp file's name was fixed (`state.json.tmp`) and opened with a plain
+    /// create, so a symlink there made chd write its state through it (and a FIFO hung the
+    /// save). Now what is planted at the old name is left alone.
     #[test]
-    fn a_failed_write_removes_its_temp_file_and_keeps_the_old_state() {
+    fn a_symlink_or_fifo_at_the_old_temp_name_is_left_alone() {
         let dir = tempfile::tempdir().unwrap();
-        save(dir.path(), &file()).unwrap();
-        let old = fs::read(state_path(dir.path())).unwrap();
-        // The temp file's name leads to /dev/full: every write to it is ENOSPC, as on a
-        // full disk after the first pages.
+        let victim = dir.path().join("victim");
+        fs::write(&victim, "precious").unwrap();
         let tmp = dir.path().join("state.json.tmp");
-        std::os::unix::fs::symlink("/dev/full", &tmp).unwrap();
+        std::os::unix::fs::symlink(&victim, &tmp).unwrap();
+        save(dir.path(), &file()).unwrap();
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "precious");
+        assert!(fs::symlink_metadata(&tmp).unwrap().file_type().is_symlink());
+        fs::remove_file(&tmp).unwrap();
+        nix::unistd::mkfifo(&tmp, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
         let mut newer = file();
         newer.saved_at = 3.0;
-        let err = save(dir.path(), &newer).unwrap_err();
-        assert_eq!(err.reason(), "no_space", "{err}");
-        let text = err.to_string();
-        assert!(
-            text.contains("state.json") && text.contains("No space left"),
-            "{text}"
-        );
-        assert_eq!(fs::read(state_path(dir.path())).unwrap(), old);
-        assert!(fs::symlink_metadata(&tmp).is_err(), "temp file left behind");
-        // The next save that can write does.
         save(dir.path(), &newer).unwrap();
         assert_eq!(
             decode(&fs::read(state_path(dir.path())).unwrap()).unwrap(),
             newer
         );
+        let mut names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["state.json", "state.json.tmp", "victim"]);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! Duty cycle: with the defaults (a 2 s window budget every 60 s) probing uses at most
 //! 2/60 = 3.3 % of one core, plus the cell in flight when the budget runs out.
 
+pub mod background_write;
 pub mod cell_loop;
 pub mod d2d_window;
 pub mod gate;
@@ -40,7 +41,7 @@ use p2p_window::{P2pCell, P2pWindowSpec};
 use pair_window::PairWindowSpec;
 use settings::{ProbeConfig, ScheduleConfig};
 use state_saver::StateSaver;
-use verdict::{NfdFile, NodeVerdict, SharedVerdict, VerdictTracker};
+use verdict::{NfdFile, NfdPublisher, NodeVerdict, SharedVerdict, VerdictTracker};
 use window::{WindowReport, WindowSpec};
 
 use crate::analysis::verdict::{causes_of_store, Observed};
@@ -104,7 +105,7 @@ impl Scheduler {
             self.schedule.verdict_confirm_windows,
             self.schedule.verdict_clear_windows,
         );
-        let mut nfd_failing = false;
+        let mut nfd = self.nfd.clone().map(NfdPublisher::new);
         loop {
             if !first {
                 tokio::select! {
@@ -119,7 +120,7 @@ impl Scheduler {
             if !self.schedule.enabled {
                 // No windows: what the store holds stands for every tick.
                 self.judge(&mut tracker);
-                self.publish(&mut nfd_failing);
+                self.publish(nfd.as_mut());
                 self.metrics.idle_window("disabled");
                 first = false;
                 continue;
@@ -137,7 +138,7 @@ impl Scheduler {
                 }
                 self.metrics.idle_window(closed.outcome());
                 // A skipped window is no evidence: the verdict stands, its labels are renewed.
-                self.publish(&mut nfd_failing);
+                self.publish(nfd.as_mut());
                 continue;
             }
 
@@ -152,7 +153,7 @@ impl Scheduler {
             );
             saver.save(false).await;
             self.judge(&mut tracker);
-            self.publish(&mut nfd_failing);
+            self.publish(nfd.as_mut());
             previous = gate.sample().ok();
         }
         saver.save(true).await;
@@ -190,27 +191,15 @@ impl Scheduler {
         );
     }
 
-    /// Write the verdict's NFD labels, if configured; a failure is logged once until the
-    /// next success.
-    fn publish(&self, failing: &mut bool) {
-        let Some(nfd) = &self.nfd else { return };
+    /// Write the verdict's NFD labels, if configured, without waiting for the write.
+    fn publish(&self, nfd: Option<&mut NfdPublisher>) {
+        let Some(nfd) = nfd else { return };
         let verdict = self
             .verdict
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        match nfd.write(&verdict) {
-            Ok(()) => {
-                if std::mem::take(failing) {
-                    tracing::info!("NFD feature file {} written again", nfd.path.display());
-                }
-            }
-            Err(e) => {
-                if !std::mem::replace(failing, true) {
-                    tracing::warn!("cannot write the NFD feature file: {e}");
-                }
-            }
-        }
+        nfd.publish(verdict);
     }
 
     /// One same-device copy cell per device (`probe.d2d_size_mib`; none when it is 0), each

@@ -8,9 +8,11 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
+use super::background_write::BackgroundWrite;
 use crate::analysis::verdict::Cause;
 #[cfg(test)]
 use crate::analysis::verdict::Level;
@@ -135,6 +137,42 @@ impl NfdFile {
              NFD drops these labels after the expiry time if chd stops.",
         )?;
         nfd_features::write(&self.path, &text)
+    }
+}
+
+/// Writes an [`NfdFile`] off the scheduler's thread ([`super::background_write`]): a write
+/// that blocks costs the ticks it overlaps their labels, never a window. A failure is logged
+/// once until the next success.
+pub struct NfdPublisher {
+    file: Arc<NfdFile>,
+    write: BackgroundWrite,
+    failing: Arc<AtomicBool>,
+}
+
+impl NfdPublisher {
+    pub fn new(file: NfdFile) -> NfdPublisher {
+        NfdPublisher {
+            file: Arc::new(file),
+            write: BackgroundWrite::new("NFD feature file write"),
+            failing: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Start writing `verdict`'s labels; returns at once.
+    pub fn publish(&mut self, verdict: NodeVerdict) {
+        let (file, failing) = (self.file.clone(), self.failing.clone());
+        self.write.start(move || match file.write(&verdict) {
+            Ok(()) => {
+                if failing.swap(false, Ordering::Relaxed) {
+                    tracing::info!("NFD feature file {} written again", file.path.display());
+                }
+            }
+            Err(e) => {
+                if !failing.swap(true, Ordering::Relaxed) {
+                    tracing::warn!("cannot write the NFD feature file: {e}");
+                }
+            }
+        });
     }
 }
 

@@ -5,7 +5,6 @@
 //! written before the pair probe (no `pair`, no `cpu_numa`) or the d2d probe (no `d2d`) or
 //! the serve-time p2p cells (no `p2p`) are read as they are: those fields default to empty.
 
-use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
 use super::{Bindable, Cell, CellKey, D2dKey, P2pKey, PairKey, Sample, Store};
@@ -230,11 +229,10 @@ pub fn choose_state_dir(
     }
 }
 
+/// Create `dir` if needed and check that files can be created in it, as saves create them
+/// (`format::atomic_file`: a random name, never through a planted symlink or FIFO).
 fn ensure_writable(dir: &Path) -> std::io::Result<()> {
-    fs::create_dir_all(dir)?;
-    let probe = dir.join(".chd-write-test");
-    File::create(&probe)?;
-    fs::remove_file(&probe)
+    crate::format::atomic_file::check_writable(dir)
 }
 
 #[cfg(test)]
@@ -242,6 +240,7 @@ mod tests {
     use super::*;
     use crate::store::Sample;
     use crate::vocab::Direction;
+    use std::fs;
 
     fn sample_store() -> Store {
         let mut s = Store::default();

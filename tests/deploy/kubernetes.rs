@@ -465,8 +465,9 @@ pub(crate) fn nfd_component_points_chd_at_nfds_feature_directory() {
         .collect::<Vec<_>>()
         .join(" ");
     assert!(
-        command.contains(&format!("chgrp 65534 {DIR}"))
-            && command.contains(&format!("chmod 1775 {DIR}")),
+        command.contains(&format!("d={DIR} "))
+            && command.contains("chgrp 9863 $d ")
+            && command.contains("chmod 1775 $d "),
         "{command}"
     );
 }

@@ -1,6 +1,7 @@
 //! Deployment files, checked with the tools that consume them:
 //! - `deploy/systemd/`: `systemd-analyze verify` (with and without the Ascend drop-in), the
 //!   hardening settings chd depends on, and the unit's command line parsed by the real binary;
+//! - chd's own uid and gid in the image, the manifests and the NFD init script (`identity`);
 //! - `deploy/kubernetes/`: every kustomization built with `kubectl kustomize`, the built-in
 //!   kinds validated against Kubernetes' OpenAPI schemas by `kubernetes-validate --strict`, the
 //!   Prometheus Operator kinds (no schema there) checked field by field here, the DaemonSet's
@@ -16,6 +17,7 @@
 //! `prometheus`), `kubectl` (for `kubectl kustomize`), `kubernetes-validate` (PyPI).
 
 mod dist_profile;
+mod identity;
 mod kubernetes;
 mod operator;
 mod prometheus_config;

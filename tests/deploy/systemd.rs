@@ -218,3 +218,76 @@ pub(crate) fn systemd_unit_command_line_is_accepted_by_chd() {
         assert!(variable.is_match(k), "chd.env: bad variable name {k:?}");
     }
 }
+
+/// Issue 30 item 10: chd binds its one port and nothing else (`SocketBindAllow`/`Deny`),
+/// exchanges packets only with the allowed ranges (`IPAddressDeny=any`, narrowed further by
+/// the documented drop-in `scrapers.conf`), and `systemd-analyze security` scores the unit
+/// lower than the 1.7 it had without them.
+#[test]
+pub(crate) fn systemd_unit_binds_only_its_port_and_allows_only_listed_addresses() {
+    let s = unit_settings(&read(&root().join("deploy/systemd/chd.service")));
+    assert_eq!(unit_values(&s, "SocketBindDeny"), ["any"]);
+    assert_eq!(unit_values(&s, "IPAddressDeny"), ["any"]);
+    let allow = unit_values(&s, "IPAddressAllow").join(" ");
+    assert!(allow.contains("localhost"), "IPAddressAllow={allow}");
+    // The one port allowed is the one the shipped config listens on.
+    let ran = run(Command::new(chd_bin())
+        .args(["serve", "--config"])
+        .arg(root().join("deploy/chd.example.toml"))
+        .arg("--print-config"))
+    .expect_success();
+    let port = ran
+        .stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("listen = \""))
+        .and_then(|v| v.trim_end_matches('"').rsplit(':').next())
+        .unwrap_or_else(|| panic!("no listen in\n{}", ran.stdout))
+        .to_string();
+    assert_eq!(unit_values(&s, "SocketBindAllow"), [format!("tcp:{port}")]);
+
+    // The drop-in resets the allow list, then lists addresses: verify accepts it.
+    let dropin = read(&root().join("deploy/systemd/scrapers.conf"));
+    let d = unit_settings(&dropin);
+    let allows = unit_values(&d, "IPAddressAllow");
+    assert_eq!(
+        allows.first().map(String::as_str),
+        Some(""),
+        "reset first: {allows:?}"
+    );
+    assert!(allows.len() > 1, "{allows:?}");
+    let dir = temp_dir();
+    std::fs::write(dir.path().join("chd.service"), unit_for_verify()).unwrap();
+    std::fs::create_dir(dir.path().join("chd.service.d")).unwrap();
+    std::fs::write(dir.path().join("chd.service.d/scrapers.conf"), dropin).unwrap();
+    systemd_analyze_verify(dir.path());
+
+    let analyze = require_tool(
+        "systemd-analyze",
+        "`apt-get install -y systemd` (Debian package systemd)",
+    );
+    let ran = run(Command::new(analyze)
+        .args(["security", "--offline=yes", "--no-pager"])
+        .arg(dir.path().join("chd.service"))
+        .env("SYSTEMD_LOG_COLOR", "0")
+        .env("SYSTEMD_COLORS", "0"))
+    .expect_success();
+    let line = |needle: &str| {
+        ran.stdout
+            .lines()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no {needle} in\n{}", ran.stdout))
+            .to_string()
+    };
+    assert!(
+        !line("IPAddressDeny=").contains("does not define"),
+        "{}",
+        line("IPAddressDeny=")
+    );
+    let overall: f64 = line("Overall exposure level")
+        .split(':')
+        .nth(1)
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{}", line("Overall exposure level")));
+    assert!(overall <= 1.6, "exposure {overall} (1.7 before issue 30)");
+}
