@@ -194,6 +194,8 @@ fn view(
         devices: devices.to_vec(),
         backend: "cuda".to_string(),
         universe: universe.clone(),
+        d2d_universe: Default::default(),
+        p2p_universe: Default::default(),
         affinity_cpus: affinity_cpus.clone(),
         stale_after: Duration::from_secs(24 * 3600),
         cells,

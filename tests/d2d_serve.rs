@@ -77,6 +77,13 @@ fn a_slow_device_shows_in_the_d2d_bandwidth_and_ratio_and_survives_a_restart() {
     assert!((slow - 100e9).abs() < 0.01 * 100e9, "{slow}");
     let ratio = d2d(&m, "chd_d2d_device_ratio", "1").unwrap();
     assert!((ratio - 0.25).abs() < 0.01, "{ratio}");
+    // The coverage family counts every device's same-device cell (issue 24: it had no d2d
+    // rows).
+    let cells = |state| m.value("chd_probe_cells", &[("probe", "d2d"), ("state", state)]);
+    assert_eq!(
+        (cells("fresh"), cells("stale"), cells("unmeasured")),
+        (4.0, 0.0, 0.0)
+    );
     // A d2d window is a probe run of its own, and nothing stays held after the windows.
     assert!(
         m.value(

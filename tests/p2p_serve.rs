@@ -139,6 +139,12 @@ fn every_ordered_pair_is_measured_one_per_window_with_its_path_and_planted_rate(
             s.value
         );
     }
+    // The coverage family counts the node's 12 ordered pairs (issue 24: it had no p2p rows).
+    let cells = |state| m.value("chd_probe_cells", &[("probe", "p2p"), ("state", state)]);
+    assert_eq!(
+        (cells("fresh"), cells("stale"), cells("unmeasured")),
+        (12.0, 0.0, 0.0)
+    );
     // One pair per window: twelve pairs took at least twelve p2p runs, every one a success,
     // and the d2d and h2d cells still ran in those windows.
     let ok = m.value(
@@ -201,6 +207,12 @@ fn a_closed_idle_gate_runs_no_pair() {
     );
     assert_eq!(runs(&m, "p2p"), 0.0);
     assert_eq!(p2p_series(&m), 0);
+    // Planned, never measured.
+    let cells = |state| m.value("chd_probe_cells", &[("probe", "p2p"), ("state", state)]);
+    assert_eq!(
+        (cells("fresh"), cells("stale"), cells("unmeasured")),
+        (0.0, 0.0, 12.0)
+    );
 
     // Idle: pairs are measured; busy again: no more pair runs.
     std::fs::write(&busy, "").unwrap();
@@ -292,6 +304,11 @@ fn the_host_backend_runs_no_pair() {
     );
     assert_eq!(runs(&m, "p2p"), 0.0);
     assert_eq!(p2p_series(&m), 0);
+    // Nothing planned, nothing to cover.
+    for state in ["fresh", "stale", "unmeasured"] {
+        let cells = m.value("chd_probe_cells", &[("probe", "p2p"), ("state", state)]);
+        assert_eq!(cells, 0.0, "{state}");
+    }
     let (status, log) = chd.terminate();
     assert!(status.success(), "{log}");
 }

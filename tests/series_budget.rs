@@ -155,11 +155,13 @@ fn scrape(shape: Shape, cells: bool) -> String {
         }
     }
     // Every device's same-device copy cell (`probe.d2d_size_mib`, 64 by default).
+    let mut d2d_universe = Vec::new();
     for (i, d) in devices.iter().enumerate() {
         let key = D2dKey {
             device: d.id.clone(),
             size_bytes: 64 << 20,
         };
+        d2d_universe.push(key.clone());
         let sample = Sample {
             bytes_per_second: 4.0e11 + i as f64,
             at: now,
@@ -228,6 +230,8 @@ fn scrape(shape: Shape, cells: bool) -> String {
         devices: devices.clone(),
         backend: "cuda".into(),
         universe: Arc::new(universe),
+        d2d_universe: Arc::new(d2d_universe),
+        p2p_universe: Arc::new(p2p_paths.keys().cloned().collect()),
         affinity_cpus: Arc::new(topology.cpus.iter().map(|c| c.id).collect()),
         stale_after: Duration::from_secs(24 * 3600),
         cells,

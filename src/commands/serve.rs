@@ -24,7 +24,7 @@ use chd::schedule::metrics::ProbeMetrics;
 use chd::schedule::verdict::{NfdFile, NodeVerdict, SharedVerdict};
 use chd::schedule::Scheduler;
 use chd::store::persist::{self, Loaded};
-use chd::store::{unix_now, CellKey, SharedStore, Store};
+use chd::store::{unix_now, CellKey, D2dKey, P2pKey, SharedStore, Store};
 use chd::topology::Topology;
 use chd::vocab::{DeviceId, DevicePair};
 
@@ -210,6 +210,9 @@ async fn run_replay(
         metrics.error(e.probe, &e.device, "recorded");
     }
     let universe: Vec<CellKey> = replay.store.h2d().keys().cloned().collect();
+    // A replay measures nothing: its coverage is what the recording holds.
+    let d2d_universe: Vec<D2dKey> = replay.store.d2d().keys().cloned().collect();
+    let p2p_universe: Vec<P2pKey> = replay.store.p2p().keys().cloned().collect();
     let cells = export_cells(&config, universe.len());
     // A recording does not change: its verdict is what it shows, named at once.
     let (causes, best_numa) = causes_of_store(
@@ -231,6 +234,8 @@ async fn run_replay(
             devices: backend.devices.clone(),
             backend: backend.name().to_string(),
             universe: Arc::new(universe),
+            d2d_universe: Arc::new(d2d_universe),
+            p2p_universe: Arc::new(p2p_universe),
             affinity_cpus: Arc::new(cpus),
             stale_after: config.probe.stale_after,
             cells,
@@ -365,6 +370,25 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         )
     });
 
+    // The same-device and peer copy cells the windows measure, for their coverage.
+    let d2d_universe: Arc<Vec<D2dKey>> = Arc::new(if config.probe.d2d_size_bytes == 0 {
+        Vec::new()
+    } else {
+        backend
+            .devices()
+            .iter()
+            .map(|d| D2dKey {
+                device: d.id.clone(),
+                size_bytes: config.probe.d2d_size_bytes,
+            })
+            .collect()
+    });
+    let p2p_universe: Arc<Vec<P2pKey>> = Arc::new(if config.probe.p2p_size_bytes == 0 {
+        Vec::new()
+    } else {
+        p2p_paths.keys().cloned().collect()
+    });
+
     let mut loaded = load_store(&state_dir, &topology, &*backend);
     loaded.set_cpu_numa(
         topology
@@ -405,6 +429,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             devices: backend.devices().to_vec(),
             backend: backend.name().to_string(),
             universe: universe.clone(),
+            d2d_universe: d2d_universe.clone(),
+            p2p_universe: p2p_universe.clone(),
             affinity_cpus: affinity_cpus.clone(),
             stale_after: config.probe.stale_after,
             cells,

@@ -21,7 +21,7 @@ use crate::analysis::live;
 use crate::analysis::{Cell, DeviceColumn, H2dMatrix, NumaMap, StoreAnalysis};
 use crate::runtime::DeviceInfo;
 use crate::stats::Summary;
-use crate::store::{unix_now, CellKey, P2pKey, SharedStore, Store};
+use crate::store::{unix_now, CellKey, D2dKey, P2pKey, SharedStore, Store};
 use crate::topology::cpulist;
 use crate::topology::pci_link::Link;
 use crate::topology::pci_path::PathClass;
@@ -80,6 +80,10 @@ pub struct StoreView {
     pub backend: String,
     /// Cells the prober measures (for coverage).
     pub universe: Arc<Vec<CellKey>>,
+    /// Same-device copy cells the prober measures (for coverage; empty when they are off).
+    pub d2d_universe: Arc<Vec<D2dKey>>,
+    /// Ordered peer copy cells the prober measures (for coverage; empty when they are off).
+    pub p2p_universe: Arc<Vec<P2pKey>>,
     /// CPUs the affinity probe checks (for coverage).
     pub affinity_cpus: Arc<Vec<u32>>,
     pub stale_after: Duration,
@@ -148,7 +152,7 @@ impl ProbeCoverage {
 /// depends on the clock, so the counts are taken at every scrape, each in O(log cells).
 #[derive(Debug, Clone)]
 pub struct Coverage {
-    probes: [ProbeCoverage; 3],
+    probes: [ProbeCoverage; 5],
     stale_after: Duration,
 }
 
@@ -401,10 +405,22 @@ impl StoreView {
             .collect();
         let pair_total =
             (self.affinity_cpus.len() * self.affinity_cpus.len() * self.pairs.len()) as u64;
+        let d2d = self
+            .d2d_universe
+            .iter()
+            .filter_map(|k| store.d2d().get(k).and_then(|c| c.last_sample_at()))
+            .collect();
+        let p2p = self
+            .p2p_universe
+            .iter()
+            .filter_map(|k| store.p2p().get(k).and_then(|c| c.last_sample_at()))
+            .collect();
         Coverage {
             probes: [
                 ProbeCoverage::new("h2d", h2d, self.universe.len() as u64),
                 ProbeCoverage::new("pair", pair, pair_total),
+                ProbeCoverage::new("d2d", d2d, self.d2d_universe.len() as u64),
+                ProbeCoverage::new("p2p", p2p, self.p2p_universe.len() as u64),
                 ProbeCoverage::new("affinity", affinity, self.affinity_cpus.len() as u64),
             ],
             stale_after: self.stale_after,
@@ -667,6 +683,8 @@ pub(crate) mod tests {
             devices,
             backend: "cuda".into(),
             universe: Arc::new(universe),
+            d2d_universe: Default::default(),
+            p2p_universe: Default::default(),
             affinity_cpus: Arc::new(vec![0, 1, 2, 3]),
             stale_after: Duration::from_secs(3600),
             cells,
@@ -968,9 +986,59 @@ pub(crate) mod tests {
         assert_eq!(h2d.probe, "h2d");
         assert_eq!(h2d.counts(now - 3600.0), [15, 0, 1]);
         assert_eq!(h2d.counts(now + 1.0), [0, 15, 1]);
-        let affinity = &coverage.probes[2];
-        assert_eq!(affinity.counts(now - 3600.0), [4, 0, 0]);
-        // No pair configured: nothing to cover.
-        assert_eq!(coverage.probes[1].counts(now), [0, 0, 0]);
+        let probe = |name: &str| coverage.probes.iter().find(|p| p.probe == name).unwrap();
+        assert_eq!(probe("affinity").counts(now - 3600.0), [4, 0, 0]);
+        // No pair configured, no same-device or peer copy cell planned: nothing to cover.
+        for name in ["pair", "d2d", "p2p"] {
+            assert_eq!(probe(name).counts(now), [0, 0, 0], "{name}");
+        }
+    }
+
+    /// The same-device and peer copy cells a node plans are covered like the matrix: each
+    /// planned cell fresh, stale or unmeasured (issue 24: the family had no rows for them).
+    #[test]
+    fn d2d_and_p2p_cells_have_coverage_rows() {
+        let mut v = view(false);
+        let d2d = |device: &str| D2dKey {
+            device: device.into(),
+            size_bytes: 64 << 20,
+        };
+        let p2p = |label: &str| -> P2pKey { label.parse().unwrap() };
+        v.d2d_universe = Arc::new(vec![d2d("0"), d2d("1"), d2d("2")]);
+        v.p2p_universe = Arc::new(vec![p2p("0>1"), p2p("1>0")]);
+        {
+            let mut s = v.store.write().unwrap();
+            let fresh = Sample {
+                bytes_per_second: 1e11,
+                at: unix_now(),
+            };
+            let old = Sample {
+                bytes_per_second: 1e11,
+                at: unix_now() - 7200.0,
+            };
+            s.record_sample(d2d("0"), fresh, 5);
+            s.record_sample(d2d("1"), old, 5);
+            s.record_error(d2d("2"), unix_now());
+            s.record_sample(p2p("1>0"), fresh, 5);
+            // A cell that is not planned (another size) is not counted.
+            s.record_sample(
+                D2dKey {
+                    device: "0".into(),
+                    size_bytes: 1,
+                },
+                fresh,
+                5,
+            );
+        }
+        let text = scrape(v);
+        for (series, expected) in [
+            ("chd_probe_cells{probe=\"d2d\",state=\"fresh\"}", 1.0),
+            ("chd_probe_cells{probe=\"d2d\",state=\"stale\"}", 1.0),
+            ("chd_probe_cells{probe=\"d2d\",state=\"unmeasured\"}", 1.0),
+            ("chd_probe_cells{probe=\"p2p\",state=\"fresh\"}", 1.0),
+            ("chd_probe_cells{probe=\"p2p\",state=\"unmeasured\"}", 1.0),
+        ] {
+            assert_eq!(value(&text, series), expected, "{series}");
+        }
     }
 }
