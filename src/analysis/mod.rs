@@ -38,6 +38,7 @@ pub mod measured_node;
 pub mod p2p;
 pub mod pair;
 pub mod ranks;
+pub mod suspect;
 pub mod sweep;
 pub mod verdict;
 

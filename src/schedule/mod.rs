@@ -16,6 +16,7 @@ pub mod pair_window;
 pub mod planner;
 pub mod quarantine;
 pub mod settings;
+pub mod single_cell;
 pub mod state_saver;
 pub mod verdict;
 pub mod window;
@@ -251,6 +252,7 @@ impl Scheduler {
         Some(P2pCell {
             cpu: self.topology.cpu_near(numa_node, &self.affinity_cpus)?,
             key,
+            size_bytes: self.probe.p2p_size_bytes,
         })
     }
 
@@ -326,8 +328,7 @@ impl Scheduler {
                     keep: self.probe.samples_per_cell,
                 },
                 p2p: P2pWindowSpec {
-                    cell: self.p2p_cell(&store, &mut rng),
-                    size_bytes: self.probe.p2p_size_bytes,
+                    cells: self.p2p_cell(&store, &mut rng).into_iter().collect(),
                     warmup: self.probe.warmup,
                     iterations: self.probe.iterations,
                     keep: self.probe.samples_per_cell,

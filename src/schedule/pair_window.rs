@@ -4,16 +4,16 @@
 //! the pair's typical cell counts only once a re-measurement later in the window agrees. At
 //! the end of the window the probe releases what it held for the pairs.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::cell_loop::{self, Cells};
 use super::metrics::ProbeMetrics;
-use super::window::{WindowReport, SUSPECT_RATIO};
+use super::window::WindowReport;
+use crate::analysis::suspect::Typical;
 use crate::runtime::pair::{PairParams, PairProbe};
-use crate::stats;
 use crate::store::{unix_now, PairKey, Sample, SharedStore, Store};
+use crate::vocab::DevicePair;
 
 /// What the pair part of a window should do.
 #[derive(Clone)]
@@ -25,19 +25,15 @@ pub struct PairWindowSpec {
     pub keep: usize,
 }
 
-/// Typical cell value per pair at window start (median of its cells' medians, 3 or more).
-fn typical(store: &Store) -> BTreeMap<String, f64> {
-    let mut values: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-    for (key, cell) in store.pairs() {
-        if let Some(m) = cell.median() {
-            values.entry(key.pair.as_str()).or_default().push(m);
-        }
-    }
-    values
-        .into_iter()
-        .filter(|(_, v)| v.len() >= 3)
-        .filter_map(|(k, v)| Some((k.to_string(), stats::median(&v)?)))
-        .collect()
+/// The typical cell of each pair at window start: the median of its cells' medians (the
+/// suspect rule is `analysis::suspect`'s).
+fn typical(store: &Store) -> Typical<DevicePair> {
+    Typical::of(
+        store
+            .pairs()
+            .iter()
+            .filter_map(|(key, cell)| Some((key.pair.clone(), cell.median()?))),
+    )
 }
 
 /// The pair cells of one window.
@@ -45,7 +41,7 @@ struct PairCells<'a> {
     spec: &'a PairWindowSpec,
     store: &'a SharedStore,
     metrics: &'a ProbeMetrics,
-    typical: BTreeMap<String, f64>,
+    typical: Typical<DevicePair>,
 }
 
 impl Cells for PairCells<'_> {
@@ -78,13 +74,11 @@ impl Cells for PairCells<'_> {
             .pairs()
             .get(key)
             .and_then(|c| c.median());
-        self.is_slow(key, value) && history.is_none_or(|h| value < SUSPECT_RATIO * h)
+        self.typical.is_suspect(&key.pair, value, history)
     }
 
     fn is_slow(&self, key: &PairKey, value: f64) -> bool {
-        self.typical
-            .get(key.pair.as_str())
-            .is_some_and(|t| value < SUSPECT_RATIO * t)
+        self.typical.is_slow(&key.pair, value)
     }
 
     fn record(&mut self, key: &PairKey, values: &[f64]) {

@@ -6,18 +6,19 @@
 //! leave it [`P2P_SHARE`] of the budget). Every result goes to the store as soon as it is
 //! measured.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use super::cell_loop::{self, Cells};
 pub use super::cell_loop::{WindowEnd, WindowReport};
-use super::d2d_window::{self, D2dWindowSpec};
+use super::d2d_window::D2dWindowSpec;
 use super::metrics::ProbeMetrics;
-use super::p2p_window::{self, P2pWindowSpec};
+use super::p2p_window::P2pWindowSpec;
+use super::single_cell;
 use crate::affinity;
+use crate::analysis::suspect::Typical;
 use crate::probe::h2d;
 use crate::runtime::{Backend, ProbeError};
-use crate::stats;
 use crate::store::{unix_now, CellKey, Sample, SharedStore, Store};
 use crate::topology::pci_link::DeviceLinks;
 use crate::vocab::{Direction, HostMemory};
@@ -53,53 +54,14 @@ pub const D2D_SHARE: u32 = 8;
 /// there is one (the copy cells leave both together [`D2D_SHARE`]).
 pub const P2P_SHARE: u32 = 16;
 
-/// A sample below this share of the node's typical cell (same size and direction) is
-/// suspect: it counts only after a re-measurement later in the window, in another order,
-/// is slow too (the seed's first-device-after-a-fresh-buffer artefact).
-pub const SUSPECT_RATIO: f64 = 0.5;
-
-/// The node's typical cell value per (size, direction) at window start: the median of all
-/// measured cells' medians.
-#[derive(Debug, Default)]
-pub struct Typical(BTreeMap<(u64, Direction), f64>);
-
-impl Typical {
-    pub fn of(store: &Store) -> Typical {
-        let mut values: BTreeMap<(u64, Direction), Vec<f64>> = BTreeMap::new();
-        for (key, cell) in store.measured_cells() {
-            if let Some(m) = cell.median() {
-                values
-                    .entry((key.size_bytes, key.direction))
-                    .or_default()
-                    .push(m);
-            }
-        }
-        Typical(
-            values
-                .into_iter()
-                .filter(|(_, v)| v.len() >= 3)
-                .filter_map(|(k, v)| Some((k, stats::median(&v)?)))
-                .collect(),
-        )
-    }
-
-    fn is_slow(&self, key: &CellKey, value: f64) -> bool {
-        self.0
-            .get(&(key.size_bytes, key.direction))
-            .is_some_and(|typical| value < SUSPECT_RATIO * typical)
-    }
-
-    /// Slow against the node, and not what this cell has already shown (a cell whose
-    /// history is slow needs no new confirmation).
-    pub fn is_suspect(&self, store: &Store, key: &CellKey, value: f64) -> bool {
-        if !self.is_slow(key, value) {
-            return false;
-        }
-        match store.h2d().get(key).and_then(|c| c.median()) {
-            Some(history) => value < SUSPECT_RATIO * history,
-            None => true,
-        }
-    }
+/// The node's typical H2D cell per (size, direction) at window start: the median of all
+/// measured cells' medians (the suspect rule is `analysis::suspect`'s).
+pub fn typical_h2d(store: &Store) -> Typical<(u64, Direction)> {
+    Typical::of(
+        store
+            .measured_cells()
+            .filter_map(|(key, cell)| Some(((key.size_bytes, key.direction), cell.median()?))),
+    )
 }
 
 /// The copy cells of one window. Consecutive cells of one CPU and size (the planner puts
@@ -112,7 +74,7 @@ struct CopyCells<'a> {
     backend: &'a dyn Backend,
     store: &'a SharedStore,
     metrics: &'a ProbeMetrics,
-    typical: Typical,
+    typical: Typical<(u64, Direction)>,
     group: Option<h2d::CellGroup<'a>>,
     /// Devices whose link this window has read.
     links_read: BTreeSet<String>,
@@ -195,15 +157,15 @@ impl Cells for CopyCells<'_> {
     }
 
     fn is_suspect(&self, cell: &CellKey, value: f64) -> bool {
-        self.typical.is_suspect(
-            &self.store.read().unwrap_or_else(|p| p.into_inner()),
-            cell,
-            value,
-        )
+        let store = self.store.read().unwrap_or_else(|p| p.into_inner());
+        let history = store.h2d().get(cell).and_then(|c| c.median());
+        self.typical
+            .is_suspect(&(cell.size_bytes, cell.direction), value, history)
     }
 
     fn is_slow(&self, cell: &CellKey, value: f64) -> bool {
-        self.typical.is_slow(cell, value)
+        self.typical
+            .is_slow(&(cell.size_bytes, cell.direction), value)
     }
 
     fn record(&mut self, cell: &CellKey, values: &[f64]) {
@@ -229,7 +191,7 @@ impl Cells for CopyCells<'_> {
 
 /// Run a window on the calling thread (which must be a dedicated, throw-away thread: each
 /// cell binds it). `keep_going` is asked before every cell. Suspect samples (see
-/// [`SUSPECT_RATIO`]) are held back and re-measured at the end of the window, in reverse
+/// [`crate::analysis::suspect::SUSPECT_RATIO`]) are held back and re-measured at the end of the window, in reverse
 /// order of discovery; they are recorded only if the re-measurement is slow too.
 pub fn run(
     spec: &WindowSpec,
@@ -245,11 +207,11 @@ pub fn run(
         backend,
         store,
         metrics,
-        typical: Typical::of(&store.read().unwrap_or_else(|p| p.into_inner())),
+        typical: typical_h2d(&store.read().unwrap_or_else(|p| p.into_inner())),
         group: None,
         links_read: BTreeSet::new(),
     };
-    let has_p2p = spec.p2p.cell.is_some();
+    let has_p2p = !spec.p2p.cells.is_empty();
     let h2d_budget = if spec.d2d.cells.is_empty() && !has_p2p {
         spec.budget
     } else {
@@ -275,12 +237,12 @@ pub fn run(
             Duration::ZERO
         };
         let left = spec.budget.saturating_sub(report.elapsed + reserve);
-        let d2d = d2d_window::run(&spec.d2d, left, backend, store, metrics, keep_going);
+        let d2d = single_cell::run(&spec.d2d, left, backend, store, metrics, keep_going);
         add(&mut report, &d2d);
     }
     if has_p2p && report.end != WindowEnd::Aborted {
         let left = spec.budget.saturating_sub(report.elapsed);
-        let p2p = p2p_window::run(&spec.p2p, left, backend, store, metrics, keep_going);
+        let p2p = single_cell::run(&spec.p2p, left, backend, store, metrics, keep_going);
         add(&mut report, &p2p);
     }
     super::quarantine::export(backend, metrics);
@@ -700,7 +662,7 @@ mod tests {
         let cpu = crate::affinity::current_cpus().unwrap()[0];
         let mut spec = spec_of(cells, budget);
         spec.d2d = D2dWindowSpec {
-            cells: vec![super::d2d_window::D2dCell {
+            cells: vec![crate::schedule::d2d_window::D2dCell {
                 key: crate::store::D2dKey {
                     device: "a".into(),
                     size_bytes: 1 << 20,
@@ -712,11 +674,11 @@ mod tests {
             keep: 5,
         };
         spec.p2p = P2pWindowSpec {
-            cell: Some(super::p2p_window::P2pCell {
+            cells: vec![crate::schedule::p2p_window::P2pCell {
                 key: "a>b".parse().unwrap(),
                 cpu,
-            }),
-            size_bytes: 4 << 20,
+                size_bytes: 4 << 20,
+            }],
             warmup: 0,
             iterations: 1,
             keep: 5,
