@@ -79,6 +79,8 @@ start=$(date +%s)
 ./scripts/real-libs.sh fetch
 echo "scripts/test.sh: real NVIDIA libraries ready in $(($(date +%s) - start)) s"
 
+# CI builds once from a clean checkout: incremental caches would only take disk.
+export CARGO_INCREMENTAL=0
 cargo fmt --all --check
 cargo fmt --manifest-path fuzz/Cargo.toml --check
 cargo clippy --locked --workspace --all-targets -- -D warnings

@@ -11,7 +11,7 @@
 //! it, each with an inner `#![allow(unsafe_code)]` saying why: `runtime::{cuda, acl,
 //! collective, gemm, library}` (vendor C APIs loaded at run time), `runtime::device_copy`
 //! (pinned host memory from the runtime as a slice), `runtime::numa_memory` (mmap, mbind,
-//! move_pages). In the binary, only `commands::interrupt` (sigaction). Every `unsafe` block
+//! move_pages), and `schedule::state_saver`'s one `malloc_trim` after a save. In the binary, only `commands::interrupt` (sigaction). Every `unsafe` block
 //! carries a `// SAFETY:` comment (`clippy::undocumented_unsafe_blocks`, set in Cargo.toml).
 
 #![deny(unsafe_code)]

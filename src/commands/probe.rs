@@ -13,7 +13,6 @@ use anyhow::{anyhow, bail, Context as _};
 use super::interrupt::InterruptGuard;
 use super::progress::Progress;
 use super::request::{ProbeRequest, RunOptions};
-use chd::analysis::basics::Op;
 use chd::config::{Config, Layer, RuntimeLayer};
 use chd::format::run_dir::{
     self as record, CellLog, DeviceMeta, Machine, MatrixKind, RunFile,
@@ -24,7 +23,7 @@ use chd::probe::kinds;
 use chd::probe::run::{self as oneshot, Measuring};
 use chd::probe::setup::{Prepared, Setup, SetupError};
 use chd::probe::{basics, d2d, h2d, p2p, pairs, sweep};
-use chd::report::{self, dataset::Dataset};
+use chd::report::{self, dataset::Dataset, stdout::Format};
 use chd::runtime::gemm::DeviceLoader;
 use chd::runtime::select::Opened;
 use chd::store::unix_now;
@@ -137,10 +136,12 @@ fn run_kind(
 ) -> anyhow::Result<()> {
     let name = probe.as_str();
     let out = opts.out.as_deref();
-    let format = opts.format.as_deref().unwrap_or("table").to_string();
-    if !["table", "csv", "json"].contains(&format.as_str()) {
-        bail!("--format: {format:?} is not one of table, csv, json");
-    }
+    let format: Format = opts
+        .format
+        .as_deref()
+        .unwrap_or("table")
+        .parse()
+        .map_err(|e| anyhow!("--format: {e}"))?;
     if opts.resume && out.is_none() {
         bail!("--resume needs --out DIR: the run directory to continue");
     }
@@ -253,7 +254,7 @@ fn run_kind(
             print_findings(&written.findings);
         }
         Some(_) => {}
-        None => print_cells(&ds, run.plan.probe, &format)?,
+        None => print!("{}", report::stdout::render(&ds, run.plan.probe, format)?),
     }
     if interrupted || finished.stopped {
         let resume = out
@@ -341,275 +342,4 @@ fn print_findings(findings: &[String]) {
     for f in findings {
         println!("finding: {f}");
     }
-}
-
-fn print_cells(ds: &Dataset, kind: MatrixKind, format: &str) -> anyhow::Result<()> {
-    let numa = ds.numa_map();
-    let gbps = |v: Option<f64>| {
-        v.map(|v| format!("{:.2}", v / 1e9))
-            .unwrap_or_else(|| "-".into())
-    };
-    let node = |cpu: u32| {
-        numa.get(&cpu)
-            .map(|n| n.to_string())
-            .unwrap_or_else(|| "-".into())
-    };
-    let mut cells: Vec<_> = ds.cells.iter().collect();
-    cells.sort_by(|a, b| {
-        (&a.matrix, a.cpu, natural_key(&a.device), a.peer_cpu).cmp(&(
-            &b.matrix,
-            b.cpu,
-            natural_key(&b.device),
-            b.peer_cpu,
-        ))
-    });
-    match (format, kind) {
-        ("csv", MatrixKind::Sweep) => {
-            print!("{}", report::sweep::render_csv(&report::sweep::curves(ds)))
-        }
-        ("csv", MatrixKind::Basics) => {
-            print!("{}", report::basics::csv(ds).unwrap_or_default())
-        }
-        ("csv", _) => print!("{}", report::csv::render(ds)),
-        ("json", MatrixKind::Basics) => {
-            let rows: Vec<serde_json::Value> = cells
-                .iter()
-                .map(|c| {
-                    let op: Option<Op> = c.matrix.direction.parse().ok();
-                    serde_json::json!({
-                        "measurement": c.matrix.direction,
-                        "unit": op.map(|o| if o == Op::Matmul { "flop/s" } else { "bytes/s" }),
-                        "device": c.device,
-                        "cpu": c.cpu,
-                        "numa_node": numa.get(&c.cpu),
-                        "size_bytes": c.matrix.size_bytes,
-                        "load": c.matrix.load,
-                        "value": c.value(),
-                        "samples": c.samples.len(),
-                        "error": c.errors.last(),
-                    })
-                })
-                .collect();
-            println!("{}", serde_json::to_string_pretty(&rows)?);
-        }
-        ("json", MatrixKind::Sweep) => {
-            let rows: Vec<serde_json::Value> = report::sweep::curves(ds)
-                .iter()
-                .flat_map(|c| {
-                    c.points.iter().map(move |p| {
-                        serde_json::json!({
-                            "op": c.op,
-                            "device": c.device,
-                            "size_bytes": p.size_bytes,
-                            "bytes_per_second": p.median,
-                            "spread": p.spread,
-                            "samples": p.samples,
-                            "failed": p.failed,
-                            "flags": report::sweep::flags(p),
-                            "plateau": c.plateau == Some(p.size_bytes),
-                            "error": p.last_error,
-                        })
-                    })
-                })
-                .collect();
-            println!("{}", serde_json::to_string_pretty(&rows)?);
-        }
-        (_, MatrixKind::Basics) => {
-            let table = report::basics::table(ds).unwrap_or_default();
-            println!(
-                "{:<24} {:>6} {:>10} {:>20} {:>20} {:>6}",
-                "measurement", "unit", "load", "slowest", "fastest", "ratio"
-            );
-            for row in &table.rows {
-                let at = |d: &Option<chd::analysis::basics::DeviceValue>| {
-                    d.as_ref()
-                        .map(|d| format!("{:.1} (dev {})", row.op.scaled(d.value), d.device))
-                        .unwrap_or_else(|| "-".into())
-                };
-                println!(
-                    "{:<24} {:>6} {:>10} {:>20} {:>20} {:>6}",
-                    row.op.title(),
-                    row.op.unit(),
-                    row.load,
-                    at(&row.min),
-                    at(&row.max),
-                    row.spread()
-                        .map(|r| format!("{r:.2}"))
-                        .unwrap_or_else(|| "-".into())
-                );
-            }
-            for (op, why) in &table.unavailable {
-                println!("not measured: {}: {why}", op.title());
-            }
-        }
-        (_, MatrixKind::Sweep) => {
-            println!(
-                "{:>9} {:>7} {:>8} {:>9} {:>7} {:>7}  note",
-                "op", "device", "size", "GB/s", "spread", "samples"
-            );
-            for c in report::sweep::curves(ds) {
-                for p in &c.points {
-                    let mut note = report::sweep::flags(p);
-                    if c.plateau == Some(p.size_bytes) {
-                        note.push_str(" plateau");
-                    }
-                    if let Some(e) = p.last_error.as_deref().filter(|_| p.median.is_none()) {
-                        note.push(' ');
-                        note.push_str(e);
-                    }
-                    println!(
-                        "{:>9} {:>7} {:>8} {:>9} {:>7} {:>7}  {}",
-                        c.op,
-                        c.device,
-                        report::dataset::size_label(p.size_bytes),
-                        gbps(p.median),
-                        p.spread
-                            .map(|s| format!("{:.1}%", s * 100.0))
-                            .unwrap_or_else(|| "-".into()),
-                        p.samples,
-                        note.trim()
-                    );
-                }
-            }
-        }
-        ("json", MatrixKind::H2d | MatrixKind::D2d) => {
-            let rows: Vec<serde_json::Value> = cells
-                .iter()
-                .map(|c| {
-                    serde_json::json!({
-                        "cpu": c.cpu,
-                        "numa_node": numa.get(&c.cpu),
-                        "device": c.device,
-                        "size_bytes": c.matrix.size_bytes,
-                        "direction": c.matrix.direction,
-                        "host_memory": c.matrix.host_memory,
-                        "load": c.matrix.load,
-                        "bytes_per_second": c.value(),
-                        "samples": c.samples.len(),
-                        "error": c.errors.last(),
-                    })
-                })
-                .collect();
-            println!("{}", serde_json::to_string_pretty(&rows)?);
-        }
-        ("json", MatrixKind::Pair) => {
-            let rows: Vec<serde_json::Value> = cells
-                .iter()
-                .map(|c| {
-                    serde_json::json!({
-                        "pair": c.device,
-                        "rank0_cpu": c.cpu,
-                        "rank0_numa_node": numa.get(&c.cpu),
-                        "rank1_cpu": c.peer_cpu,
-                        "rank1_numa_node": c.peer_cpu.and_then(|p| numa.get(&p)),
-                        "size_bytes": c.matrix.size_bytes,
-                        "operation": c.matrix.direction,
-                        "load": c.matrix.load,
-                        "bytes_per_second": c.value(),
-                        "samples": c.samples.len(),
-                        "error": c.errors.last(),
-                    })
-                })
-                .collect();
-            println!("{}", serde_json::to_string_pretty(&rows)?);
-        }
-        (_, MatrixKind::H2d | MatrixKind::D2d) => {
-            println!(
-                "{:>5} {:>4} {:>7} {:>8} {:>4} {:>8} {:>8} {:>9} {:>7}  note",
-                "cpu", "numa", "device", "size", "dir", "memory", "load", "GB/s", "samples"
-            );
-            for c in cells {
-                println!(
-                    "{:>5} {:>4} {:>7} {:>8} {:>4} {:>8} {:>8} {:>9} {:>7}  {}",
-                    c.cpu,
-                    node(c.cpu),
-                    c.device,
-                    report::dataset::size_label(c.matrix.size_bytes),
-                    c.matrix.direction,
-                    c.matrix.host_memory,
-                    c.matrix.load,
-                    gbps(c.value()),
-                    c.samples.len(),
-                    c.errors.last().map(String::as_str).unwrap_or("")
-                );
-            }
-        }
-        ("json", MatrixKind::P2p) => {
-            let rows: Vec<serde_json::Value> = cells
-                .iter()
-                .map(|c| {
-                    let pair = c.device.parse::<OrderedPair>().ok();
-                    let (src, dst) = pair
-                        .map(|p| (p.src().to_string(), p.dst().to_string()))
-                        .unzip();
-                    serde_json::json!({
-                        "pair": c.device,
-                        "src": src,
-                        "dst": dst,
-                        "path": ds.p2p_paths.get(&c.device),
-                        "method": ds.p2p_methods.get(&c.device),
-                        "cpu": c.cpu,
-                        "size_bytes": c.matrix.size_bytes,
-                        "bytes_per_second": c.value(),
-                        "samples": c.samples.len(),
-                        "error": c.errors.last(),
-                    })
-                })
-                .collect();
-            println!("{}", serde_json::to_string_pretty(&rows)?);
-        }
-        (_, MatrixKind::P2p) => {
-            println!(
-                "{:>5} {:>5} {:>7} {:>11} {:>8} {:>9} {:>7}  note",
-                "src", "dst", "path", "method", "size", "GB/s", "samples"
-            );
-            for c in cells {
-                let (src, dst) = c
-                    .device
-                    .parse::<OrderedPair>()
-                    .map(|p| (p.src().to_string(), p.dst().to_string()))
-                    .unwrap_or_else(|_| ("?".into(), "?".into()));
-                println!(
-                    "{:>5} {:>5} {:>7} {:>11} {:>8} {:>9} {:>7}  {}",
-                    src,
-                    dst,
-                    ds.p2p_paths
-                        .get(&c.device)
-                        .map(String::as_str)
-                        .unwrap_or("-"),
-                    ds.p2p_methods
-                        .get(&c.device)
-                        .map(String::as_str)
-                        .unwrap_or("-"),
-                    report::dataset::size_label(c.matrix.size_bytes),
-                    gbps(c.value()),
-                    c.samples.len(),
-                    c.errors.last().map(String::as_str).unwrap_or("")
-                );
-            }
-        }
-        (_, MatrixKind::Pair) => {
-            println!(
-                "{:>7} {:>5} {:>5} {:>5} {:>5} {:>8} {:>9} {:>9} {:>7}  note",
-                "pair", "cpu0", "numa0", "cpu1", "numa1", "size", "operation", "GB/s", "samples"
-            );
-            for c in cells {
-                let peer = c.peer_cpu;
-                println!(
-                    "{:>7} {:>5} {:>5} {:>5} {:>5} {:>8} {:>9} {:>9} {:>7}  {}",
-                    c.device,
-                    c.cpu,
-                    node(c.cpu),
-                    peer.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
-                    peer.map(node).unwrap_or_else(|| "-".into()),
-                    report::dataset::size_label(c.matrix.size_bytes),
-                    c.matrix.direction,
-                    gbps(c.value()),
-                    c.samples.len(),
-                    c.errors.last().map(String::as_str).unwrap_or("")
-                );
-            }
-        }
-    }
-    Ok(())
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::h2d::bind;
-use super::kind::{self, ProbeKind};
+use super::kind::{self, Layout, MatrixFacts, ProbeKind};
 use super::plan::{
     counts_from, devices_from, flag, list, loads_from, pair_timeout, parse_size, Common, FlagNames,
     PlanContext, PlanError,
@@ -150,6 +150,14 @@ pub const KIND: BasicsKind = BasicsKind;
 impl ProbeKind for BasicsKind {
     fn kind(&self) -> MatrixKind {
         MatrixKind::Basics
+    }
+
+    fn layout(&self) -> Layout {
+        Layout::Table
+    }
+
+    fn matrix_title(&self, m: &MatrixFacts) -> String {
+        format!("Basics {}, load {}", m.direction, m.load)
     }
 
     /// Per device its measurements on its CPU, then the allgather of each pair (rank 0 on

@@ -8,7 +8,7 @@
 //! cells from one CPU of its NUMA node.
 
 use super::h2d::bind;
-use super::kind::{self, ProbeKind};
+use super::kind::{self, Layout, MatrixFacts, ProbeKind};
 use super::plan::{
     counts_from, devices_from, loads_from, product, sizes_or, Common, FlagNames, PlanContext,
     PlanError,
@@ -17,6 +17,7 @@ use super::setup::{Measure, Prepared, Setup, SetupError};
 use crate::format::run_dir::{MatrixKind, RunPlan};
 use crate::format::slot::{D2dSlot, Slot, SlotId, DEVICE_MEMORY};
 use crate::runtime::{Backend, DeviceCopyParams, ProbeError};
+use crate::vocab::size_label;
 
 /// Default of `chd probe d2d --sizes`: the size the calibration runs copied HBM to HBM.
 pub const DEFAULT_D2D_SIZES: &str = "256MiB";
@@ -43,6 +44,18 @@ pub const KIND: D2dKind = D2dKind;
 impl ProbeKind for D2dKind {
     fn kind(&self) -> MatrixKind {
         MatrixKind::D2d
+    }
+
+    fn layout(&self) -> Layout {
+        Layout::Devices
+    }
+
+    fn matrix_title(&self, m: &MatrixFacts) -> String {
+        format!(
+            "D2D {} same-device copies, load {}",
+            size_label(m.size_bytes),
+            m.load
+        )
     }
 
     /// `cpus[i]` runs `devices[i]`'s cells (a run.json with fewer CPUs than devices: only the

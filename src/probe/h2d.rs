@@ -11,7 +11,7 @@
 //! [`Request`], its slots (every CPU x device x size x direction x host memory kind), and
 //! the measurement of one slot.
 
-use super::kind::{self, ProbeKind};
+use super::kind::{self, Layout, MatrixFacts, ProbeKind};
 use super::plan::{
     counts_from, cpus_from, devices_from, flag, list, loads_from, product, sizes_or, Common,
     FlagNames, PlanContext, PlanError, DEFAULT_SIZES,
@@ -22,7 +22,7 @@ use crate::format::run_dir::{MatrixKind, RunPlan};
 use crate::format::slot::{CopySlot, Slot, SlotId};
 use crate::runtime::{Backend, CopyParams, HostStaging, ProbeError};
 use crate::store::CellKey;
-use crate::vocab::{Direction, HostMemory};
+use crate::vocab::{size_label, Direction, HostMemory};
 
 /// Bind the calling thread to exactly `cpu` (verified), as a [`ProbeError::Bind`] if not.
 pub(crate) fn bind(cpu: u32) -> Result<Binding, ProbeError> {
@@ -124,6 +124,20 @@ pub const KIND: H2dKind = H2dKind;
 impl ProbeKind for H2dKind {
     fn kind(&self) -> MatrixKind {
         MatrixKind::H2d
+    }
+
+    fn layout(&self) -> Layout {
+        Layout::CpuByDevice
+    }
+
+    fn matrix_title(&self, m: &MatrixFacts) -> String {
+        format!(
+            "H2D {} {}, {} memory, load {}",
+            size_label(m.size_bytes),
+            m.direction,
+            m.host_memory,
+            m.load
+        )
     }
 
     fn pass_slots(&self, plan: &RunPlan, load: &str, pass: u32) -> Result<Vec<SlotId>, String> {

@@ -9,10 +9,54 @@ use super::plan::FlagNames;
 use crate::format::run_dir::{MatrixKind, RunPlan};
 use crate::format::slot::SlotId;
 
+/// How a kind's cells are arranged for people: the shape the report, its pictures and CSVs,
+/// `chd probe`'s stdout and a replay's store give them. Several kinds may share one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// CPUs x devices, one matrix per size, direction, host memory and load: a heatmap, the
+    /// column and segment analysis, the store's core x device family.
+    CpuByDevice,
+    /// Rank 0's CPUs x rank 1's CPUs, one matrix per device pair and size.
+    CpuPairs,
+    /// One value per device and size, each from one CPU: a table of devices.
+    Devices,
+    /// Source x destination devices (ordered pairs), with their path classes.
+    SourceByDestination,
+    /// Size curves, per operation and device.
+    Curves,
+    /// One table of measurements per device (the basic validation table).
+    Table,
+}
+
+impl Layout {
+    /// Whether the cells are grouped into matrices of CPUs or devices (heatmaps, cells.csv),
+    /// rather than the curves or the table of their own sections.
+    pub fn is_matrix(self) -> bool {
+        !matches!(self, Layout::Curves | Layout::Table)
+    }
+}
+
+/// What names one matrix of a run, for its title.
+#[derive(Debug, Clone, Copy)]
+pub struct MatrixFacts<'a> {
+    pub size_bytes: u64,
+    pub direction: &'a str,
+    pub host_memory: &'a str,
+    pub load: &'a str,
+    /// The device pair of a pair matrix.
+    pub pair: Option<&'a str>,
+}
+
 /// One kind of one-shot measurement.
 pub trait ProbeKind: Sync {
     /// The kind: the subcommand, run.json's `probe`, the `matrix` of its slots.
     fn kind(&self) -> MatrixKind;
+
+    /// How its cells are shown.
+    fn layout(&self) -> Layout;
+
+    /// A matrix's title in the report: `H2D 64MiB h2d, pinned memory, load idle`.
+    fn matrix_title(&self, m: &MatrixFacts) -> String;
 
     /// Every slot of one pass under one load profile, in a canonical order. A plan whose
     /// fields name no valid slot (a damaged run.json) is an error naming the field.
@@ -38,6 +82,21 @@ pub trait ProbeKind: Sync {
     /// The header's name of `plan.directions`.
     fn directions_fact(&self) -> &'static str {
         "directions"
+    }
+
+    /// The header's fact of how each pair was measured (`run.json`'s `pair_methods`), if any.
+    fn methods_fact(
+        &self,
+        methods: &std::collections::BTreeMap<String, String>,
+    ) -> Option<(String, String)> {
+        if methods.is_empty() {
+            return None;
+        }
+        let listed: Vec<String> = methods
+            .iter()
+            .map(|(pair, method)| format!("{pair}: {method}"))
+            .collect();
+        Some(("pair methods".into(), listed.join("; ")))
     }
 
     /// Whether the kind's cells cross a host-to-device link (the report reads each device's

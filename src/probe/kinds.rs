@@ -25,6 +25,11 @@ pub fn of(kind: MatrixKind) -> &'static dyn ProbeKind {
         .expect("every MatrixKind has a row in probe::kinds::KINDS")
 }
 
+/// How `kind`'s cells are shown.
+pub fn layout(kind: MatrixKind) -> super::kind::Layout {
+    of(kind).layout()
+}
+
 /// Every slot of one pass of `plan` under `load`.
 pub fn pass_slots(plan: &RunPlan, load: &str, pass: u32) -> Result<Vec<SlotId>, String> {
     of(plan.probe).pass_slots(plan, load, pass)

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use super::h2d::bind;
-use super::kind::{self, ProbeKind};
+use super::kind::{self, Layout, MatrixFacts, ProbeKind};
 use super::plan::{
     counts_from, flag, list, parse_size, product, Common, FlagNames, PlanContext, PlanError,
 };
@@ -21,7 +21,7 @@ use crate::format::slot::{P2pSlot, PairOperation, Slot, SlotId, DEVICE_MEMORY};
 use crate::runtime::{Backend, DeviceCopyParams, DeviceInfo, ProbeError};
 use crate::topology::pci::sysfs_bdf;
 use crate::topology::pci_path::{class_of, PathClass};
-use crate::vocab::{DeviceId, OrderedPair};
+use crate::vocab::{size_label, DeviceId, OrderedPair};
 
 /// Default of `chd probe p2p --size`: the calibration runs' 256 MiB peer copy.
 pub const DEFAULT_P2P_SIZE: &str = "256MiB";
@@ -89,6 +89,34 @@ pub const KIND: P2pKind = P2pKind;
 impl ProbeKind for P2pKind {
     fn kind(&self) -> MatrixKind {
         MatrixKind::P2p
+    }
+
+    fn layout(&self) -> Layout {
+        Layout::SourceByDestination
+    }
+
+    fn matrix_title(&self, m: &MatrixFacts) -> String {
+        format!(
+            "P2P {} peer copies (source x destination device), load {}",
+            size_label(m.size_bytes),
+            m.load
+        )
+    }
+
+    /// How many pairs each method measured (a pair list would be N x (N - 1) entries).
+    fn methods_fact(&self, methods: &BTreeMap<String, String>) -> Option<(String, String)> {
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for m in methods.values() {
+            *counts.entry(m.as_str()).or_default() += 1;
+        }
+        if counts.is_empty() {
+            return None;
+        }
+        let listed: Vec<String> = counts
+            .iter()
+            .map(|(m, n)| format!("{m}: {n} pairs"))
+            .collect();
+        Some(("peer copy methods".into(), listed.join("; ")))
     }
 
     fn pass_slots(&self, plan: &RunPlan, load: &str, pass: u32) -> Result<Vec<SlotId>, String> {

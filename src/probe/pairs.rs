@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::kind::ProbeKind;
+use super::kind::{Layout, MatrixFacts, ProbeKind};
 use super::plan::{
     counts_from, cpus_from, pair_timeout, product, sizes_or, timeout_ms, Common, FlagNames,
     PlanContext, PlanError, DEFAULT_SIZES,
@@ -19,7 +19,7 @@ use crate::format::slot::{PairOperation, PairSlot, Slot, SlotId, DEVICE_MEMORY};
 use crate::runtime::pair::{PairParams, PairProbe};
 use crate::runtime::{DeviceInfo, ProbeError};
 use crate::topology::PairSelection;
-use crate::vocab::{DeviceId, DevicePair};
+use crate::vocab::{size_label, DeviceId, DevicePair};
 
 /// The `pair` label of two devices: ascending (numerically when both are numbers).
 pub fn pair_label(a: &str, b: &str) -> Result<DevicePair, String> {
@@ -141,6 +141,20 @@ pub const KIND: PairKind = PairKind;
 impl ProbeKind for PairKind {
     fn kind(&self) -> MatrixKind {
         MatrixKind::Pair
+    }
+
+    fn layout(&self) -> Layout {
+        Layout::CpuPairs
+    }
+
+    fn matrix_title(&self, m: &MatrixFacts) -> String {
+        format!(
+            "Pair {} {} {}, load {}",
+            m.pair.unwrap_or("?"),
+            m.direction,
+            size_label(m.size_bytes),
+            m.load
+        )
     }
 
     fn pass_slots(&self, plan: &RunPlan, load: &str, pass: u32) -> Result<Vec<SlotId>, String> {

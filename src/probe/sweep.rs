@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::kind::{self, ProbeKind};
+use super::kind::{self, Layout, MatrixFacts, ProbeKind};
 use super::plan::{
     counts_from, doubling_sizes, flag, list, pair_timeout, parse_size, product, timeout_ms, Common,
     FlagNames, PlanContext, PlanError,
@@ -127,6 +127,19 @@ fn sweep_op(op: &str, peer_cpu: Option<u32>) -> Result<Option<SweepOp>, String> 
 impl ProbeKind for SweepKind {
     fn kind(&self) -> MatrixKind {
         MatrixKind::Sweep
+    }
+
+    fn layout(&self) -> Layout {
+        Layout::Curves
+    }
+
+    fn matrix_title(&self, m: &MatrixFacts) -> String {
+        format!(
+            "Sweep {} {}, load {}",
+            m.direction,
+            size_label(m.size_bytes),
+            m.load
+        )
     }
 
     fn pass_slots(&self, plan: &RunPlan, load: &str, pass: u32) -> Result<Vec<SlotId>, String> {

@@ -8,7 +8,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use crate::format::cluster_health::{self, RecordedCpu};
-use crate::format::run_dir::MatrixKind;
 use crate::format::state_file;
 use crate::runtime::{Backend, CopyParams, DeviceInfo, ProbeError};
 use crate::store::{persist, unix_now, Store};
@@ -172,14 +171,7 @@ fn from_dataset(ds: crate::report::dataset::Dataset, keep: usize) -> Replay {
     let errors: Vec<RecordedError> = ds
         .served_cells()
         .flat_map(|c| {
-            let probe = match c.matrix.kind {
-                MatrixKind::H2d => "h2d",
-                MatrixKind::Pair => "pair",
-                MatrixKind::Basics => "basics",
-                MatrixKind::Sweep => "sweep",
-                MatrixKind::P2p => "p2p",
-                MatrixKind::D2d => "d2d",
-            };
+            let probe = c.matrix.kind.as_str();
             c.errors.iter().map(move |_| RecordedError {
                 probe,
                 device: c.device.clone(),

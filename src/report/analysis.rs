@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use super::dataset::{CellResult, Dataset};
 use crate::analysis::live::MatrixKey;
 use crate::analysis::{Cell, H2dMatrix};
-use crate::format::run_dir::MatrixKind;
+use crate::probe::kind::Layout;
 
 /// `cells` as analysis cells, in the same order.
 pub fn cells<'a>(cells: &[&'a CellResult]) -> Vec<Cell<'a>> {
@@ -34,7 +34,7 @@ pub fn cells<'a>(cells: &[&'a CellResult]) -> Vec<Cell<'a>> {
 pub fn h2d_by_load(ds: &Dataset) -> BTreeMap<String, BTreeMap<MatrixKey, H2dMatrix>> {
     let mut grouped: BTreeMap<(&str, MatrixKey), Vec<&CellResult>> = BTreeMap::new();
     for c in &ds.cells {
-        if c.matrix.kind != MatrixKind::H2d {
+        if crate::probe::kinds::of(c.matrix.kind).layout() != Layout::CpuByDevice {
             continue;
         }
         let Ok(direction) = c.matrix.direction.parse() else {

@@ -10,7 +10,8 @@ use std::fmt::Write;
 use super::csv::field;
 use super::dataset::{CellResult, Dataset};
 use crate::analysis::basics::{BasicsTable, Entry, Op};
-use crate::format::run_dir::MatrixKind;
+use crate::probe::kind::Layout;
+use crate::probe::kinds::layout;
 use crate::topology::natural::natural_key;
 
 /// The basics CSV file.
@@ -26,7 +27,7 @@ fn loads(ds: &Dataset) -> Vec<String> {
     for c in ds
         .cells
         .iter()
-        .filter(|c| c.matrix.kind == MatrixKind::Basics)
+        .filter(|c| layout(c.matrix.kind) == Layout::Table)
     {
         if !out.contains(&c.matrix.load) {
             out.push(c.matrix.load.clone());
@@ -42,7 +43,7 @@ fn cells(ds: &Dataset) -> Vec<(Op, &CellResult)> {
     let mut out: Vec<(Op, &CellResult)> = ds
         .cells
         .iter()
-        .filter(|c| c.matrix.kind == MatrixKind::Basics)
+        .filter(|c| layout(c.matrix.kind) == Layout::Table)
         .filter_map(|c| Some((c.matrix.direction.parse().ok()?, c)))
         .collect();
     out.sort_by(|(a_op, a), (b_op, b)| {
@@ -232,7 +233,7 @@ mod tests {
     fn cell(op: &str, load: &str, device: &str, v: Option<f64>) -> CellResult {
         CellResult {
             matrix: MatrixId {
-                kind: MatrixKind::Basics,
+                kind: crate::format::run_dir::MatrixKind::Basics,
                 size_bytes: 1 << 20,
                 direction: op.into(),
                 host_memory: "device".into(),

@@ -4,7 +4,8 @@
 use std::fmt::Write;
 
 use super::dataset::{size_label, Dataset};
-use crate::format::run_dir::MatrixKind;
+use crate::probe::kind::Layout;
+use crate::probe::kinds::layout;
 
 /// The header line's columns.
 pub const COLUMNS: &str = "matrix,load,cpu,numa_node,peer_cpu,device,size,size_bytes,direction,host_memory,gbps,bytes_per_second,samples,failed,last_error";
@@ -27,7 +28,7 @@ pub fn render(ds: &Dataset) -> String {
     for c in ds
         .cells
         .iter()
-        .filter(|c| c.matrix.kind != MatrixKind::Basics)
+        .filter(|c| layout(c.matrix.kind) != Layout::Table)
     {
         let m = &c.matrix;
         let value = c.value();
@@ -65,7 +66,7 @@ pub fn render_p2p(ds: &Dataset) -> Option<String> {
     out.push('\n');
     let mut any = false;
     for (id, cells) in ds.matrices() {
-        if id.kind != crate::format::MatrixKind::P2p {
+        if layout(id.kind) != Layout::SourceByDestination {
             continue;
         }
         any = true;

@@ -7,6 +7,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::format::cluster_health::{self, RecordedCpu, Recording, Rejected};
 use crate::format::run_dir::{DeviceMeta, MatrixKind, RunFile, SampleRecord};
+use crate::probe::kind::{Layout, MatrixFacts};
+use crate::probe::kinds;
 use crate::stats;
 use crate::store::{CellKey, D2dKey, PairKey, Sample, Store};
 use crate::topology::pci_link::{Link, LinkState};
@@ -106,6 +108,11 @@ struct SampleView<'a> {
     outcome: Result<f64, &'a str>,
 }
 
+/// Whether `kind`'s matrices are one per device pair (the pair is part of their identity).
+fn per_pair(kind: MatrixKind) -> bool {
+    kinds::of(kind).layout() == Layout::CpuPairs
+}
+
 impl MatrixId {
     /// Whether `s` belongs to this matrix.
     fn holds(&self, s: &SampleView) -> bool {
@@ -114,9 +121,9 @@ impl MatrixId {
             && self.direction == s.direction
             && self.host_memory == s.host_memory
             && self.load == s.load
-            && match (&self.pair, s.kind) {
-                (Some(pair), MatrixKind::Pair) => pair == s.device,
-                (None, kind) => kind != MatrixKind::Pair,
+            && match (&self.pair, per_pair(s.kind)) {
+                (Some(pair), true) => pair == s.device,
+                (None, per_pair) => !per_pair,
                 _ => false,
             }
     }
@@ -163,7 +170,7 @@ impl CellIndex {
                         direction: s.direction.to_string(),
                         host_memory: s.host_memory.to_string(),
                         load: s.load.to_string(),
-                        pair: (s.kind == MatrixKind::Pair).then(|| s.device.to_string()),
+                        pair: per_pair(s.kind).then(|| s.device.to_string()),
                     });
                     self.matrices.len() - 1
                 }
@@ -218,72 +225,14 @@ impl Dataset {
                 ),
             ),
         ];
-        match plan.probe {
-            MatrixKind::H2d => meta.push(("devices".into(), plan.devices.join(", "))),
-            MatrixKind::Pair => meta.push(("pairs".into(), plan.pairs.join("; "))),
-            MatrixKind::Basics => {
-                meta.push(("devices".into(), plan.devices.join(", ")));
-                if !plan.pairs.is_empty() {
-                    meta.push(("allgather pairs".into(), plan.pairs.join("; ")));
-                }
-                if let Some(n) = plan.matrix_side {
-                    meta.push(("matmul".into(), format!("{n} x {n} f32 (SGEMM)")));
-                }
-            }
-            MatrixKind::Sweep => {
-                meta.push(("devices".into(), plan.devices.join(", ")));
-                if !plan.peers.is_empty() {
-                    let peers: Vec<String> = plan
-                        .peers
-                        .iter()
-                        .map(|(d, p)| format!("{d} with {} (rank 1 on CPU {})", p.device, p.cpu))
-                        .collect();
-                    meta.push(("allgather peers".into(), peers.join("; ")));
-                }
-            }
-            MatrixKind::P2p => meta.extend([
-                ("devices".into(), plan.devices.join(", ")),
-                ("ordered pairs".into(), plan.pairs.len().to_string()),
-            ]),
-            MatrixKind::D2d => {
-                let on: Vec<String> = plan
-                    .devices
-                    .iter()
-                    .zip(&plan.cpus)
-                    .map(|(d, c)| format!("{d} from CPU {c}"))
-                    .collect();
-                meta.push(("devices".into(), on.join(", ")));
-            }
-        }
-        if plan.probe == MatrixKind::P2p {
-            let mut methods: BTreeMap<&str, usize> = BTreeMap::new();
-            for m in run.pair_methods.values() {
-                *methods.entry(m.as_str()).or_default() += 1;
-            }
-            if !methods.is_empty() {
-                let methods: Vec<String> = methods
-                    .iter()
-                    .map(|(m, n)| format!("{m}: {n} pairs"))
-                    .collect();
-                meta.push(("peer copy methods".into(), methods.join("; ")));
-            }
-        } else if !run.pair_methods.is_empty() {
-            let methods: Vec<String> = run
-                .pair_methods
-                .iter()
-                .map(|(pair, method)| format!("{pair}: {method}"))
-                .collect();
-            meta.push(("pair methods".into(), methods.join("; ")));
-        }
+        let kind = kinds::of(plan.probe);
+        meta.extend(kind.plan_facts(plan));
+        meta.extend(kind.methods_fact(&run.pair_methods));
         let sizes: Vec<String> = plan.sizes_bytes.iter().map(|s| size_label(*s)).collect();
         meta.extend([
             ("sizes".to_string(), sizes.join(", ")),
             (
-                match plan.probe {
-                    MatrixKind::Sweep => "operations",
-                    _ => "directions",
-                }
-                .to_string(),
+                kind.directions_fact().to_string(),
                 plan.directions.join(", "),
             ),
             ("host memory".to_string(), plan.host_memories.join(", ")),
@@ -293,23 +242,14 @@ impl Dataset {
                     "{} warm-up + {} timed {}",
                     plan.warmup,
                     plan.iterations,
-                    match plan.probe {
-                        MatrixKind::H2d | MatrixKind::P2p | MatrixKind::D2d => "copies",
-                        MatrixKind::Pair => "operations per rank",
-                        MatrixKind::Basics => "operations",
-                        MatrixKind::Sweep => "copies (operations per rank for allgather)",
-                    }
+                    kind.per_sample()
                 ),
             ),
             ("repeats".to_string(), plan.repeats.to_string()),
             ("load profiles".to_string(), plan.loads.join(", ")),
             (
                 "samples".to_string(),
-                format!(
-                    "{} of {} measured",
-                    records.len(),
-                    crate::probe::kinds::total_slots(plan)
-                ),
+                format!("{} of {} measured", records.len(), kinds::total_slots(plan)),
             ),
         ]);
         meta.extend(super::timing::meta_row(records));
@@ -331,7 +271,7 @@ impl Dataset {
                 .collect(),
             ..Dataset::default()
         };
-        if plan.probe == MatrixKind::P2p {
+        if kind.layout() == Layout::SourceByDestination {
             ds.p2p_paths = run.p2p_paths.clone();
             ds.p2p_methods = run.pair_methods.clone();
         }
@@ -523,41 +463,15 @@ impl Dataset {
             .collect()
     }
 
-    /// A human title: `H2D 64MiB, h2d, pinned memory, load idle`.
+    /// A human title: `H2D 64MiB h2d, pinned memory, load idle` (the kind's own words).
     pub fn matrix_title(id: &MatrixId) -> String {
-        match id.kind {
-            MatrixKind::H2d => format!(
-                "H2D {} {}, {} memory, load {}",
-                size_label(id.size_bytes),
-                id.direction,
-                id.host_memory,
-                id.load
-            ),
-            MatrixKind::Pair => format!(
-                "Pair {} {} {}, load {}",
-                id.pair.as_deref().unwrap_or("?"),
-                id.direction,
-                size_label(id.size_bytes),
-                id.load
-            ),
-            MatrixKind::Basics => format!("Basics {}, load {}", id.direction, id.load),
-            MatrixKind::Sweep => format!(
-                "Sweep {} {}, load {}",
-                id.direction,
-                size_label(id.size_bytes),
-                id.load
-            ),
-            MatrixKind::P2p => format!(
-                "P2P {} peer copies (source x destination device), load {}",
-                size_label(id.size_bytes),
-                id.load
-            ),
-            MatrixKind::D2d => format!(
-                "D2D {} same-device copies, load {}",
-                size_label(id.size_bytes),
-                id.load
-            ),
-        }
+        kinds::of(id.kind).matrix_title(&MatrixFacts {
+            size_bytes: id.size_bytes,
+            direction: &id.direction,
+            host_memory: &id.host_memory,
+            load: &id.load,
+            pair: id.pair.as_deref(),
+        })
     }
 
     /// The load profile [`Dataset::to_store`] serves: `idle`, else the first.
@@ -576,7 +490,7 @@ impl Dataset {
         let served = self.served_load();
         let mut sizes: BTreeMap<&str, u64> = BTreeMap::new();
         for c in &self.cells {
-            if c.matrix.kind == MatrixKind::Pair && Some(c.matrix.load.as_str()) == served {
+            if per_pair(c.matrix.kind) && Some(c.matrix.load.as_str()) == served {
                 let s = sizes.entry(c.device.as_str()).or_default();
                 *s = (*s).max(c.matrix.size_bytes);
             }
@@ -594,12 +508,12 @@ impl Dataset {
                 let fate = if Some(c.matrix.load.as_str()) != served {
                     Fate::OtherLoad
                 } else {
-                    match (c.matrix.kind, c.peer_cpu) {
-                        (MatrixKind::H2d, _) => match c.matrix.direction.parse::<Direction>() {
+                    match (kinds::of(c.matrix.kind).layout(), c.peer_cpu) {
+                        (Layout::CpuByDevice, _) => match c.matrix.direction.parse::<Direction>() {
                             Ok(d) => Fate::H2d(d),
                             Err(_) => Fate::OtherDirection,
                         },
-                        (MatrixKind::Pair, Some(peer))
+                        (Layout::CpuPairs, Some(peer))
                             if pair_sizes.get(c.device.as_str()) == Some(&c.matrix.size_bytes) =>
                         {
                             match c.device.parse() {
@@ -607,10 +521,10 @@ impl Dataset {
                                 Err(_) => Fate::NoPair,
                             }
                         }
-                        (MatrixKind::Pair, Some(_)) => Fate::OtherPairSize,
-                        (MatrixKind::Pair, None) => Fate::OtherDirection,
-                        (MatrixKind::D2d, _) => Fate::D2d,
-                        (kind, _) => Fate::OtherKind(kind),
+                        (Layout::CpuPairs, Some(_)) => Fate::OtherPairSize,
+                        (Layout::CpuPairs, None) => Fate::OtherDirection,
+                        (Layout::Devices, _) => Fate::D2d,
+                        _ => Fate::OtherKind(c.matrix.kind),
                     }
                 };
                 (c, fate)
@@ -655,12 +569,12 @@ impl Dataset {
         }
         let mut out = Vec::new();
         for (kind, n) in other_kinds {
-            out.push(match kind {
-                MatrixKind::Sweep => format!(
+            out.push(match kinds::of(kind).layout() {
+                Layout::Curves => format!(
                     "{n} size-curve points (chd probe sweep) are not served (a store holds no \
                      size curves)"
                 ),
-                kind => format!(
+                _ => format!(
                     "{n} {} cells are not served (a store holds core x device and core-pair \
                      matrices)",
                     kind.as_str()

@@ -14,6 +14,7 @@ pub mod csv;
 pub mod dataset;
 pub mod heatmap;
 pub mod png;
+pub mod stdout;
 pub mod summary;
 pub mod summary_d2d;
 pub mod svg;
@@ -27,7 +28,8 @@ use std::path::{Path, PathBuf};
 
 use crate::format::affinity_file::{self, AffinityFileError, AFFINITY_FILE};
 use crate::format::cluster_health;
-use crate::format::run_dir::{self, MatrixKind, RunDirError};
+use crate::format::run_dir::{self, RunDirError};
+use crate::probe::kind::Layout;
 use dataset::Dataset;
 use heatmap::Heatmap;
 
@@ -133,13 +135,13 @@ pub fn heatmaps(ds: &Dataset) -> Vec<(String, Heatmap, dataset::MatrixId)> {
         .filter_map(|(id, cells)| {
             let title = Dataset::matrix_title(id);
             let (cells, axes) = (analysis::cells(&cells), Default::default());
-            let map = match id.kind {
-                MatrixKind::H2d => Heatmap::h2d(title, &cells, &numa, &axes),
-                MatrixKind::Pair => Heatmap::pair(title, &cells, &numa, &axes),
-                MatrixKind::P2p => Heatmap::p2p(title, &cells, &[]),
-                MatrixKind::Basics | MatrixKind::Sweep => return None,
+            let map = match crate::probe::kinds::of(id.kind).layout() {
+                Layout::CpuByDevice => Heatmap::h2d(title, &cells, &numa, &axes),
+                Layout::CpuPairs => Heatmap::pair(title, &cells, &numa, &axes),
+                Layout::SourceByDestination => Heatmap::p2p(title, &cells, &[]),
+                Layout::Curves | Layout::Table => return None,
                 // One value per device: a table in summary.md, no heatmap.
-                MatrixKind::D2d => return None,
+                Layout::Devices => return None,
             };
             Some((ds.matrix_name(id), map, id.clone()))
         })

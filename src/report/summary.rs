@@ -16,7 +16,8 @@ use crate::analysis::{
     CellRanks, D2dDevices, Failure, H2dMatrix, NumaMap, PairMatrix, EXTREME_CELL_RATIO,
     SLOW_CPU_RATIO, SLOW_DEVICE_RATIO, SLOW_SEGMENT_RATIO,
 };
-use crate::format::run_dir::MatrixKind;
+use crate::probe::kind::Layout;
+use crate::probe::kinds;
 use crate::stats::{self, Summary};
 use crate::topology::natural::natural_key;
 
@@ -94,8 +95,8 @@ pub fn findings(ds: &Dataset) -> Vec<String> {
     let mut h2d_matrices = 0;
     for (id, cells) in ds.matrices() {
         let title = Dataset::matrix_title(id);
-        match id.kind {
-            MatrixKind::H2d => {
+        match kinds::of(id.kind).layout() {
+            Layout::CpuByDevice => {
                 h2d_matrices += 1;
                 let cells = super::analysis::cells(&cells);
                 let a = H2dMatrix::of(&cells, &numa);
@@ -157,12 +158,11 @@ pub fn findings(ds: &Dataset) -> Vec<String> {
                     rest.push(failure_line(a.failures.len(), a.cells, &title));
                 }
             }
-            MatrixKind::Sweep => {}
-            MatrixKind::D2d => {
+            Layout::Devices => {
                 let a = D2dDevices::of(&super::analysis::cells(&cells));
                 rest.extend(super::summary_d2d::findings(&title, &a));
             }
-            MatrixKind::Pair => {
+            Layout::CpuPairs => {
                 let a = PairMatrix::of(&super::analysis::cells(&cells), &numa);
                 for rank in [0u8, 1] {
                     let slow: Vec<(u32, f64)> = a
@@ -185,9 +185,7 @@ pub fn findings(ds: &Dataset) -> Vec<String> {
                     rest.push(failure_line(a.failures.len(), a.cells, &title));
                 }
             }
-            // Not a CPU matrix (`matrices` leaves it out); its findings are the table's.
-            MatrixKind::Basics => {}
-            MatrixKind::P2p => {
+            Layout::SourceByDestination => {
                 let m = P2pMatrix::of(
                     &super::analysis::cells(&cells),
                     &ds.p2p_paths,
@@ -195,6 +193,8 @@ pub fn findings(ds: &Dataset) -> Vec<String> {
                 );
                 rest.extend(p2p_findings(&m, &title));
             }
+            // Not matrices (`matrices` leaves them out): their findings are their sections'.
+            Layout::Curves | Layout::Table => {}
         }
     }
     let mut out: Vec<String> = in_natural_order(&devices)
@@ -690,22 +690,22 @@ pub fn render(ds: &Dataset, pictures: &BTreeMap<MatrixId, String>) -> String {
     let numa = ds.numa_map();
     for (id, cells) in ds.matrices() {
         let picture = pictures.get(id).map(String::as_str).unwrap_or("-");
-        match id.kind {
-            MatrixKind::H2d => {
+        match kinds::of(id.kind).layout() {
+            Layout::CpuByDevice => {
                 let cells = super::analysis::cells(&cells);
                 let a = H2dMatrix::of(&cells, &numa);
                 let ranks = CellRanks::of(&cells, &numa, &a);
                 h2d_section(&mut s, ds, id, (&a, &ranks), picture)
             }
-            MatrixKind::Pair => {
+            Layout::CpuPairs => {
                 let a = PairMatrix::of(&super::analysis::cells(&cells), &numa);
                 pair_section(&mut s, id, &a, picture)
             }
-            MatrixKind::D2d => {
+            Layout::Devices => {
                 let a = D2dDevices::of(&super::analysis::cells(&cells));
                 super::summary_d2d::section(&mut s, ds, id, &numa, &a)
             }
-            MatrixKind::P2p => {
+            Layout::SourceByDestination => {
                 let m = P2pMatrix::of(
                     &super::analysis::cells(&cells),
                     &ds.p2p_paths,
@@ -713,8 +713,8 @@ pub fn render(ds: &Dataset, pictures: &BTreeMap<MatrixId, String>) -> String {
                 );
                 p2p_section(&mut s, id, &m, picture)
             }
-            // Not CPU matrices: their sections below.
-            MatrixKind::Basics | MatrixKind::Sweep => {}
+            // Not matrices: their sections below.
+            Layout::Curves | Layout::Table => {}
         }
     }
     super::basics::section(&mut s, ds);

@@ -10,7 +10,8 @@ use super::dataset::{size_label, Dataset};
 use crate::analysis::sweep::{
     self, Curve, Point, PointInput, DIP_RATIO, PLATEAU_BAND, REMEASURE_SPREAD,
 };
-use crate::format::run_dir::MatrixKind;
+use crate::probe::kind::Layout;
+use crate::probe::kinds::layout;
 
 /// The report's files for a sweep.
 pub const SWEEP_CSV: &str = "sweep.csv";
@@ -25,7 +26,7 @@ pub fn curves(ds: &Dataset) -> Vec<Curve> {
     let points: Vec<PointInput> = ds
         .cells
         .iter()
-        .filter(|c| c.matrix.kind == MatrixKind::Sweep)
+        .filter(|c| layout(c.matrix.kind) == Layout::Curves)
         .map(|c| PointInput {
             op: &c.matrix.direction,
             device: &c.device,
@@ -182,7 +183,7 @@ fn cpus(ds: &Dataset) -> (Vec<u32>, Vec<u32>) {
     for c in ds
         .cells
         .iter()
-        .filter(|c| c.matrix.kind == MatrixKind::Sweep)
+        .filter(|c| layout(c.matrix.kind) == Layout::Curves)
     {
         if !from.contains(&c.cpu) {
             from.push(c.cpu);

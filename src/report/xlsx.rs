@@ -11,6 +11,7 @@ use rust_xlsxwriter::{Color, Format, Workbook, Worksheet, XlsxError};
 use super::dataset::{size_label, Dataset};
 use super::heatmap::cell_colour;
 use crate::analysis::heatmap::{HeatCell, Heatmap};
+use crate::probe::kind::Layout;
 
 /// Sheet names: at most 31 characters, none of `[]:*?/\`, unique.
 fn sheet_name(wanted: &str, taken: &mut Vec<String>) -> String {
@@ -179,7 +180,7 @@ pub fn write(
         let matrix_cells = ds
             .cells
             .iter()
-            .filter(|c| c.matrix.kind != crate::format::run_dir::MatrixKind::Basics);
+            .filter(|c| crate::probe::kinds::layout(c.matrix.kind) != Layout::Table);
         for (i, cell) in matrix_cells.enumerate() {
             let row = 1 + i as u32;
             let m = &cell.matrix;
