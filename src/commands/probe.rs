@@ -15,10 +15,10 @@ use super::progress::Progress;
 use super::request::{ProbeRequest, RunOptions};
 use chd::config::{Config, Layer, RuntimeLayer};
 use chd::format::run_dir::{
-    self as record, CellLog, DeviceMeta, Machine, MatrixKind, RunFile,
-    RuntimeOptions as StoredRuntime,
+    self as record, CellLog, DeviceMeta, Machine, RunFile, RuntimeOptions as StoredRuntime,
 };
 use chd::load::device;
+use chd::probe::kind::ProbeKind;
 use chd::probe::kinds;
 use chd::probe::run::{self as oneshot, Measuring};
 use chd::probe::setup::{Prepared, Setup, SetupError};
@@ -34,16 +34,12 @@ use chd::vocab::OrderedPair;
 /// Run a `chd probe` subcommand.
 pub fn run(request: ProbeRequest) -> anyhow::Result<()> {
     match request {
-        ProbeRequest::H2d(opts, r) => run_kind(MatrixKind::H2d, &opts, |s| h2d::prepare(&r, s)),
-        ProbeRequest::Pair(opts, r) => run_kind(MatrixKind::Pair, &opts, |s| pairs::prepare(&r, s)),
-        ProbeRequest::Basics(opts, r) => {
-            run_kind(MatrixKind::Basics, &opts, |s| basics::prepare(&r, s))
-        }
-        ProbeRequest::Sweep(opts, r) => {
-            run_kind(MatrixKind::Sweep, &opts, |s| sweep::prepare(&r, s))
-        }
-        ProbeRequest::P2p(opts, r) => run_kind(MatrixKind::P2p, &opts, |s| p2p::prepare(&r, s)),
-        ProbeRequest::D2d(opts, r) => run_kind(MatrixKind::D2d, &opts, |s| d2d::prepare(&r, s)),
+        ProbeRequest::H2d(opts, r) => run_kind(&h2d::KIND, &opts, |s| h2d::prepare(&r, s)),
+        ProbeRequest::Pair(opts, r) => run_kind(&pairs::KIND, &opts, |s| pairs::prepare(&r, s)),
+        ProbeRequest::Basics(opts, r) => run_kind(&basics::KIND, &opts, |s| basics::prepare(&r, s)),
+        ProbeRequest::Sweep(opts, r) => run_kind(&sweep::KIND, &opts, |s| sweep::prepare(&r, s)),
+        ProbeRequest::P2p(opts, r) => run_kind(&p2p::KIND, &opts, |s| p2p::prepare(&r, s)),
+        ProbeRequest::D2d(opts, r) => run_kind(&d2d::KIND, &opts, |s| d2d::prepare(&r, s)),
         ProbeRequest::Affinity(r) => super::affinity::run(&r),
     }
 }
@@ -130,10 +126,11 @@ fn stored_runtime(layer: &RuntimeLayer) -> StoredRuntime {
 /// The one-shot driver: resume or start the run directory, open the backend, let the kind
 /// (`prepare`) plan and set up its measurement, run, report.
 fn run_kind(
-    probe: MatrixKind,
+    kind: &dyn ProbeKind,
     opts: &RunOptions,
     prepare: impl FnOnce(&Setup) -> Result<Prepared, SetupError>,
 ) -> anyhow::Result<()> {
+    let probe = kind.kind();
     let name = probe.as_str();
     let out = opts.out.as_deref();
     let format: Format = opts

@@ -55,16 +55,6 @@ pub enum MatrixKind {
 }
 
 impl MatrixKind {
-    /// Whether cells of this kind are grouped into matrices for the report (CPUs x devices,
-    /// rank 0 x rank 1 CPUs, devices x sizes, source x destination devices), rather than the
-    /// basics table or a sweep's curves.
-    pub fn is_matrix(self) -> bool {
-        matches!(
-            self,
-            MatrixKind::H2d | MatrixKind::Pair | MatrixKind::D2d | MatrixKind::P2p
-        )
-    }
-
     pub fn as_str(self) -> &'static str {
         match self {
             MatrixKind::H2d => "h2d",

@@ -234,10 +234,7 @@ mod tests {
                         .collect();
                     assert_eq!(slow, [(0, 3)]);
                 }
-                MatrixKind::Basics => panic!("a recording has no basics cells"),
-                MatrixKind::Sweep => unreachable!("no sweep cells in this dataset"),
-                MatrixKind::P2p => panic!("this dataset has no p2p cells"),
-                MatrixKind::D2d => panic!("the dataset holds no d2d cells"),
+                other => panic!("a recording holds no {other:?} cells"),
             }
         }
         // What differs is what a store keeps of failures: attempts since the last success.

@@ -45,7 +45,9 @@ pub fn render(ds: &Dataset) -> String {
             m.size_bytes,
             field(&m.direction),
             field(&m.host_memory),
-            value.map(|v| format!("{:.3}", v / 1e9)).unwrap_or_default(),
+            value
+                .map(|v| format!("{:.3}", crate::vocab::Bandwidth::from_bytes_per_second(v)))
+                .unwrap_or_default(),
             value.map(|v| format!("{v:.0}")).unwrap_or_default(),
             c.samples.len(),
             c.errors.len(),
@@ -75,7 +77,10 @@ pub fn render_p2p(ds: &Dataset) -> Option<String> {
             &ds.p2p_paths,
             &ds.p2p_methods,
         );
-        let gb = |v: Option<f64>| v.map(|v| format!("{:.3}", v / 1e9)).unwrap_or_default();
+        let gb = |v: Option<f64>| {
+            v.map(|v| format!("{:.3}", crate::vocab::Bandwidth::from_bytes_per_second(v)))
+                .unwrap_or_default()
+        };
         for p in &m.pairs {
             let median = m.class(&p.class).and_then(|c| c.median);
             let _ = writeln!(

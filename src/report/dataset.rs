@@ -413,7 +413,11 @@ impl Dataset {
     /// other kinds' cells (basics) have tables of their own.
     pub fn matrices(&self) -> BTreeMap<&MatrixId, Vec<&CellResult>> {
         let mut out: BTreeMap<&MatrixId, Vec<&CellResult>> = BTreeMap::new();
-        for c in self.cells.iter().filter(|c| c.matrix.kind.is_matrix()) {
+        for c in self
+            .cells
+            .iter()
+            .filter(|c| kinds::layout(c.matrix.kind).is_matrix())
+        {
             out.entry(&c.matrix).or_default().push(c);
         }
         out

@@ -27,7 +27,7 @@ const TOP: usize = 10;
 const MAX_FAILURES: usize = 50;
 
 fn gbps(v: f64) -> String {
-    format!("{:.2}", v / 1e9)
+    crate::vocab::Bandwidth::from_bytes_per_second(v).to_string()
 }
 
 fn node(n: Option<u32>) -> String {

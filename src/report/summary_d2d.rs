@@ -8,7 +8,7 @@ use super::dataset::{Dataset, MatrixId};
 use crate::analysis::{D2dDevices, NumaMap, SLOW_D2D_DEVICE_RATIO};
 
 fn gbps(v: f64) -> String {
-    format!("{:.2}", v / 1e9)
+    crate::vocab::Bandwidth::from_bytes_per_second(v).to_string()
 }
 
 /// The findings of one D2D matrix: each slow device, then the devices that failed.

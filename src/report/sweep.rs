@@ -39,7 +39,7 @@ pub fn curves(ds: &Dataset) -> Vec<Curve> {
 }
 
 fn gbps(v: f64) -> String {
-    format!("{:.2}", v / 1e9)
+    crate::vocab::Bandwidth::from_bytes_per_second(v).to_string()
 }
 
 fn percent(v: f64) -> String {
@@ -77,7 +77,7 @@ pub fn render_csv(curves: &[Curve]) -> String {
                 size_label(p.size_bytes),
                 p.size_bytes,
                 p.median
-                    .map(|v| format!("{:.3}", v / 1e9))
+                    .map(|v| format!("{:.3}", crate::vocab::Bandwidth::from_bytes_per_second(v)))
                     .unwrap_or_default(),
                 p.median.map(|v| format!("{v:.0}")).unwrap_or_default(),
                 p.spread.map(|s| format!("{s:.4}")).unwrap_or_default(),
