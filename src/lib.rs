@@ -20,6 +20,7 @@ pub mod affinity;
 pub mod analysis;
 pub mod collect;
 pub mod config;
+pub mod dataset;
 pub mod exposition;
 pub mod format;
 pub mod ledger;

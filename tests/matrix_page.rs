@@ -212,7 +212,7 @@ fn fixture_topology() -> Topology {
 fn page_of_a_known_store_shows_every_cell_failures_and_the_pair_matrix() {
     let results = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/reports/cluster-health/results.json");
-    let store = chd::report::load(&results).unwrap().0.to_store(5, 1.0);
+    let store = chd::dataset::load(&results).unwrap().0.to_store(5, 1.0);
     let devices: Vec<DeviceInfo> = (0..4)
         .map(|i| DeviceInfo {
             id: i.to_string(),

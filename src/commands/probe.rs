@@ -14,6 +14,7 @@ use super::interrupt::InterruptGuard;
 use super::progress::Progress;
 use super::request::{ProbeRequest, RunOptions};
 use chd::config::{Config, Layer, RuntimeLayer};
+use chd::dataset::{self, Dataset};
 use chd::format::run_dir::{
     self as record, CellLog, DeviceMeta, Machine, RunFile, RuntimeOptions as StoredRuntime,
 };
@@ -23,7 +24,7 @@ use chd::probe::kinds;
 use chd::probe::run::{self as oneshot, Measuring};
 use chd::probe::setup::{Prepared, Setup, SetupError};
 use chd::probe::{basics, d2d, h2d, p2p, pairs, sweep};
-use chd::report::{self, dataset::Dataset, stdout::Format};
+use chd::report::{self, stdout::Format};
 use chd::runtime::gemm::DeviceLoader;
 use chd::runtime::select::Opened;
 use chd::store::unix_now;
@@ -268,7 +269,7 @@ fn run_kind(
     // An operation the backend cannot do, in a sweep or the basics table, is told, not
     // counted as a failure of the run (a matrix's refused cell, e.g. an ACL p2p pair without
     // peer access, still fails it).
-    let unsupported = |c: &&report::dataset::CellResult| {
+    let unsupported = |c: &&dataset::CellResult| {
         kind.skips_unsupported()
             && c.value().is_none()
             && !c.errors.is_empty()

@@ -14,7 +14,7 @@ pub struct ReportRequest {
 
 /// Run `chd report`.
 pub fn run(request: &ReportRequest) -> anyhow::Result<()> {
-    let (ds, dir) = chd::report::load(&request.input)?;
+    let (ds, dir) = chd::dataset::load(&request.input)?;
     for note in ds.partial.iter().chain(&ds.notes) {
         eprintln!("chd report: note: {note}");
     }

@@ -156,7 +156,7 @@ fn devices_from(ids: BTreeSet<String>) -> Vec<DeviceInfo> {
 
 /// A dataset read by the report module (a ClusterHealthDetect `results.json` or a chd probe
 /// run directory), ready to serve.
-fn from_dataset(ds: crate::report::dataset::Dataset, keep: usize) -> Replay {
+fn from_dataset(ds: crate::dataset::Dataset, keep: usize) -> Replay {
     let now = unix_now();
     let store = ds.to_store(keep, now);
     let mut cpu_numa: BTreeMap<u32, Option<u32>> = BTreeMap::new();
@@ -207,10 +207,10 @@ fn from_dataset(ds: crate::report::dataset::Dataset, keep: usize) -> Replay {
     let links = ds
         .devices
         .iter()
-        .filter_map(|d| Some((d.id.clone(), crate::report::dataset::device_link(d)?)))
+        .filter_map(|d| Some((d.id.clone(), crate::dataset::device_link(d)?)))
         .collect();
     let load_profile_delta =
-        crate::analysis::load_delta::load_profile_delta(&crate::report::analysis::h2d_by_load(&ds));
+        crate::analysis::load_delta::load_profile_delta(&crate::dataset::cells::h2d_by_load(&ds));
     let mut devices = devices_from(device_ids);
     for d in &mut devices {
         if let Some(meta) = ds.devices.iter().find(|m| m.id == d.id) {
@@ -300,7 +300,7 @@ pub fn load(path: &Path, keep: usize) -> Result<Replay, ReplayError> {
         let store = persist::decode(&bytes).map_err(|e| format(e.to_string()))?;
         return Ok(from_state(store));
     }
-    let (ds, _) = crate::report::load(path).map_err(|e| format(e.to_string()))?;
+    let (ds, _) = crate::dataset::load(path).map_err(|e| format(e.to_string()))?;
     if ds.cells.is_empty() {
         return Err(format("no matrix cells to replay".into()));
     }

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::csv::field;
-use super::dataset::{CellResult, Dataset};
 use crate::analysis::basics::{BasicsTable, Entry, Op};
+use crate::dataset::{CellResult, Dataset};
 use crate::probe::kind::Layout;
 use crate::probe::kinds::layout;
 use crate::topology::natural::natural_key;
@@ -228,7 +228,7 @@ pub fn csv(ds: &Dataset) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::dataset::MatrixId;
+    use crate::dataset::MatrixId;
 
     fn cell(op: &str, load: &str, device: &str, v: Option<f64>) -> CellResult {
         CellResult {

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use super::dataset::{size_label, Dataset};
+use crate::dataset::{size_label, Dataset};
 use crate::probe::kind::Layout;
 use crate::probe::kinds::layout;
 
@@ -73,7 +73,7 @@ pub fn render_p2p(ds: &Dataset) -> Option<String> {
         }
         any = true;
         let m = P2pMatrix::of(
-            &super::analysis::cells(&cells),
+            &crate::dataset::cells::cells(&cells),
             &ds.p2p_paths,
             &ds.p2p_methods,
         );

@@ -6,12 +6,10 @@
 //! `sweep.png` and a section of `summary.md` instead of heatmaps.
 //!
 //! Everything is made from the neutral [`dataset::Dataset`]; [`crate::analysis`] computes
-//! (on [`analysis::cells`]), the other modules only render.
+//! (on [`crate::dataset::cells::cells`]), the other modules only render.
 
-pub mod analysis;
 pub mod basics;
 pub mod csv;
-pub mod dataset;
 pub mod heatmap;
 pub mod png;
 pub mod stdout;
@@ -20,17 +18,14 @@ pub mod summary_d2d;
 pub mod svg;
 pub mod sweep;
 pub mod sweep_png;
-pub mod timing;
 pub mod xlsx;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::format::affinity_file::{self, AffinityFileError, AFFINITY_FILE};
-use crate::format::cluster_health;
-use crate::format::run_dir::{self, RunDirError};
+use crate::dataset::LoadError;
+use crate::dataset::{self, Dataset};
 use crate::probe::kind::Layout;
-use dataset::Dataset;
 use heatmap::Heatmap;
 
 /// The report's files.
@@ -44,20 +39,7 @@ pub const P2P_CSV_FILE: &str = "p2p.csv";
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
     #[error(transparent)]
-    Run(#[from] RunDirError),
-    #[error(transparent)]
-    Affinity(#[from] AffinityFileError),
-    #[error(transparent)]
-    ClusterHealth(#[from] cluster_health::Error),
-    #[error(
-        "{0}: nothing to report (no {run}, results.json or {AFFINITY_FILE}) and no other \
-         ClusterHealthDetect file (rank_NNNNN.json, partial_results.json, \
-         rank_NNNNN_partial.json)",
-        run = run_dir::RUN_FILE
-    )]
-    Nothing(PathBuf),
-    #[error("{path}: {detail}")]
-    Read { path: PathBuf, detail: String },
+    Load(#[from] LoadError),
     #[error("writing {path}: {source}")]
     Write {
         path: PathBuf,
@@ -70,63 +52,6 @@ pub enum ReportError {
     Xlsx { path: PathBuf, detail: String },
 }
 
-fn read_affinity(path: &Path) -> Result<Vec<(u32, bool)>, ReportError> {
-    let rows = affinity_file::read(path)?;
-    Ok(rows.into_iter().map(|r| (r.cpu, r.bindable)).collect())
-}
-
-/// Load what `input` holds: a chd run directory (`run.json` + `cells.jsonl`, and
-/// `affinity.json` if present), a ClusterHealthDetect run directory or one of its files
-/// (see [`cluster_health::read`]), or a `run.json` file. Returns the dataset and the
-/// directory reports go to by default.
-pub fn load(input: &Path) -> Result<(Dataset, PathBuf), ReportError> {
-    if input.is_file() {
-        let dir = input.parent().unwrap_or(Path::new(".")).to_path_buf();
-        let dir = if dir.as_os_str().is_empty() {
-            PathBuf::from(".")
-        } else {
-            dir
-        };
-        if input.file_name().is_some_and(|n| n == run_dir::RUN_FILE) {
-            return load(&dir);
-        }
-        let rec = cluster_health::read(input)?;
-        return Ok((Dataset::from_recording(rec), dir));
-    }
-    if !input.is_dir() {
-        return Err(ReportError::Read {
-            path: input.into(),
-            detail: "no such file or directory".into(),
-        });
-    }
-    if !input.join(run_dir::RUN_FILE).is_file() {
-        match cluster_health::read(input) {
-            Ok(rec) => return Ok((Dataset::from_recording(rec), input.to_path_buf())),
-            Err(cluster_health::Error::NoRecording(_)) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    let affinity_path = input.join(AFFINITY_FILE);
-    let affinity = if affinity_path.is_file() {
-        read_affinity(&affinity_path)?
-    } else {
-        Vec::new()
-    };
-    let mut ds = if input.join(run_dir::RUN_FILE).is_file() {
-        let (run, records) = run_dir::read_run(input)?;
-        Dataset::from_run(&run, &records)
-    } else if !affinity.is_empty() {
-        Dataset {
-            source: format!("chd probe affinity ({})", affinity_path.display()),
-            ..Dataset::default()
-        }
-    } else {
-        return Err(ReportError::Nothing(input.into()));
-    };
-    ds.affinity = affinity;
-    Ok((ds, input.to_path_buf()))
-}
-
 /// The heatmaps of `ds`, each with its file-name stem.
 pub fn heatmaps(ds: &Dataset) -> Vec<(String, Heatmap, dataset::MatrixId)> {
     let numa = ds.numa_map();
@@ -134,7 +59,7 @@ pub fn heatmaps(ds: &Dataset) -> Vec<(String, Heatmap, dataset::MatrixId)> {
         .into_iter()
         .filter_map(|(id, cells)| {
             let title = Dataset::matrix_title(id);
-            let (cells, axes) = (analysis::cells(&cells), Default::default());
+            let (cells, axes) = (dataset::cells::cells(&cells), Default::default());
             let map = match crate::probe::kinds::of(id.kind).layout() {
                 Layout::CpuByDevice => Heatmap::h2d(title, &cells, &numa, &axes),
                 Layout::CpuPairs => Heatmap::pair(title, &cells, &numa, &axes),

@@ -8,8 +8,8 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
-use super::dataset::{size_label, CellResult, Dataset};
 use crate::analysis::basics::Op;
+use crate::dataset::{size_label, CellResult, Dataset};
 use crate::format::run_dir::MatrixKind;
 use crate::probe::kind::Layout;
 use crate::probe::kinds;

@@ -8,7 +8,6 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use super::dataset::{device_link, Dataset, MatrixId};
 use crate::analysis::link;
 use crate::analysis::p2p::{P2pMatrix, SLOW_PAIR_RATIO};
 use crate::analysis::ranks::SLOWEST_CELLS;
@@ -16,6 +15,7 @@ use crate::analysis::{
     CellRanks, D2dDevices, Failure, H2dMatrix, NumaMap, PairMatrix, EXTREME_CELL_RATIO,
     SLOW_CPU_RATIO, SLOW_DEVICE_RATIO, SLOW_SEGMENT_RATIO,
 };
+use crate::dataset::{device_link, Dataset, MatrixId};
 use crate::probe::kind::Layout;
 use crate::probe::kinds;
 use crate::stats::{self, Summary};
@@ -98,7 +98,7 @@ pub fn findings(ds: &Dataset) -> Vec<String> {
         match kinds::of(id.kind).layout() {
             Layout::CpuByDevice => {
                 h2d_matrices += 1;
-                let cells = super::analysis::cells(&cells);
+                let cells = crate::dataset::cells::cells(&cells);
                 let a = H2dMatrix::of(&cells, &numa);
                 let ranks = CellRanks::of(&cells, &numa, &a);
                 for d in a.slow_devices() {
@@ -159,11 +159,11 @@ pub fn findings(ds: &Dataset) -> Vec<String> {
                 }
             }
             Layout::Devices => {
-                let a = D2dDevices::of(&super::analysis::cells(&cells));
+                let a = D2dDevices::of(&crate::dataset::cells::cells(&cells));
                 rest.extend(super::summary_d2d::findings(&title, &a));
             }
             Layout::CpuPairs => {
-                let a = PairMatrix::of(&super::analysis::cells(&cells), &numa);
+                let a = PairMatrix::of(&crate::dataset::cells::cells(&cells), &numa);
                 for rank in [0u8, 1] {
                     let slow: Vec<(u32, f64)> = a
                         .slow_cpus()
@@ -187,7 +187,7 @@ pub fn findings(ds: &Dataset) -> Vec<String> {
             }
             Layout::SourceByDestination => {
                 let m = P2pMatrix::of(
-                    &super::analysis::cells(&cells),
+                    &crate::dataset::cells::cells(&cells),
                     &ds.p2p_paths,
                     &ds.p2p_methods,
                 );
@@ -612,8 +612,8 @@ fn load_section(s: &mut String, ds: &Dataset) {
             continue;
         };
         // Each device's median and the whole matrix's ("all").
-        let column = |cells: &[&super::dataset::CellResult]| {
-            let m = H2dMatrix::of(&super::analysis::cells(cells), &NumaMap::new());
+        let column = |cells: &[&crate::dataset::CellResult]| {
+            let m = H2dMatrix::of(&crate::dataset::cells::cells(cells), &NumaMap::new());
             m.devices
                 .iter()
                 .map(|d| (d.device.clone(), d.summary.median))
@@ -692,22 +692,22 @@ pub fn render(ds: &Dataset, pictures: &BTreeMap<MatrixId, String>) -> String {
         let picture = pictures.get(id).map(String::as_str).unwrap_or("-");
         match kinds::of(id.kind).layout() {
             Layout::CpuByDevice => {
-                let cells = super::analysis::cells(&cells);
+                let cells = crate::dataset::cells::cells(&cells);
                 let a = H2dMatrix::of(&cells, &numa);
                 let ranks = CellRanks::of(&cells, &numa, &a);
                 h2d_section(&mut s, ds, id, (&a, &ranks), picture)
             }
             Layout::CpuPairs => {
-                let a = PairMatrix::of(&super::analysis::cells(&cells), &numa);
+                let a = PairMatrix::of(&crate::dataset::cells::cells(&cells), &numa);
                 pair_section(&mut s, id, &a, picture)
             }
             Layout::Devices => {
-                let a = D2dDevices::of(&super::analysis::cells(&cells));
+                let a = D2dDevices::of(&crate::dataset::cells::cells(&cells));
                 super::summary_d2d::section(&mut s, ds, id, &numa, &a)
             }
             Layout::SourceByDestination => {
                 let m = P2pMatrix::of(
-                    &super::analysis::cells(&cells),
+                    &crate::dataset::cells::cells(&cells),
                     &ds.p2p_paths,
                     &ds.p2p_methods,
                 );

@@ -4,8 +4,8 @@
 
 use std::fmt::Write;
 
-use super::dataset::{Dataset, MatrixId};
 use crate::analysis::{D2dDevices, NumaMap, SLOW_D2D_DEVICE_RATIO};
+use crate::dataset::{Dataset, MatrixId};
 
 fn gbps(v: f64) -> String {
     crate::vocab::Bandwidth::from_bytes_per_second(v).to_string()

@@ -236,7 +236,7 @@ pub fn store_heatmaps(store: &Store, topology: &Topology, devices: &[DeviceInfo]
     for ((size, direction), cells) in live::by_matrix(&live::h2d_cells(store)) {
         let title = format!(
             "H2D {} {}",
-            super::dataset::size_label(size),
+            crate::dataset::size_label(size),
             direction.as_str()
         );
         maps.push(Heatmap::h2d(title, &cells, &numa, &axes));
@@ -289,7 +289,7 @@ pub fn matrix_page(store: &Store, topology: &Topology, devices: &[DeviceInfo]) -
                     .map(|e| format!(
                         "{:.2} ({} {})",
                         e.ratio,
-                        super::dataset::size_label(e.size_bytes),
+                        crate::dataset::size_label(e.size_bytes),
                         e.direction.as_str()
                     ))
                     .unwrap_or_else(|| "-".into()),

@@ -6,10 +6,10 @@
 use std::fmt::Write;
 
 use super::csv::field;
-use super::dataset::{size_label, Dataset};
 use crate::analysis::sweep::{
     self, Curve, Point, PointInput, DIP_RATIO, PLATEAU_BAND, REMEASURE_SPREAD,
 };
+use crate::dataset::{size_label, Dataset};
 use crate::probe::kind::Layout;
 use crate::probe::kinds::layout;
 
@@ -337,8 +337,8 @@ pub fn section(ds: &Dataset, curves: &[Curve], picture: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dataset::{CellResult, MatrixId};
     use crate::format::run_dir::MatrixKind;
-    use crate::report::dataset::{CellResult, MatrixId};
 
     fn cell(op: &str, device: &str, size: u64, samples: Vec<f64>, errors: Vec<&str>) -> CellResult {
         CellResult {

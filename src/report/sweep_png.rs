@@ -8,10 +8,10 @@ use std::path::Path;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::dataset::size_label;
 use super::png::{register_font, DrawError, FAMILY};
 use crate::analysis::heatmap::{nice_ceiling, ticks};
 use crate::analysis::sweep::Curve;
+use crate::dataset::size_label;
 
 const WIDTH: u32 = 1100;
 const HEIGHT: u32 = 640;

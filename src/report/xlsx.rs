@@ -8,9 +8,9 @@ use std::path::Path;
 
 use rust_xlsxwriter::{Color, Format, Workbook, Worksheet, XlsxError};
 
-use super::dataset::{size_label, Dataset};
 use super::heatmap::cell_colour;
 use crate::analysis::heatmap::{HeatCell, Heatmap};
+use crate::dataset::{size_label, Dataset};
 use crate::probe::kind::Layout;
 
 /// Sheet names: at most 31 characters, none of `[]:*?/\`, unique.

@@ -1,7 +1,15 @@
 //! The neutral form every report is made from: cells with their samples and errors, grouped
 //! into matrices, plus the NUMA layout and devices to label them. Built from a chd run
 //! directory ([`Dataset::from_run`]) or a ClusterHealthDetect recording
-//! ([`Dataset::from_recording`]), and convertible into a [`Store`] for serving.
+//! ([`Dataset::from_recording`]) by [`load`], and convertible into a [`Store`] for serving;
+//! [`cells`] hands its cells to [`crate::analysis`]. `report` renders it and `replay` serves
+//! it; neither names the other.
+
+pub mod cells;
+pub mod input;
+pub mod timing;
+
+pub use input::{load, LoadError};
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -252,7 +260,7 @@ impl Dataset {
                 format!("{} of {} measured", records.len(), kinds::total_slots(plan)),
             ),
         ]);
-        meta.extend(super::timing::meta_row(records));
+        meta.extend(timing::meta_row(records));
         if let Some(ms) = plan.timeout_ms {
             meta.push((
                 "timeout per cell".to_string(),

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use std::collections::BTreeMap;
 
-use super::dataset::{CellResult, Dataset};
+use super::{CellResult, Dataset};
 use crate::analysis::live::MatrixKey;
 use crate::analysis::{Cell, H2dMatrix};
 use crate::probe::kind::Layout;
@@ -59,8 +59,8 @@ pub fn h2d_by_load(ds: &Dataset) -> BTreeMap<String, BTreeMap<MatrixKey, H2dMatr
 mod tests {
     use super::*;
     use crate::analysis::{CellRanks, H2dMatrix, PairMatrix};
+    use crate::dataset::MatrixId;
     use crate::format::run_dir::MatrixKind;
-    use crate::report::dataset::MatrixId;
     use std::collections::BTreeMap;
 
     fn id(kind: MatrixKind) -> MatrixId {
@@ -158,7 +158,7 @@ mod tests {
         // 6 CPUs on 2 nodes (CPU 5 on none) x devices 0, 2, 10; device 10 slow from node 1;
         // CPU 4 fails on device 2 every time, CPU 1 once. Plus a pair matrix, CPU 3 slow.
         let numa: BTreeMap<u32, u32> = (0..5).map(|c| (c, c / 3)).collect();
-        let mut ds = crate::report::dataset::Dataset {
+        let mut ds = crate::dataset::Dataset {
             numa_nodes: BTreeMap::from([(0, vec![0, 1, 2]), (1, vec![3, 4])]),
             ..Default::default()
         };
