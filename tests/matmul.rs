@@ -54,11 +54,17 @@ fn matmul_tflops_follow_the_device_events_and_release_everything() {
         let want = tflops * 1e12;
         assert!((got - want).abs() < 1e-3 * want, "device {device}: {got}");
     }
-    // Device 2 fails every gemm: an error naming the cuBLAS call, and nothing left behind.
+    // Device 2 fails all its work (here the operands' fill, before any product): an error
+    // naming the device and the failed call, and nothing left behind.
     let err = loader.measure_matmul("2", &params).unwrap_err().to_string();
-    assert!(err.contains("cublasSgemm_v2 failed"), "{err}");
+    assert!(
+        err.starts_with("device 2: ") && err.contains(" failed"),
+        "{err}"
+    );
     let err = loader.measure_matmul("7", &params).unwrap_err().to_string();
     assert!(err.contains("unknown device \"7\""), "{err}");
     assert_eq!(live("chd_fake_live_device_allocations"), 0);
     assert_eq!(live("chd_fake_live_cublas_handles"), 0);
+    // Every product ran on operands filled first (the fake refuses the others).
+    assert_eq!(live("chd_fake_unwritten_gemm_operands"), 0);
 }

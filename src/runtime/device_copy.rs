@@ -375,17 +375,18 @@ pub(crate) struct Staging<'a, A: DeviceApi + ?Sized> {
 }
 
 impl<'a, A: DeviceApi + ?Sized> Staging<'a, A> {
-    /// Allocate and first-touch the host buffer for cells of `params`' size and memory.
+    /// The staging for cells of `params`' size and memory. Its host buffer is allocated and
+    /// first-touched by the first cell, after that cell set its device: pinned memory
+    /// allocated on a thread that never set one would create device 0's context (CUDA's
+    /// implicit default), and with it memory and a process entry on a GPU chd may not probe.
     pub(crate) fn new(api: &'a A, params: &CopyParams) -> Result<Self, ProbeError> {
         let bytes = check_params(api, params)?;
-        let mut staging = Staging {
+        Ok(Staging {
             api,
             bytes,
             memory: params.host_memory,
             host: None,
-        };
-        staging.host()?;
-        Ok(staging)
+        })
     }
 
     /// The host buffer and its latch, allocated (and first-touched) here if there is none.

@@ -341,6 +341,7 @@ impl DeviceLoader {
         // Synchronized before it is destroyed and before the matrices go, on error paths too;
         // the handle goes first.
         let stream = stream_guard(api).map_err(on)?;
+        fill_operands(api, stream.handle, &[a.handle, b.handle], bytes).map_err(on)?;
         let handle = cublas.handle_on(stream.handle)?;
         let matrices = Square {
             n,
@@ -368,6 +369,49 @@ impl DeviceLoader {
         }
         Ok(matrices.flops() * f64::from(params.iterations) / (f64::from(ms) / 1e3))
     }
+}
+
+/// The most host memory [`fill_operands`] holds: one block of values, copied over and over.
+const FILL_BLOCK_BYTES: usize = 1 << 20;
+
+/// Fill each of `matrices` (`bytes` of device memory each) with values drawn uniformly from
+/// [-1, 1), once, before anything is timed: operands left as the allocator gave them (mostly
+/// zeros) toggle fewer bits, draw less power and read high under a power cap, and a gemm load
+/// on them is lighter than real work. One block of at most [`FILL_BLOCK_BYTES`] of pageable
+/// host memory is copied into every block of each matrix on `stream` (a pageable copy is
+/// staged by the runtime), and the stream is synchronized before the block is dropped.
+fn fill_operands(
+    api: &CudaRuntime,
+    stream: Handle,
+    matrices: &[Handle],
+    bytes: usize,
+) -> Result<(), super::device_copy::ApiError> {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    let block: Vec<f32> = (0..FILL_BLOCK_BYTES.min(bytes) / std::mem::size_of::<f32>())
+        .map(|_| rng.random_range(-1.0..1.0))
+        .collect();
+    let block_bytes = std::mem::size_of_val(block.as_slice());
+    if block_bytes == 0 {
+        return Ok(());
+    }
+    for &matrix in matrices {
+        let mut offset = 0;
+        while offset < bytes {
+            let len = block_bytes.min(bytes - offset);
+            // `offset < bytes`: inside the matrix's allocation.
+            let dst = matrix.cast::<u8>().wrapping_add(offset).cast::<c_void>();
+            api.copy_async(
+                dst,
+                block.as_ptr().cast_mut().cast::<c_void>(),
+                len,
+                crate::vocab::Direction::H2d,
+                stream,
+            )?;
+            offset += len;
+        }
+    }
+    api.stream_synchronize(stream)
 }
 
 /// Running gemm loops; dropping stops and joins them.
@@ -556,6 +600,7 @@ fn run_loop(
         let c = guard(api, api.device_alloc(bytes), CudaRuntime::device_free).map_err(on)?;
         // Synchronized before it is destroyed and before the matrices go, on error paths too.
         let stream = stream_guard(api).map_err(on)?;
+        fill_operands(api, stream.handle, &[a.handle, b.handle], bytes).map_err(on)?;
         let handle = cublas.handle_on(stream.handle)?;
         let matrices = Square {
             n,

@@ -293,3 +293,44 @@ fn run_records_each_devices_link_and_the_report_shows_its_efficiency() {
         );
     }
 }
+
+/// CUDA creates device 0's context for any call that needs one on a thread that never set
+/// its device (the fake records it like the runtime would): chd's probe threads set the
+/// device first, so a run on devices 2 and 3 has contexts on 2 and 3 only (on silicon, no
+/// memory and no `nvidia-smi` process entry on a GPU it does not probe).
+#[test]
+fn a_probe_opens_contexts_on_the_devices_it_probes_only() {
+    let lib = fake::fake_runtime_path();
+    let dir = tempfile::tempdir().unwrap();
+    for kind in ["h2d", "d2d"] {
+        let report = dir.path().join(format!("{kind}.exit"));
+        let out_dir = dir.path().join(kind);
+        let mut args = vec![
+            "probe",
+            kind,
+            "--devices",
+            "2,3",
+            "--sizes",
+            "1MiB",
+            "--iters",
+            "1",
+            "--repeats",
+            "1",
+            "--out",
+            out_dir.to_str().unwrap(),
+        ];
+        if kind == "h2d" {
+            args.extend(["--cpus", "0"]);
+        }
+        args.extend(fake_args(lib));
+        let mut env = FAKE_ENV.to_vec();
+        env.push(("CHD_FAKE_EXIT_REPORT", report.to_str().unwrap()));
+        let out = chd(&args, &env);
+        assert_ok(&out);
+        let text = std::fs::read_to_string(&report).unwrap();
+        assert!(
+            text.lines().any(|l| l == "context_devices=2,3"),
+            "chd probe {kind} on devices 2,3:\n{text}"
+        );
+    }
+}

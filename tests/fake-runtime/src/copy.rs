@@ -248,6 +248,9 @@ pub unsafe fn copy(
     // SAFETY: the caller guarantees both ranges are valid for `count` bytes; device ranges
     // were checked against live allocations above. `ptr::copy` tolerates overlap.
     unsafe { std::ptr::copy(src.cast::<u8>(), dst.cast::<u8>(), count) };
+    if matches!(d, Location::Device(_)) {
+        memory::note_written(dst as usize, count);
+    }
     if let Some(dev) = timed_on {
         let cpu = device::current_cpu();
         let gbps = match peer {

@@ -3,7 +3,10 @@
 //!
 //! A handle belongs to the calling thread's current device at `cublasCreate_v2`. A gemm does
 //! no arithmetic: it validates its arguments (the three matrices must lie in live `cudaMalloc`
-//! allocations of the handle's device), advances the clock of the handle's stream by
+//! allocations of the handle's device, and A and B must have been written whole by copies
+//! first, else `CUBLAS_STATUS_EXECUTION_FAILED`, counted in [`unwritten_operands`]: real
+//! cuBLAS multiplies whatever the allocator left, mostly zeros, which draw less power, read
+//! high under a power cap and make a gemm load lighter than real work), advances the clock of the handle's stream by
 //! `2*m*n*k / (TFLOP/s * 1e12)` seconds (the device's `CHD_FAKE_GEMM_TFLOPS`, x
 //! `CHD_FAKE_LOAD_COPY_FACTOR` while another handle of the device has a gemm in flight), sleeps
 //! 1 ms of wall time (so a gemm loop does not spin a core), and marks the handle as having a
@@ -117,6 +120,14 @@ fn loaded_by_another(device: usize, handle: usize) -> bool {
 }
 
 /// Live cuBLAS handles.
+/// Products refused because A or B was never written whole.
+static UNWRITTEN_OPERANDS: AtomicU64 = AtomicU64::new(0);
+
+/// How many products were refused because an operand was never written.
+pub fn unwritten_operands() -> u64 {
+    UNWRITTEN_OPERANDS.load(Ordering::Relaxed)
+}
+
 pub fn live_handles() -> u64 {
     with(|h| h.live.len() as u64)
 }
@@ -262,6 +273,16 @@ pub unsafe extern "C" fn cublasSgemm_v2(
             if bytes > 0 && memory::locate(ptr, bytes) != Location::Device(dev) {
                 return CUBLAS_STATUS_INVALID_VALUE;
             }
+        }
+        // Operands never written hold whatever the allocator left (mostly zeros on silicon):
+        // such products draw less power and read high under a power cap, and a gemm load on
+        // them is lighter than real work. cuBLAS multiplies them anyway; the fake refuses.
+        if ![matrices[0], matrices[1]]
+            .iter()
+            .all(|&(ptr, bytes)| bytes == 0 || memory::fully_written(ptr, bytes))
+        {
+            UNWRITTEN_OPERANDS.fetch_add(1, Ordering::Relaxed);
+            return CUBLAS_STATUS_EXECUTION_FAILED;
         }
         let cfg = config::get();
         let faults = cfg.faults_now();

@@ -98,6 +98,7 @@ fn api(body: impl FnOnce() -> CudaError) -> CudaError {
 }
 
 fn current_device() -> Result<usize, CudaError> {
+    device::touch_context();
     device::current_checked().ok_or(if config::get().device_count == 0 {
         CUDA_ERROR_NO_DEVICE
     } else {
@@ -155,6 +156,7 @@ pub unsafe extern "C" fn cudaSetDevice(device: c_int) -> CudaError {
             return e;
         }
         device::set_current(i64::from(device));
+        device::open_context(d);
         CUDA_SUCCESS
     })
 }
@@ -256,6 +258,7 @@ unsafe fn alloc_pinned(ptr: *mut *mut c_void, size: usize, portable: bool) -> Cu
     if ptr.is_null() {
         return CUDA_ERROR_INVALID_VALUE;
     }
+    device::touch_context();
     let home = (!portable).then(device::current);
     match memory::alloc_pinned(size, Api::Cuda, home) {
         Ok(p) => {
@@ -646,6 +649,7 @@ unsafe fn event_create(event: *mut *mut c_void, flags: c_uint) -> CudaError {
     if event.is_null() || flags & !0x7 != 0 {
         return CUDA_ERROR_INVALID_VALUE;
     }
+    device::touch_context();
     let handle = timing::create_event(Api::Cuda, flags & CUDA_EVENT_DISABLE_TIMING == 0);
     // SAFETY: checked non-null; writable per the module contract.
     unsafe { ffi::write(event, handle) };

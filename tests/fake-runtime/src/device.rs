@@ -1,8 +1,15 @@
 //! Per-thread device selection (`cudaSetDevice` / `aclrtSetDevice` share it) and the
 //! calling thread's current CPU, which selects `CHD_FAKE_SLOW_CPUS` rules.
+//!
+//! The devices the process has a CUDA context on ([`contexts`]): CUDA 12's `cudaSetDevice`
+//! creates the device's primary context, and a call that needs a context (an allocation,
+//! pinned host memory included, a stream, an event) on a thread that never set a device
+//! creates device 0's: the runtime's implicit default. On silicon that is a context, memory
+//! and an `nvidia-smi` process entry on a GPU the program never meant to touch.
 
 use std::cell::Cell;
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::config;
@@ -10,6 +17,29 @@ use crate::memory::Api;
 
 thread_local! {
     static CURRENT_DEVICE: Cell<usize> = const { Cell::new(0) };
+    /// Whether this thread ever set its device.
+    static DEVICE_SET: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Bit `d`: device `d` has a context in this process (devices past 63 share bit 63).
+static CONTEXTS: AtomicU64 = AtomicU64::new(0);
+
+/// Device `device` has a context in this process from now on.
+pub fn open_context(device: usize) {
+    CONTEXTS.fetch_or(1 << device.min(63), Ordering::Relaxed);
+}
+
+/// A call that needs a context runs on this thread: on a thread that never set its device,
+/// that is device 0's context, created implicitly.
+pub fn touch_context() {
+    if !DEVICE_SET.with(Cell::get) {
+        open_context(current());
+    }
+}
+
+/// The devices with a context in this process, as a bit mask.
+pub fn contexts() -> u64 {
+    CONTEXTS.load(Ordering::Relaxed)
 }
 
 /// The calling thread's current device (0 until set).
@@ -23,6 +53,7 @@ pub fn set_current(device: i64) -> bool {
     match valid(device) {
         Some(d) => {
             CURRENT_DEVICE.with(|c| c.set(d));
+            DEVICE_SET.with(|c| c.set(true));
             true
         }
         None => false,

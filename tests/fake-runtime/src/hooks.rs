@@ -56,6 +56,18 @@ pub extern "C" fn chd_fake_gemms(device: c_int) -> u64 {
     std::panic::catch_unwind(|| usize::try_from(device).map_or(0, cublas::gemms)).unwrap_or(0)
 }
 
+/// `cublasSgemm_v2` calls refused because A or B was never written whole.
+#[no_mangle]
+pub extern "C" fn chd_fake_unwritten_gemm_operands() -> u64 {
+    std::panic::catch_unwind(cublas::unwritten_operands).unwrap_or(u64::MAX)
+}
+
+/// The devices this process has a CUDA context on, as a bit mask (bit `d`: device `d`).
+#[no_mangle]
+pub extern "C" fn chd_fake_context_devices() -> u64 {
+    std::panic::catch_unwind(crate::device::contexts).unwrap_or(u64::MAX)
+}
+
 /// cuBLAS handles created and not yet destroyed.
 #[no_mangle]
 pub extern "C" fn chd_fake_live_cublas_handles() -> u64 {

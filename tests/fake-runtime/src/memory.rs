@@ -30,6 +30,9 @@ struct Allocation {
     /// `cudaMallocHost` and `cudaHostAlloc` without `cudaHostAllocPortable`: the device current
     /// at allocation); `None` when every device sees it pinned.
     home: Option<usize>,
+    /// Device memory only: bytes copied into it so far (summed, capped at `len`); cuBLAS
+    /// refuses operands never written whole ([`fully_written`]).
+    written: usize,
 }
 
 #[derive(Default)]
@@ -97,6 +100,7 @@ pub fn alloc_pinned(size: usize, api: Api, home: Option<usize>) -> Result<*mut c
             api,
             device: None,
             home,
+            written: 0,
         },
     );
     crate::cost::charge_pin(size);
@@ -144,6 +148,7 @@ pub fn alloc_device(device: usize, size: usize, api: Api) -> Result<*mut c_void,
             api,
             device: Some(device),
             home: None,
+            written: 0,
         },
     );
     *reg.device_bytes.entry(device).or_insert(0) += size as u64;
@@ -168,6 +173,27 @@ pub fn free_device(addr: usize, api: Api) -> Result<(), FreeError> {
     // it is freed exactly once.
     unsafe { libc::free(addr as *mut c_void) };
     Ok(())
+}
+
+/// Count `len` bytes copied into the device allocation holding `addr`.
+pub fn note_written(addr: usize, len: usize) {
+    let mut reg = registry();
+    if let Some((&base, alloc)) = reg.device.range_mut(..=addr).next_back() {
+        if addr < base + alloc.len.max(1) {
+            alloc.written = alloc.written.saturating_add(len).min(alloc.len);
+        }
+    }
+}
+
+/// Whether at least `len` bytes were copied into the device allocation holding `addr`: a
+/// matrix operand that was filled before it is read, rather than whatever the allocator left
+/// (on silicon mostly zeros, which draw less power and read fast under a power cap).
+pub fn fully_written(addr: usize, len: usize) -> bool {
+    let reg = registry();
+    reg.device
+        .range(..=addr)
+        .next_back()
+        .is_some_and(|(&base, alloc)| addr < base + alloc.len.max(1) && alloc.written >= len)
 }
 
 /// Where `[addr, addr + len)` lies relative to the live device allocations.

@@ -85,8 +85,30 @@ struct Gemm {
 }
 
 impl Gemm {
-    /// A handle on `device` bound to a new stream, with three N x N f32 matrices there.
+    /// A handle on `device` bound to a new stream, with three N x N f32 matrices there, A and
+    /// B filled (on a stream of their own, so the handle's stream clock stays at 0).
     fn new(device: i32) -> Gemm {
+        let g = Gemm::unfilled(device);
+        let host = vec![0.5f32; N * N];
+        let mut fill = null_mut();
+        // SAFETY: A and B are live N x N f32 allocations; `host` outlives the synchronous
+        // fake copies; the stream is destroyed after them.
+        unsafe {
+            assert_eq!(cudaStreamCreate(&mut fill), CUDA_SUCCESS);
+            for m in &g.mats[..2] {
+                assert_eq!(
+                    cudaMemcpyAsync(*m, host.as_ptr().cast(), N * N * 4, 1, fill),
+                    CUDA_SUCCESS
+                );
+            }
+            assert_eq!(cudaStreamSynchronize(fill), CUDA_SUCCESS);
+            assert_eq!(cudaStreamDestroy(fill), CUDA_SUCCESS);
+        }
+        g
+    }
+
+    /// As [`Gemm::new`], the matrices as the allocator left them.
+    fn unfilled(device: i32) -> Gemm {
         let mut g = Gemm {
             handle: null_mut(),
             stream: null_mut(),
@@ -194,6 +216,20 @@ fn a_gemm_takes_its_flops_and_slows_copies_on_its_device_only() {
     drop(gemm);
     assert_eq!(chd_fake_live_cublas_handles(), live - 1);
     assert_close(copy_ms(1), full);
+}
+
+#[test]
+fn a_product_of_operands_never_written_is_refused() {
+    let _g = common::setup(ENV);
+    let before = (chd_fake_unwritten_gemm_operands(), chd_fake_gemms(0));
+    let gemm = Gemm::unfilled(0);
+    assert_eq!(gemm.run(), 13, "CUBLAS_STATUS_EXECUTION_FAILED");
+    assert_eq!(chd_fake_unwritten_gemm_operands(), before.0 + 1);
+    assert_eq!(chd_fake_gemms(0), before.1);
+    // Filled, the same shape runs.
+    let filled = Gemm::new(0);
+    assert_eq!(filled.run(), CUBLAS_STATUS_SUCCESS);
+    assert_eq!(chd_fake_unwritten_gemm_operands(), before.0 + 1);
 }
 
 #[test]
