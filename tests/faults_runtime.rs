@@ -399,6 +399,8 @@ impl ExitReport {
                 let mut parts = value.splitn(3, ' ');
                 let mut next = || parts.next().unwrap_or("").to_string();
                 threads.push((next(), next(), next()));
+            } else if key == "context_devices" {
+                // A device list, not a count (tests/probe_cli/fake_cuda.rs reads it).
             } else {
                 values.insert(key.to_string(), value.parse().expect("a count"));
             }
