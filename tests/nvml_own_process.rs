@@ -2,7 +2,8 @@
 //! under its host pid (the fake's `CHD_FAKE_NVML_OWN_PID`), which only the `NSpid:` line of
 //! `<procfs>/self/status` connects to chd. With it the device gate stays open while chd holds
 //! device memory; a real foreign process still closes it; without it chd would call itself
-//! foreign. (The same-namespace case is in `runtime_loaders.rs`, where NVML reports getpid().)
+//! foreign, and the pid it cannot see is reported (`unseen_pids`, and a warning naming
+//! what to mount). (The same-namespace case is in `runtime_loaders.rs`, where NVML reports getpid().)
 
 #[path = "support/fake_runtime.rs"]
 mod fake;
@@ -100,6 +101,8 @@ fn the_host_pid_on_the_nspid_line_is_chd_itself() {
     let _one_at_a_time = exclusive();
     let me = std::process::id();
     let (_dir, root) = procfs_with_nspid(&format!("{HOST_PID}\t{me}"));
+    // The host's procfs shows the other job's process.
+    std::fs::create_dir(root.join("4242")).unwrap();
     let samples = samples_holding_memory(root);
     // Device 0 lists only chd (under the host pid): idle, the gate stays open.
     let idle = device(&samples, "0");
@@ -110,6 +113,7 @@ fn the_host_pid_on_the_nspid_line_is_chd_itself() {
     let busy = device(&samples, "1");
     assert_eq!(busy.foreign_processes, Some(1));
     assert!(busy.is_busy(1.0));
+    assert!(busy.unseen_pids.is_empty(), "{busy:?}");
 }
 
 #[test]
@@ -121,4 +125,7 @@ fn without_the_host_pid_chd_would_take_itself_for_a_foreign_process() {
     let own = device(&samples, "0");
     assert_eq!(own.foreign_processes, Some(1));
     assert!(own.is_busy(1.0));
+    // ... but it can tell why: NVML's pid is not in the procfs it sees (and says so, once,
+    // naming what to mount).
+    assert_eq!(own.unseen_pids, [HOST_PID]);
 }

@@ -15,7 +15,7 @@ use super::acl::AclBackend;
 use super::DeviceInfo;
 
 /// One device's state.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct DeviceSample {
     /// The runtime's device label.
     pub device: String,
@@ -24,6 +24,10 @@ pub struct DeviceSample {
     pub memory_used_bytes: Option<u64>,
     /// Compute processes on the device other than chd itself, when known.
     pub foreign_processes: Option<u32>,
+    /// The pids of those foreign processes that chd's procfs does not show: processes of a
+    /// PID namespace chd cannot see into, chd's own contexts among them when chd runs in a
+    /// container with its own `/proc` (see `own_process`). Empty where the source lists none.
+    pub unseen_pids: Vec<u32>,
     /// The source says the device is gone (NVML's `NVML_ERROR_GPU_IS_LOST`, ACL's
     /// `ACL_ERROR_RT_LOST_HEARTBEAT`): nothing can run on it, so it is neither busy nor an
     /// unreadable input of the idle gate, and its cells fail until it is back.
@@ -80,6 +84,10 @@ pub struct NvmlTelemetry {
     devices: Vec<(u32, String)>,
     /// chd's pids in each of its PID namespaces: NVML processes with these are chd's own.
     own_pids: Vec<u32>,
+    /// The procfs chd sees processes in.
+    procfs: std::path::PathBuf,
+    /// Whether the warning about pids that procfs does not show was given.
+    warned_unseen: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for NvmlTelemetry {
@@ -145,7 +153,33 @@ impl NvmlTelemetry {
             nvml,
             devices: matched,
             own_pids: super::own_process::own_pids(procfs),
+            procfs: procfs.to_path_buf(),
+            warned_unseen: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+}
+
+impl NvmlTelemetry {
+    /// Say once, loudly, that NVML lists processes this procfs does not show: chd then
+    /// cannot tell its own contexts from other jobs' and the device gate stays shut while
+    /// chd itself holds a device. Only the host's procfs connects them (`own_process`).
+    fn warn_unseen(&self, device: &str, pids: &[u32]) {
+        use std::sync::atomic::Ordering;
+        if pids.is_empty() || self.warned_unseen.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        tracing::warn!(
+            device,
+            ?pids,
+            "NVML lists compute processes on device {device} that {} does not show (pids \
+             {pids:?}): chd sees a PID namespace of its own, as in a container with its own \
+             /proc, so it cannot tell its own device contexts from other jobs' and treats \
+             them all as foreign (the device gate stays shut while chd holds the device). \
+             Mount the host's /proc into the container and pass it as --procfs-root (the \
+             shipped DaemonSet mounts it at /host/proc), or run chd in the host's PID \
+             namespace (hostPID)",
+            self.procfs.display()
+        );
     }
 }
 
@@ -176,19 +210,28 @@ impl DeviceTelemetry for NvmlTelemetry {
                     .as_ref()
                     .and_then(|d| d.memory_info().ok())
                     .map(|m| m.used);
-                let foreign_processes = device
+                let foreign: Option<Vec<u32>> = device
                     .as_ref()
                     .and_then(|d| d.running_compute_processes().ok())
                     .map(|ps| {
                         ps.iter()
-                            .filter(|p| !self.own_pids.contains(&p.pid))
-                            .count() as u32
+                            .map(|p| p.pid)
+                            .filter(|pid| !self.own_pids.contains(pid))
+                            .collect()
                     });
+                let unseen_pids: Vec<u32> = foreign
+                    .iter()
+                    .flatten()
+                    .copied()
+                    .filter(|pid| !self.procfs.join(pid.to_string()).exists())
+                    .collect();
+                self.warn_unseen(label, &unseen_pids);
                 DeviceSample {
                     device: label.clone(),
                     utilization,
                     memory_used_bytes,
-                    foreign_processes,
+                    foreign_processes: foreign.map(|f| f.len() as u32),
+                    unseen_pids,
                     lost,
                 }
             })
@@ -236,6 +279,7 @@ impl DeviceTelemetry for AclTelemetry {
                     utilization,
                     memory_used_bytes: None,
                     foreign_processes: None,
+                    unseen_pids: Vec::new(),
                     lost,
                 }
             })
@@ -262,6 +306,7 @@ mod tests {
             memory_used_bytes: None,
             foreign_processes: p,
             lost: false,
+            unseen_pids: Vec::new(),
         };
         assert!(!s(Some(0.05), Some(0)).is_busy(0.1));
         assert!(s(Some(0.5), Some(0)).is_busy(0.1));

@@ -250,6 +250,7 @@ mod tests {
             memory_used_bytes: None,
             foreign_processes: processes,
             lost: false,
+            unseen_pids: Vec::new(),
         }
     }
 
