@@ -7,6 +7,8 @@
 //! after a timeout: then they and the peer access are kept until the copy in flight is done
 //! (`stuck_work`).
 //!
+//! The data check reads the destination back on a stream of `dst`, which owns that memory.
+//!
 //! The copy is `cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream)` /
 //! `aclrtMemcpyAsync(dst, n, src, n, ACL_MEMCPY_DEVICE_TO_DEVICE, stream)` through
 //! `DeviceApi::copy_device_async`. Checked against the CUDA Runtime API reference:
@@ -141,6 +143,7 @@ fn timed(
     );
     let result = copies(
         api,
+        (src, dst),
         (&mut work.host_memory[0], &mut latch),
         handles,
         bytes,
@@ -155,9 +158,45 @@ fn timed(
     result
 }
 
-/// One cell's copies from `from` (on `src`) to `to`, every wait by the cell's deadline.
+/// Copy `bytes` of `device`'s memory at `from` into the host buffer `into` on a stream and
+/// event of `device`'s own, made and released here (kept by the stuck work after a timeout;
+/// the memory itself belongs to the cell, which keeps it then too).
+fn read_back(
+    api: &dyn DeviceApi,
+    device: i32,
+    (into, from, bytes): (Handle, Handle, usize),
+    deadline: &Deadline,
+    on_copy: &dyn Fn(ApiError) -> ProbeError,
+) -> Result<(), ProbeError> {
+    let timing_error = unless_lost(api, timing_error);
+    api.set_device(device)
+        .map_err(|e| ProbeError::Device(e.to_string()))?;
+    let event =
+        guard(api, api.event_create(), <dyn DeviceApi>::event_destroy).map_err(&timing_error)?;
+    let stream = stream_guard(api).map_err(&timing_error)?;
+    let result = copy_and_wait(
+        api,
+        (into, from, bytes),
+        Direction::D2h,
+        (stream.handle, event.handle),
+        deadline,
+        on_copy,
+    );
+    CellWork {
+        devices: vec![device],
+        stream,
+        events: vec![event],
+        device_memory: Vec::new(),
+        host_memory: Vec::new(),
+    }
+    .finish(api, result, Vec::new())
+}
+
+/// One cell's copies from `from` (on `src`) to `to` (on `dst`), every wait by the cell's
+/// deadline.
 fn copies(
     api: &dyn DeviceApi,
+    (src, dst): (i32, i32),
     (host, latch): (&mut HostBuffer<'_, dyn DeviceApi + '_>, &mut Latch),
     (from, to, stream, (start, end)): (Handle, Handle, Handle, (Handle, Handle)),
     bytes: usize,
@@ -191,16 +230,20 @@ fn copies(
         &timing_error,
     )?;
 
-    // The head of the destination holds what the source held.
+    // The head of the destination holds what the source held: read back on a stream of
+    // `dst`, the device that owns that memory (CANN documents a host copy on the owner's
+    // stream only; CUDA's unified addressing would take `src`'s stream too).
     host.as_mut_slice().fill(0);
-    copy_and_wait(
+    read_back(
         api,
+        dst,
         (host.as_handle(), to, head),
-        Direction::D2h,
-        (stream, end),
         &deadline,
         &copy_error,
     )?;
+    // The cell's stream and events are `src`'s: released with it current.
+    api.set_device(src)
+        .map_err(|e| ProbeError::Device(e.to_string()))?;
     check_copy(&expected, host.as_mut_slice())?;
     Ok(bytes as f64 * f64::from(params.iterations) / (f64::from(ms) / 1e3))
 }

@@ -174,6 +174,17 @@ pub unsafe fn copy(
         ) => (Some(sd), Some(dd)),
         (dir, _, _) => return Err(bad(&format!("pointers do not fit {dir:?}"))),
     };
+    // CANN documents host <-> device copies on a stream of the device that owns the memory
+    // only (aclrtMemcpyAsync); a device's memory read back on another device's stream is
+    // no documented case, so the fake refuses it (CUDA's unified addressing allows it).
+    if api == Api::Acl && other.is_none() {
+        if let Some(dev) = timed_on.filter(|&dev| dev != stream_device) {
+            return Err(bad(&format!(
+                "device {dev}'s memory copied to or from the host on a stream of device \
+                 {stream_device}"
+            )));
+        }
+    }
     // CUDA stages pageable host memory, possibly synchronizing with the stream first.
     if api == Api::Cuda {
         let pageable =
