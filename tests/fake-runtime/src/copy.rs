@@ -176,8 +176,9 @@ pub unsafe fn copy(
     };
     // CANN documents host <-> device copies on a stream of the device that owns the memory
     // only (aclrtMemcpyAsync); a device's memory read back on another device's stream is
-    // no documented case, so the fake refuses it (CUDA's unified addressing allows it).
-    if api == Api::Acl && other.is_none() {
+    // no documented case, so the fake refuses it (CUDA's unified addressing allows it). The
+    // synchronous aclrtMemcpy names no stream and is not judged.
+    if api == Api::Acl && other.is_none() && matches!(stream, StreamRef::Handle(_)) {
         if let Some(dev) = timed_on.filter(|&dev| dev != stream_device) {
             return Err(bad(&format!(
                 "device {dev}'s memory copied to or from the host on a stream of device \
