@@ -99,8 +99,8 @@ impl<'a> CellGroup<'a> {
             return Err(ProbeError::Bind {
                 cpu: cell.cpu,
                 detail: format!(
-                    "the probe thread is bound to cpu {} with a {}-byte buffer",
-                    self.cpu, self.size_bytes
+                    "a cell of cpu {} on the probe thread bound to cpu {} with a {}-byte buffer",
+                    cell.cpu, self.cpu, self.size_bytes
                 ),
             });
         }

@@ -678,9 +678,20 @@ pub fn render(ds: &Dataset, pictures: &BTreeMap<MatrixId, String>) -> String {
     s.push_str("\nBandwidths are decimal GB/s (1e9 bytes/s); sizes are binary (MiB = 2^20 bytes). A cell's value is the median of its samples.\n\n## Findings\n\n");
     let found = findings(ds);
     if found.is_empty() {
+        // Cells measured by nothing but errors: the tables below name them.
+        let failed = ds
+            .cells
+            .iter()
+            .filter(|c| c.value().is_none() && !c.errors.is_empty())
+            .count();
+        let failures = match failed {
+            0 => " and no failed cells".to_string(),
+            1 => "; 1 cell failed (see below)".to_string(),
+            n => format!("; {n} cells failed (see below)"),
+        };
         let _ = writeln!(
             s,
-            "- Nothing below the thresholds (device ratio < {SLOW_DEVICE_RATIO}, NUMA segment < {SLOW_SEGMENT_RATIO} x the device's best, CPU ratio < {SLOW_CPU_RATIO}) and no failed cells."
+            "- Nothing below the thresholds (device ratio < {SLOW_DEVICE_RATIO}, NUMA segment < {SLOW_SEGMENT_RATIO} x the device's best, CPU ratio < {SLOW_CPU_RATIO}){failures}."
         );
     }
     for f in &found {

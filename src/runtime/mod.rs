@@ -74,7 +74,9 @@ pub struct DeviceCopyParams {
 /// `chd_probe_errors_total`.
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
-    #[error("binding to cpu {cpu} failed: {detail}")]
+    /// `detail` names the CPU (an `affinity::AffinityError` does: "binding to cpu 2
+    /// failed: ..."), so it is the whole message.
+    #[error("{detail}")]
     Bind { cpu: u32, detail: String },
     #[error("allocating {bytes} bytes failed: {detail}")]
     Alloc { bytes: u64, detail: String },
