@@ -12,6 +12,7 @@ mod fake;
 
 use std::time::Duration;
 
+use chd::runtime::pair::CommState;
 use chd_process::{promtool_check_metrics, Chd, Metrics};
 use fake::fake_runtime_path as lib;
 
@@ -299,4 +300,50 @@ fn a_hung_hccl_collective_keeps_its_communicators_quarantined_and_says_why() {
         "{log}"
     );
     assert_eq!(chd.get("/healthz", None).2, "ok\n");
+}
+
+/// CANN runs one collective API at a time on a card (the fake refuses and counts any other,
+/// `hccl_concurrent_calls`): while a hung allgather keeps its communicators quarantined, the
+/// pair's next cells create no new communicator and start no collective on those cards; they
+/// are skipped with the reason `quarantined`, and no further 2 x HCCL_BUFFSIZE is taken.
+#[test]
+fn a_card_with_a_quarantined_communicator_runs_no_other_collective() {
+    let report = tempfile::NamedTempFile::new().unwrap();
+    let report_path = report.path().to_str().unwrap().to_string();
+    let (_dir, chd) = serve(
+        "acl",
+        "hccl",
+        &[
+            ("CHD_FAKE_PAIR_HANG_MS", "4000"),
+            ("HCCL_BUFFSIZE", "16"),
+            ("CHD_FAKE_EXIT_REPORT", &report_path),
+        ],
+        &["--pair-timeout", "300ms"],
+    );
+    let m = chd.wait_for(Duration::from_secs(60), "a quarantined pair cell", |m| {
+        m.find(
+            "chd_probe_errors_total",
+            &[("probe", "pair"), ("reason", "quarantined")],
+        )
+        .iter()
+        .any(|s| s.value >= 1.0)
+    });
+    // The hung cell's two communicators, and no others.
+    let held: f64 = CommState::ALL
+        .iter()
+        .map(|s| {
+            m.value(
+                "chd_held_communicators",
+                &[("library", "hccl"), ("state", s.as_str())],
+            )
+        })
+        .sum();
+    assert_eq!(held, 2.0, "{}", chd.log());
+    let (status, log) = chd.terminate();
+    assert!(status.success(), "{log}");
+    let text = std::fs::read_to_string(&report_path).unwrap();
+    assert!(
+        text.lines().any(|l| l == "hccl_concurrent_calls=0"),
+        "chd called HCCL on a card whose collective was in flight:\n{text}\n{log}"
+    );
 }

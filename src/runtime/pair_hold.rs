@@ -124,6 +124,9 @@ impl PairHold {
         if let Some(c) = cached.get(&pair) {
             return Ok(c.map(|(_, h)| h));
         }
+        if coll.name() == "hccl" {
+            self.refuse_busy_cards(pair)?;
+        }
         let comms = coll
             .init_all(&pair)
             .map_err(|e| ProbeError::Collective(e.to_string()))?;
@@ -142,6 +145,29 @@ impl PairHold {
         }));
         cached.insert(pair, c);
         Ok(c.map(|(_, h)| h))
+    }
+
+    /// CANN runs one collective API at a time on a card, and HCCL has no abort: while a
+    /// communicator on one of `pair`'s cards is being released or quarantined (a timed-out
+    /// allgather may still run on it), no new communicator or collective goes on that card
+    /// (it would also take another 2 x `HCCL_BUFFSIZE` per timeout). NCCL aborts instead, so
+    /// its cards are free once the abort returned.
+    fn refuse_busy_cards(&self, pair: [i32; 2]) -> Result<(), ProbeError> {
+        let table = lock(&self.table);
+        let busy = table.iter().find(|r| {
+            pair.contains(&r.device)
+                && matches!(r.state, CommState::Releasing | CommState::Quarantined)
+        });
+        match busy {
+            Some(r) => Err(ProbeError::Quarantined(format!(
+                "device {}: a communicator of pair {} is still {} after a cell that did not \
+                 finish; no new communicator or collective on the card until it is released",
+                r.device,
+                label(r.pair),
+                r.state.as_str()
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// The pair's peer route, enabling peer access on first use.

@@ -220,6 +220,42 @@ fn register(lib: Lib, clique: &Arc<Clique>, rank: usize) -> usize {
     handle
 }
 
+/// HCCL calls refused because another communicator's collective was in flight on the card.
+static CONCURRENT_HCCL: AtomicU64 = AtomicU64::new(0);
+
+/// HCCL calls (communicator init, collective) refused because a collective of another
+/// communicator was still in flight on one of their cards.
+pub fn concurrent_hccl_calls() -> u64 {
+    CONCURRENT_HCCL.load(Ordering::Relaxed)
+}
+
+/// CANN: one card runs one collective API at a time. Refuse an HCCL call on `devices` (made
+/// for communicator `except`, if any) while another communicator's collective is in flight
+/// on one of them.
+fn refuse_concurrent_hccl(
+    m: &HashMap<usize, Comm>,
+    devices: &[usize],
+    except: Option<usize>,
+) -> Result<(), CollError> {
+    let busy = m.iter().find(|(&h, c)| {
+        c.lib == Lib::Hccl
+            && c.in_flight > 0
+            && Some(h) != except
+            && devices.contains(&c.clique.devices[c.rank])
+    });
+    match busy {
+        Some((_, c)) => {
+            CONCURRENT_HCCL.fetch_add(1, Ordering::Relaxed);
+            Err(CollError::Busy(format!(
+                "device {} still runs a collective of another communicator; CANN allows one \
+                 collective API at a time on a card",
+                c.clique.devices[c.rank]
+            )))
+        }
+        None => Ok(()),
+    }
+}
+
 /// Live communicators of both libraries.
 pub fn live_communicators() -> u64 {
     with_comms(|m| m.len() as u64)
@@ -401,6 +437,9 @@ pub fn init_all(lib: Lib, devices: &[i64]) -> Result<Vec<*mut c_void>, CollError
             )));
         }
         devs.push(dev);
+    }
+    if lib == Lib::Hccl {
+        with_comms(|m| refuse_concurrent_hccl(m, &devs, None))?;
     }
     let clique = Clique::new(lib, devs);
     Ok((0..devices.len())
@@ -642,17 +681,23 @@ pub fn run(calls: Vec<Prepared>) -> Result<(), CollError> {
 }
 
 fn submit(call: Prepared) -> Result<Ticket, CollError> {
-    let seq = with_comms(|m| match m.get_mut(&call.handle) {
-        Some(c) => {
-            let seq = c.next_seq;
-            c.next_seq += 1;
-            c.in_flight += 1;
-            Ok(seq)
+    let seq = with_comms(|m| {
+        if let Some(c) = m.get(&call.handle).filter(|c| c.lib == Lib::Hccl) {
+            let device = c.clique.devices[c.rank];
+            refuse_concurrent_hccl(m, &[device], Some(call.handle))?;
         }
-        None => Err(CollError::InvalidArgument(format!(
-            "{:#x} is not a live communicator",
-            call.handle
-        ))),
+        match m.get_mut(&call.handle) {
+            Some(c) => {
+                let seq = c.next_seq;
+                c.next_seq += 1;
+                c.in_flight += 1;
+                Ok(seq)
+            }
+            None => Err(CollError::InvalidArgument(format!(
+                "{:#x} is not a live communicator",
+                call.handle
+            ))),
+        }
     })?;
     let clique = call.clique;
     let mut st = clique.lock();

@@ -68,6 +68,12 @@ pub extern "C" fn chd_fake_context_devices() -> u64 {
     std::panic::catch_unwind(crate::device::contexts).unwrap_or(u64::MAX)
 }
 
+/// HCCL calls refused because another communicator's collective was in flight on the card.
+#[no_mangle]
+pub extern "C" fn chd_fake_hccl_concurrent_calls() -> u64 {
+    std::panic::catch_unwind(collective::concurrent_hccl_calls).unwrap_or(u64::MAX)
+}
+
 /// cuBLAS handles created and not yet destroyed.
 #[no_mangle]
 pub extern "C" fn chd_fake_live_cublas_handles() -> u64 {
