@@ -685,6 +685,12 @@ pub struct RuntimeArgs {
     /// libhccl to load instead of libhccl.so [runtime.hccl].
     #[arg(long, value_name = "PATH")]
     pub hccl: Option<PathBuf>,
+    /// HCCL communicators the pair probe holds at once on one card: each holds 2 x
+    /// HCCL_BUFFSIZE (200 MB by default) of its memory, so a window over all pairs of 8 NPUs
+    /// would otherwise hold up to 7 per card; a pair's communicators beyond it are released
+    /// before the next pair's are made [runtime.hccl_communicators_per_card] (default 1).
+    #[arg(long, value_name = "N")]
+    pub hccl_communicators_per_card: Option<u32>,
 }
 
 impl RuntimeArgs {
@@ -697,6 +703,7 @@ impl RuntimeArgs {
         l.runtime.collective = self.collective.clone();
         l.runtime.nccl = self.nccl.clone();
         l.runtime.hccl = self.hccl.clone();
+        l.runtime.hccl_communicators_per_card = self.hccl_communicators_per_card;
     }
 }
 

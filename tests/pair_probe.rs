@@ -347,3 +347,43 @@ fn a_card_with_a_quarantined_communicator_runs_no_other_collective() {
         "chd called HCCL on a card whose collective was in flight:\n{text}\n{log}"
     );
 }
+
+/// Each HCCL communicator holds 2 x HCCL_BUFFSIZE of its card: a window over every pair of
+/// three NPUs holds at most `runtime.hccl_communicators_per_card` (default 1) per card at
+/// once, the fake's high-water mark says so, and two per card is honoured too.
+#[test]
+fn a_window_over_every_pair_holds_the_configured_communicators_per_card() {
+    for (per_card, extra) in [("1", None), ("2", Some("2"))] {
+        let report = tempfile::NamedTempFile::new().unwrap();
+        let report_path = report.path().to_str().unwrap().to_string();
+        // serve() names 0,1.
+        let mut args = vec!["--pair", "0,2", "--pair", "1,2"];
+        if let Some(n) = extra {
+            args.extend(["--hccl-communicators-per-card", n]);
+        }
+        let (_dir, chd) = serve(
+            "acl",
+            "hccl",
+            &[
+                ("CHD_FAKE_DEVICE_COUNT", "3"),
+                ("HCCL_BUFFSIZE", "16"),
+                ("CHD_FAKE_EXIT_REPORT", &report_path),
+            ],
+            &args,
+        );
+        chd.wait_for(Duration::from_secs(60), "every pair measured", |m| {
+            ["0,1", "0,2", "1,2"].iter().all(|p| {
+                !m.find("chd_pair_bandwidth_bytes_per_second", &[("pair", p)])
+                    .is_empty()
+            })
+        });
+        let (status, log) = chd.terminate();
+        assert!(status.success(), "{log}");
+        let text = std::fs::read_to_string(&report_path).unwrap();
+        assert!(
+            text.lines()
+                .any(|l| l == format!("hccl_max_communicators_per_card={per_card}")),
+            "--hccl-communicators-per-card {per_card}:\n{text}\n{log}"
+        );
+    }
+}

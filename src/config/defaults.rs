@@ -62,6 +62,7 @@ impl Layer {
                 collective: Some("auto".into()),
                 nccl: None,
                 hccl: None,
+                hccl_communicators_per_card: Some(1),
             },
             schedule: ScheduleLayer {
                 enabled: Some(true),

@@ -35,6 +35,7 @@ impl Config {
                 collective: Some(self.runtime.collective.as_str().into()),
                 nccl: self.runtime.nccl.clone(),
                 hccl: self.runtime.hccl.clone(),
+                hccl_communicators_per_card: Some(self.runtime.hccl_communicators_per_card),
             },
             schedule: ScheduleLayer {
                 enabled: Some(self.schedule.enabled),

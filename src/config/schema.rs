@@ -81,6 +81,9 @@ pub struct RuntimeLayer {
     pub nccl: Option<PathBuf>,
     /// libhccl to load instead of libhccl.so.
     pub hccl: Option<PathBuf>,
+    /// HCCL communicators the pair probe holds at once per card (each holds 2 x
+    /// `HCCL_BUFFSIZE` of device memory).
+    pub hccl_communicators_per_card: Option<u32>,
 }
 
 /// `[schedule]`
@@ -185,7 +188,8 @@ layer_merge!(RuntimeLayer {
     host_memory,
     collective,
     nccl,
-    hccl
+    hccl,
+    hccl_communicators_per_card
 });
 layer_merge!(ScheduleLayer {
     enabled,

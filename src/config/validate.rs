@@ -66,6 +66,10 @@ fn windows(key: &'static str, value: Option<u32>) -> Result<u32, ConfigError> {
     Ok(in_range(key, given(key, value)?.into(), "", MAX_VERDICT_WINDOWS)? as u32)
 }
 
+/// The most HCCL communicators per card a config may ask for: one per other card of the
+/// largest nodes, with room (a larger number is a typo).
+const MAX_COMMUNICATORS_PER_CARD: u64 = 64;
+
 /// A ratio in 0..1; `hint` says what 1 means.
 fn ratio(key: &'static str, value: Option<f64>, hint: &'static str) -> Result<f64, ConfigError> {
     let v = given(key, value)?;
@@ -186,6 +190,16 @@ fn runtime(l: RuntimeLayer) -> Result<RuntimeConfig, ConfigError> {
         nvml: l.nvml,
         nccl: l.nccl,
         hccl: l.hccl,
+        hccl_communicators_per_card: in_range(
+            "runtime.hccl_communicators_per_card",
+            given(
+                "runtime.hccl_communicators_per_card",
+                l.hccl_communicators_per_card,
+            )?
+            .into(),
+            "",
+            MAX_COMMUNICATORS_PER_CARD,
+        )? as u32,
     })
 }
 

@@ -84,13 +84,19 @@ pub struct DevicePairProbe {
 }
 
 impl DevicePairProbe {
-    pub(crate) fn new(api: Arc<dyn DeviceApi>, method: Method, devices: Vec<DeviceInfo>) -> Self {
+    /// `per_card`: the HCCL communicators held at once on one card (at least 1).
+    pub(crate) fn new(
+        api: Arc<dyn DeviceApi>,
+        method: Method,
+        devices: Vec<DeviceInfo>,
+        per_card: u32,
+    ) -> Self {
         let coll = match &method {
             Method::Collective(c) => Some(c.clone()),
             Method::PeerCopy => None,
         };
         DevicePairProbe {
-            hold: PairHold::new(api.clone(), coll),
+            hold: PairHold::new(api.clone(), coll, per_card),
             api,
             method,
             devices,

@@ -95,6 +95,8 @@ pub(crate) struct PairHold {
     next_id: AtomicU64,
     cached: Mutex<BTreeMap<[i32; 2], [Comm; 2]>>,
     peers: Mutex<BTreeMap<[i32; 2], PeerHold>>,
+    /// HCCL communicators held at once on one card, at least 1.
+    per_card: usize,
 }
 
 /// The `pair` label of two device indices: `0,5`.
@@ -103,8 +105,14 @@ pub(crate) fn label(pair: [i32; 2]) -> String {
 }
 
 impl PairHold {
-    pub(crate) fn new(api: Arc<dyn DeviceApi>, coll: Option<Arc<dyn CollectiveApi>>) -> Self {
+    /// `per_card`: the HCCL communicators held at once on one card (0 counts as 1).
+    pub(crate) fn new(
+        api: Arc<dyn DeviceApi>,
+        coll: Option<Arc<dyn CollectiveApi>>,
+        per_card: u32,
+    ) -> Self {
         PairHold {
+            per_card: (per_card as usize).max(1),
             api,
             coll,
             table: Arc::new(Mutex::new(Vec::new())),
@@ -125,6 +133,27 @@ impl PairHold {
             return Ok(c.map(|(_, h)| h));
         }
         if coll.name() == "hccl" {
+            let over: Vec<([i32; 2], [Comm; 2])> =
+                over_the_bound(cached.keys(), pair, self.per_card)
+                    .into_iter()
+                    .filter_map(|p| cached.remove(&p).map(|c| (p, c)))
+                    .collect();
+            for (other, comms) in over {
+                tracing::debug!(
+                    pair = %label(other),
+                    next = %label(pair),
+                    per_card = self.per_card,
+                    "releasing a pair's communicators before the next pair's are made \
+                     (runtime.hccl_communicators_per_card)"
+                );
+                self.teardown(
+                    other,
+                    comms.to_vec(),
+                    Teardown::Destroy,
+                    RELEASE_GRACE,
+                    false,
+                );
+            }
             self.refuse_busy_cards(pair)?;
         }
         let comms = coll
@@ -324,6 +353,27 @@ impl PairHold {
     }
 }
 
+/// The held pairs (`held`) to release so that `pair`'s new communicators keep every card
+/// within `per_card`: per card of `pair`, the first held pairs on it beyond `per_card - 1`.
+fn over_the_bound<'a>(
+    held: impl Iterator<Item = &'a [i32; 2]> + Clone,
+    pair: [i32; 2],
+    per_card: usize,
+) -> Vec<[i32; 2]> {
+    let mut out: Vec<[i32; 2]> = Vec::new();
+    for card in pair {
+        let on_card: Vec<[i32; 2]> = held
+            .clone()
+            .filter(|p| p.contains(&card) && !out.contains(p))
+            .copied()
+            .collect();
+        // Those already in `out` go anyway; the rest plus `pair`'s own must fit.
+        let extra = (on_card.len() + 1).saturating_sub(per_card);
+        out.extend(on_card.into_iter().take(extra));
+    }
+    out
+}
+
 fn set_state(table: &Table, comms: &[Comm], state: CommState) {
     for r in lock(table).iter_mut() {
         if comms.iter().any(|&(id, _)| id == r.id) {
@@ -385,5 +435,25 @@ fn settle(
              them)",
             failed.len()
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::over_the_bound;
+
+    #[test]
+    fn a_new_pair_releases_the_held_pairs_that_would_put_a_card_past_its_bound() {
+        let held = [[0, 1], [0, 2], [1, 2], [3, 4]];
+        // One per card: everything on cards 0 and 1 goes, 3,4 stays.
+        assert_eq!(
+            over_the_bound(held.iter(), [0, 1], 1),
+            [[0, 1], [0, 2], [1, 2]]
+        );
+        // Two per card: card 0 holds 0,1 and 0,2, so one goes; card 5 holds none.
+        assert_eq!(over_the_bound(held.iter(), [0, 5], 2), [[0, 1]]);
+        // Room enough: nothing goes.
+        assert!(over_the_bound(held.iter(), [5, 6], 1).is_empty());
+        assert!(over_the_bound(held.iter(), [0, 3], 3).is_empty());
     }
 }

@@ -93,7 +93,7 @@ impl std::str::FromStr for CollectiveChoice {
 }
 
 /// Runtime libraries and options (`[runtime]` in the config).
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RuntimeConfig {
     pub backend: BackendChoice,
     pub cuda_runtime: Option<PathBuf>,
@@ -103,6 +103,24 @@ pub struct RuntimeConfig {
     pub collective: CollectiveChoice,
     pub nccl: Option<PathBuf>,
     pub hccl: Option<PathBuf>,
+    /// HCCL communicators the pair probe holds at once per card (`runtime.hccl_communicators_per_card`).
+    pub hccl_communicators_per_card: u32,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            backend: BackendChoice::default(),
+            cuda_runtime: None,
+            acl_runtime: None,
+            nvml: None,
+            host_memory: HostMemory::default(),
+            collective: CollectiveChoice::default(),
+            nccl: None,
+            hccl: None,
+            hccl_communicators_per_card: 1,
+        }
+    }
 }
 
 /// A named backend could not be opened.
@@ -198,7 +216,8 @@ pub fn open_pair_probe(
         Some(Err(e)) => return Err(err(e)),
         None => Method::PeerCopy,
     };
-    Ok((Arc::new(DevicePairProbe::new(api, method, devices)), notes))
+    let probe = DevicePairProbe::new(api, method, devices, cfg.hccl_communicators_per_card);
+    Ok((Arc::new(probe), notes))
 }
 
 fn cuda(cfg: &RuntimeConfig, roots: &Roots) -> Result<Opened, String> {

@@ -279,10 +279,10 @@ impl Scheduler {
                 .as_ref()
                 .filter(|_| !pair_budget.is_zero())
                 .map(|probe| {
-                    let cells = self
+                    let per_pair = self
                         .pairs
                         .iter()
-                        .flat_map(|pair| {
+                        .map(|pair| {
                             planner::plan_pairs(
                                 pair,
                                 &self.affinity_cpus,
@@ -293,6 +293,7 @@ impl Scheduler {
                             )
                         })
                         .collect();
+                    let cells = planner::order_pair_cells(per_pair, &store);
                     PairWindowSpec {
                         cells,
                         probe: probe.clone(),

@@ -317,6 +317,31 @@ pub fn plan_pairs<R: Rng + ?Sized>(
     picked
 }
 
+/// One window's pair cells, from each configured pair's picks: interleaved pair by pair,
+/// then the cells tried longest ago (never: first) first. A window's budget may fit only a
+/// few pair cells, so taking the pairs in their configured order would measure the first
+/// pairs every window and never the last ones.
+pub fn order_pair_cells(
+    per_pair: Vec<Vec<crate::store::PairKey>>,
+    store: &Store,
+) -> Vec<crate::store::PairKey> {
+    let longest = per_pair.iter().map(Vec::len).max().unwrap_or(0);
+    let mut queues: Vec<std::vec::IntoIter<crate::store::PairKey>> =
+        per_pair.into_iter().map(Vec::into_iter).collect();
+    let mut cells = Vec::new();
+    for _ in 0..longest {
+        cells.extend(queues.iter_mut().filter_map(Iterator::next));
+    }
+    let age = |key: &crate::store::PairKey| {
+        store
+            .pairs()
+            .get(key)
+            .map_or(f64::NEG_INFINITY, |c| c.last_attempt)
+    };
+    cells.sort_by(|a, b| age(a).total_cmp(&age(b)));
+    cells
+}
+
 #[cfg(test)]
 mod pair_tests {
     use super::*;
@@ -375,6 +400,51 @@ mod pair_tests {
             &mut rng,
         );
         assert_eq!((picks[0].cpu0, picks[0].cpu1), (1, 1));
+    }
+
+    #[test]
+    fn a_window_starts_with_the_pair_never_measured_then_the_one_measured_longest_ago() {
+        let key = |pair: &str, cpu0, cpu1| PairKey {
+            pair: pair.parse().unwrap(),
+            cpu0,
+            cpu1,
+        };
+        let mut store = Store::default();
+        for (pair, at) in [("0,1", 1.0), ("0,2", 2.0)] {
+            for cpus in [(0, 0), (0, 1)] {
+                store.record_sample(
+                    key(pair, cpus.0, cpus.1),
+                    Sample {
+                        bytes_per_second: 1.0,
+                        at,
+                    },
+                    5,
+                );
+            }
+        }
+        let per_pair = ["0,1", "0,2", "1,2"]
+            .iter()
+            .map(|p| vec![key(p, 0, 0), key(p, 0, 1)])
+            .collect();
+        let order: Vec<String> = order_pair_cells(per_pair, &store)
+            .iter()
+            .map(|k| format!("{} {}x{}", k.pair, k.cpu0, k.cpu1))
+            .collect();
+        assert_eq!(
+            order,
+            ["1,2 0x0", "1,2 0x1", "0,1 0x0", "0,1 0x1", "0,2 0x0", "0,2 0x1"]
+        );
+        // Nothing measured: the pairs take turns.
+        let fresh = Store::default();
+        let per_pair = ["0,1", "0,2"]
+            .iter()
+            .map(|p| vec![key(p, 0, 0), key(p, 1, 1)])
+            .collect();
+        let pairs: Vec<String> = order_pair_cells(per_pair, &fresh)
+            .iter()
+            .map(|k| k.pair.to_string())
+            .collect();
+        assert_eq!(pairs, ["0,1", "0,2", "0,1", "0,2"]);
     }
 
     #[test]

@@ -215,9 +215,26 @@ fn register(lib: Lib, clique: &Arc<Clique>, rank: usize) -> usize {
                 next_seq: 0,
                 in_flight: 0,
             },
-        )
+        );
+        if lib == Lib::Hccl {
+            let device = clique.devices[rank];
+            let on_card = m
+                .values()
+                .filter(|c| c.lib == Lib::Hccl && c.clique.devices[c.rank] == device)
+                .count() as u64;
+            MAX_HCCL_PER_CARD.fetch_max(on_card, Ordering::Relaxed);
+        }
     });
     handle
+}
+
+/// The most live HCCL communicators one card had at once.
+static MAX_HCCL_PER_CARD: AtomicU64 = AtomicU64::new(0);
+
+/// The most live HCCL communicators one card had at once in this process (each holds 2 x
+/// `HCCL_BUFFSIZE` of the card's memory).
+pub fn max_hccl_communicators_per_card() -> u64 {
+    MAX_HCCL_PER_CARD.load(Ordering::Relaxed)
 }
 
 /// HCCL calls refused because another communicator's collective was in flight on the card.

@@ -7,7 +7,7 @@
 //! Format: `KEY=VALUE` lines, `live_pinned_allocations`, `live_pinned_bytes`,
 //! `live_device_allocations`, `live_communicators`, `latch_deadlocks`,
 //! `host_function_api_calls`, `frees_in_flight` (see the hooks of the same names),
-//! `hccl_concurrent_calls`, `context_devices` (the devices with a CUDA context, comma-separated), then one
+//! `hccl_concurrent_calls`, `hccl_max_communicators_per_card`, `context_devices` (the devices with a CUDA context, comma-separated), then one
 //! `thread=TID NAME CPUS_ALLOWED_LIST` line per thread of the process (from
 //! `/proc/self/task/*/{comm,status}`), the process's main thread (TID = pid) first.
 
@@ -53,6 +53,11 @@ pub fn report() -> String {
         out,
         "hccl_concurrent_calls={}",
         collective::concurrent_hccl_calls()
+    );
+    let _ = writeln!(
+        out,
+        "hccl_max_communicators_per_card={}",
+        collective::max_hccl_communicators_per_card()
     );
     let contexts = crate::device::contexts();
     let devices: Vec<String> = (0..64)
