@@ -9,7 +9,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::collective::CollectiveApi;
-use super::device_copy::{guard, stream_guard, ApiError, DeviceApi, Handle, HostBuffer};
+use super::device_copy::{guard, stream_guard, ApiError, DeviceApi, Guard, Handle, HostBuffer};
+use super::stuck_work::Stuck;
 use super::{Direction, HostMemory, ProbeError};
 use crate::affinity;
 
@@ -177,30 +178,6 @@ impl Quiet {
     }
 }
 
-/// Declared just before a rank's stream, so it drops right after the stream was synchronized
-/// and destroyed: releases a peer waiting at the rendezvous (this rank meets no more; after
-/// the last meeting that changes nothing), marks the rank quiet, then waits for the peer
-/// before the buffers go.
-struct QuietOnDrop<'a> {
-    cell: &'a Cell,
-    rank: usize,
-}
-
-impl Drop for QuietOnDrop<'_> {
-    fn drop(&mut self) {
-        let (quiet, peer) = (&self.cell.quiet, 1 - self.rank);
-        self.cell.meet.break_it();
-        quiet.mark(self.rank);
-        if !quiet.wait_for(peer, self.cell.meet.deadline) {
-            tracing::warn!(
-                "rank {} frees its buffers while rank {peer}'s stream may still use them \
-                 (the cell's deadline passed)",
-                self.rank
-            );
-        }
-    }
-}
-
 fn device_error(e: ApiError) -> ProbeError {
     ProbeError::Device(e.to_string())
 }
@@ -242,8 +219,53 @@ pub(crate) fn run_rank(cell: &Cell, rank: usize) -> Result<f64, ProbeError> {
     };
     let mut mark = host(head_len)?;
     let mut head = host(head_len)?;
-    let _quiet = QuietOnDrop { cell, rank };
-    // Last: synchronized and destroyed before anything above is released.
+    let result = timed(
+        cell,
+        rank,
+        (&send, &recv),
+        (&start, &end),
+        (&mut mark, &mut head),
+    );
+    // This rank's stream is synchronized and destroyed: nothing of its own is in flight.
+    // Release a peer waiting at the rendezvous (after the last meeting that changes nothing),
+    // say this rank is quiet, and wait for the peer's stream, at most until the deadline.
+    let peer = 1 - rank;
+    cell.meet.break_it();
+    cell.quiet.mark(rank);
+    if !cell.quiet.wait_for(peer, cell.meet.deadline) {
+        // The peer's copy or allgather may still read `send` or write into `recv` (aclrtFree
+        // frees at once; on a GPU it would be a fault in the peer's context): keep all of it.
+        api.stuck_work().keep_leaked(
+            Stuck {
+                device_memory: vec![(send.leak(), bytes), (recv.leak(), 2 * bytes)],
+                host_memory: vec![mark.leak(), head.leak()],
+                ..Stuck::default()
+            },
+            &format!(
+                "pair cell {}: rank {peer}'s stream did not finish by the cell's deadline; \
+                 rank {rank} keeps its buffers (leaked, not freed under it)",
+                super::pair_hold::label(cell.devices)
+            ),
+        );
+    }
+    result
+}
+
+/// The timed part of one rank's cell on a stream of its own, synchronized and destroyed
+/// before it returns.
+fn timed(
+    cell: &Cell,
+    rank: usize,
+    (send, recv): (&Guard<'_, dyn DeviceApi>, &Guard<'_, dyn DeviceApi>),
+    (start, end): (&Guard<'_, dyn DeviceApi>, &Guard<'_, dyn DeviceApi>),
+    (mark, head): (
+        &mut HostBuffer<'_, dyn DeviceApi>,
+        &mut HostBuffer<'_, dyn DeviceApi>,
+    ),
+) -> Result<f64, ProbeError> {
+    let api = &*cell.api;
+    let bytes = cell.params.bytes_per_rank as usize;
+    let head_len = bytes.min(4096);
     let stream = stream_guard(api).map_err(device_error)?;
 
     // A recognisable head per rank, for the data check after timing.

@@ -171,6 +171,18 @@ impl StuckWork {
         self.lock().push(stuck);
     }
 
+    /// Keep memory that another party's unfinished work may still touch (a pair cell's
+    /// buffers after its peer rank missed the deadline), saying `why`. With no devices and
+    /// no event it quarantines nothing and is never released: counted until chd exits.
+    pub(crate) fn keep_leaked(&self, stuck: Stuck, why: &str) {
+        tracing::warn!(
+            device_bytes = stuck.device_bytes(),
+            host_bytes = stuck.host_bytes(),
+            "{why}"
+        );
+        self.lock().push(stuck);
+    }
+
     /// Whether `device` has stuck work (is quarantined).
     pub(crate) fn holds(&self, device: i32) -> bool {
         self.lock().iter().any(|s| s.devices.contains(&device))

@@ -360,3 +360,62 @@ fn pair_peer_copies_without_peer_access_are_recorded_as_copy_staged() {
     let summary = std::fs::read_to_string(out_dir.join("summary.md")).unwrap();
     assert!(summary.contains("0,1: copy-staged"), "{summary}");
 }
+
+/// A pair cell whose rank 1 copies hang past the cell's deadline (the fake's
+/// `CHD_FAKE_PAIR_HANG_ON=1`; rank 0's complete): rank 0 must not free the buffers rank 1's
+/// copies still write into (the fake counts a buffer freed under a copy in flight,
+/// `freed_under_copy`); it keeps them, and says so.
+#[test]
+fn a_rank_keeps_its_buffers_while_the_peer_s_copies_still_run() {
+    let lib = fake::fake_runtime_path();
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("exit");
+    let mut args = vec![
+        "probe",
+        "pair",
+        "--pair",
+        "0,1",
+        "--cpus",
+        "0",
+        "--sizes",
+        "1MiB",
+        "--iterations",
+        "2",
+        "--warmup",
+        "1",
+        "--repeats",
+        "4",
+        "--timeout",
+        "300ms",
+        "--collective",
+        "copy",
+        "--backend",
+        "cuda",
+        "--cuda-runtime",
+        lib,
+        "--nvml",
+        lib,
+    ];
+    args.push("--no-progress-bar");
+    let out = chd(
+        &args,
+        &[
+            ("CHD_FAKE_DEVICE_COUNT", "2"),
+            ("CHD_FAKE_PAIR_HANG_MS", "1000"),
+            ("CHD_FAKE_PAIR_HANG_ON", "1"),
+            ("CHD_FAKE_EXIT_REPORT", report.to_str().unwrap()),
+            ("RUST_LOG", "warn"),
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "every cell times out: {stderr}");
+    assert!(
+        stderr.contains("rank 0 keeps its buffers (leaked, not freed under it)"),
+        "{stderr}"
+    );
+    let exit = std::fs::read_to_string(&report).unwrap();
+    assert!(
+        exit.lines().any(|l| l == "freed_under_copy=0"),
+        "a buffer was freed under a copy in flight:\n{exit}\n{stderr}"
+    );
+}

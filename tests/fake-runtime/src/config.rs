@@ -192,6 +192,9 @@ pub struct Config {
     /// `CHD_FAKE_PAIR_HANG_MS`: wall-clock delay before each collective (and cross-device
     /// copy) completes.
     pub pair_hang_ms: u64,
+    /// `CHD_FAKE_PAIR_HANG_ON`: the device whose streams' cross-device copies the hang
+    /// delays (unset: every device's): one rank's copies hang while the other's complete.
+    pub pair_hang_on: Option<usize>,
     /// `CHD_FAKE_PAIR_TIMEOUT_MS`: how long a rank waits for its peers.
     pub pair_timeout_ms: u64,
     /// `CHD_FAKE_GEMM_TFLOPS`: how fast `cublasSgemm_v2` advances its stream's clock.
@@ -277,6 +280,7 @@ impl Default for Config {
             p2p_gbps: Vec::new(),
             pair_fail: false,
             pair_hang_ms: 0,
+            pair_hang_on: None,
             pair_timeout_ms: DEFAULT_PAIR_TIMEOUT_MS,
             gemm_tflops: DEFAULT_GEMM_TFLOPS,
             device_gemm_tflops: Vec::new(),
@@ -696,6 +700,18 @@ impl Config {
         });
         field("CHD_FAKE_PAIR_HANG_MS", "0", &mut |v| {
             cfg.pair_hang_ms = parse_ms(v)?;
+            Ok(())
+        });
+        field("CHD_FAKE_PAIR_HANG_ON", "", &mut |v| {
+            cfg.pair_hang_on = if v.trim().is_empty() {
+                None
+            } else {
+                Some(
+                    v.trim()
+                        .parse()
+                        .map_err(|_| format!("{v:?} is not a device index"))?,
+                )
+            };
             Ok(())
         });
         field("CHD_FAKE_PAIR_TIMEOUT_MS", "30000", &mut |v| {

@@ -234,11 +234,13 @@ pub unsafe fn copy(
         if !direct && api == Api::Acl {
             return Err(CopyError::PeerAccessNotEnabled(local, remote));
         }
-        if faults.pair_hang_ms > 0 {
+        if faults.pair_hang_ms > 0 && cfg.pair_hang_on.is_none_or(|dev| dev == stream_device) {
             std::thread::sleep(std::time::Duration::from_millis(faults.pair_hang_ms));
-            // The caller may have given up and freed a buffer meanwhile.
+            // The caller may have given up and freed a buffer meanwhile: on silicon the copy
+            // would have written into freed memory (counted: `freed_under_copy`).
             if memory::locate(dst as usize, count) != d || memory::locate(src as usize, count) != s
             {
+                memory::count_freed_under_copy();
                 return Err(bad("a buffer was freed while the copy hung"));
             }
         }

@@ -282,6 +282,19 @@ pub fn live_device_on(device: usize) -> u64 {
 
 static FREES_IN_FLIGHT: AtomicU64 = AtomicU64::new(0);
 
+/// A buffer of a cross-device copy in flight was freed under it.
+static FREED_UNDER_COPY: AtomicU64 = AtomicU64::new(0);
+
+/// Count a buffer freed while a (hanging) cross-device copy still used it.
+pub fn count_freed_under_copy() {
+    FREED_UNDER_COPY.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Buffers freed while a cross-device copy still used them.
+pub fn freed_under_copy() -> u64 {
+    FREED_UNDER_COPY.load(Ordering::Relaxed)
+}
+
 /// Counts one refused free of memory that work in flight still uses (see `timing`).
 pub fn count_free_in_flight() {
     FREES_IN_FLIGHT.fetch_add(1, Ordering::Relaxed);
