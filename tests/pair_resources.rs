@@ -157,6 +157,8 @@ fn acl_peer_copies_need_peer_access_and_fail_loudly_without_it() {
         "{text}"
     );
     assert_eq!(p.pair_method(["0", "2"]).unwrap(), "copy");
+    // CANN enables peer access per device and cannot say whether it already was: chd
+    // leaves it enabled rather than cut off another process (runtime/acl.rs).
     p.release_idle();
-    assert_eq!(hook("chd_fake_peer_access_enabled"), enabled);
+    assert_eq!(hook("chd_fake_peer_access_enabled"), enabled + 2);
 }

@@ -559,7 +559,13 @@ impl DeviceApi for AclRuntime {
         self.check("aclrtDeviceEnablePeerAccess", unsafe {
             (fns.enable)(peer, 0)
         })?;
-        Ok(true)
+        // Never "newly enabled": CANN enables peer access per device, not per process
+        // ("使能内存复制是Device级的", aclrtDeviceEnablePeerAccess in the CANN 7.0 to 9.0
+        // references), succeeds whether or not it already was, and has no query. So chd
+        // cannot tell its own enable from a training job's, and disabling it afterwards could
+        // cut another process's copies off: on ACL chd leaves peer access as it found it
+        // enabled (`PeerLink::close` disables only what was newly enabled).
+        Ok(false)
     }
 
     fn disable_peer_access(&self, peer: i32) -> Result<(), ApiError> {

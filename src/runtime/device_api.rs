@@ -79,8 +79,8 @@ pub(crate) trait DeviceApi: Send + Sync {
     /// `aclrtDeviceCanAccessPeer`).
     fn can_access_peer(&self, device: i32, peer: i32) -> Result<bool, ApiError>;
     /// Let the calling thread's current device access `peer`'s memory (one way). `Ok(false)`:
-    /// it already could (CUDA's `cudaErrorPeerAccessAlreadyEnabled`), so this call changed
-    /// nothing and must not be undone.
+    /// it already could (CUDA's `cudaErrorPeerAccessAlreadyEnabled`), or the runtime cannot
+    /// say whether it could (ACL, always), so this call must not be undone.
     fn enable_peer_access(&self, peer: i32) -> Result<bool, ApiError>;
     /// Undo a successful [`DeviceApi::enable_peer_access`] from the current device.
     fn disable_peer_access(&self, peer: i32) -> Result<(), ApiError>;

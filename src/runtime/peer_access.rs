@@ -11,6 +11,8 @@
 //! exporter and a mapped peer makes every later allocation of either device map into the
 //! other, so `PeerLink::close` disables what chd itself enabled when the probe releases the
 //! pair (a direction that was already enabled, e.g. by NCCL in this process, is left alone).
+//! On ACL every direction counts as already enabled: CANN enables peer access per device, not
+//! per process, and cannot say whether it already was, so chd never disables it there.
 
 use super::device_copy::{ApiError, DeviceApi};
 

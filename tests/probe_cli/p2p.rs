@@ -342,3 +342,45 @@ fn a_cut_short_run_resumes_without_measuring_a_pair_twice() {
         "{summary}"
     );
 }
+
+/// CANN enables peer access per device, not per process, and says nothing of what was
+/// enabled before: chd cannot tell its own enable from another process's, so on ACL it never
+/// disables peer access (the fake plants access another process enabled and counts the
+/// directions of it this process disabled, `foreign_acl_peer_access_disabled`).
+#[test]
+fn acl_peer_copies_leave_peer_access_another_process_enabled() {
+    let lib = fake::fake_runtime_path();
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("exit");
+    let out = chd(
+        &[
+            "probe",
+            "p2p",
+            "--devices",
+            "0,1",
+            "--size",
+            "1MiB",
+            "--iterations",
+            "2",
+            "--repeats",
+            "1",
+            "--backend",
+            "acl",
+            "--acl-runtime",
+            lib,
+            "--no-progress-bar",
+        ],
+        &[
+            ("CHD_FAKE_DEVICE_COUNT", "2"),
+            ("CHD_FAKE_ACL_PEER_ENABLED", "0,1"),
+            ("CHD_FAKE_EXIT_REPORT", report.to_str().unwrap()),
+        ],
+    );
+    assert_ok(&out);
+    let exit = std::fs::read_to_string(&report).unwrap();
+    assert!(
+        exit.lines()
+            .any(|l| l == "foreign_acl_peer_access_disabled=0"),
+        "chd disabled peer access another process had enabled:\n{exit}"
+    );
+}

@@ -216,6 +216,9 @@ pub struct Config {
     pub staged_gbps: f64,
     /// `CHD_FAKE_NO_PEER`: device pairs (either order) that cannot access each other.
     pub no_peer: Vec<(usize, usize)>,
+    /// `CHD_FAKE_ACL_PEER_ENABLED`: device pairs whose ACL peer access (both ways) another
+    /// process enabled before this one started (CANN enables it per device, not process).
+    pub acl_peer_enabled: Vec<(usize, usize)>,
     /// `CHD_FAKE_ABORT_HANG_MS`: wall-clock delay of every `ncclCommAbort` (after it broke
     /// the communicators).
     pub abort_hang_ms: u64,
@@ -290,6 +293,7 @@ impl Default for Config {
             acl_pci_bus_id: true,
             staged_gbps: DEFAULT_STAGED_GBPS,
             no_peer: Vec::new(),
+            acl_peer_enabled: Vec::new(),
             abort_hang_ms: 0,
             pin_ms_per_mib: 0.0,
             pin_sleep: false,
@@ -732,6 +736,10 @@ impl Config {
         });
         field("CHD_FAKE_STAGED_GBPS", "4", &mut |v| {
             cfg.staged_gbps = parse_gbps(v)?;
+            Ok(())
+        });
+        field("CHD_FAKE_ACL_PEER_ENABLED", "", &mut |v| {
+            cfg.acl_peer_enabled = parse_device_pairs(v)?;
             Ok(())
         });
         field("CHD_FAKE_NO_PEER", "none", &mut |v| {

@@ -86,6 +86,33 @@ pub fn current_cpu() -> Option<usize> {
 /// `copy`).
 static PEER_ACCESS: Mutex<BTreeSet<(u8, usize, usize)>> = Mutex::new(BTreeSet::new());
 
+/// ACL directions another process enabled (`CHD_FAKE_ACL_PEER_ENABLED`), and how many of
+/// them this process disabled: CANN's peer access is per device, so that cuts the other
+/// process off.
+static FOREIGN_ACL_PEERS: Mutex<BTreeSet<(usize, usize)>> = Mutex::new(BTreeSet::new());
+static FOREIGN_ACL_DISABLED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static SEED: std::sync::Once = std::sync::Once::new();
+
+/// The peer access other processes enabled, once, before anything reads or changes it.
+fn seed() {
+    SEED.call_once(|| {
+        let pairs = config::get().acl_peer_enabled.clone();
+        let mut access = PEER_ACCESS.lock().unwrap_or_else(|e| e.into_inner());
+        let mut foreign = FOREIGN_ACL_PEERS.lock().unwrap_or_else(|e| e.into_inner());
+        for (a, b) in pairs {
+            for (d, p) in [(a, b), (b, a)] {
+                access.insert((api_key(Api::Acl), d, p));
+                foreign.insert((d, p));
+            }
+        }
+    });
+}
+
+/// How many ACL directions another process had enabled this process disabled.
+pub fn foreign_acl_peer_access_disabled() -> u64 {
+    FOREIGN_ACL_DISABLED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 fn api_key(api: Api) -> u8 {
     match api {
         Api::Cuda => 0,
@@ -95,6 +122,7 @@ fn api_key(api: Api) -> u8 {
 
 /// Records that `device` may access `peer`; false if it already could.
 pub fn enable_peer(api: Api, device: usize, peer: usize) -> bool {
+    seed();
     PEER_ACCESS
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -103,14 +131,26 @@ pub fn enable_peer(api: Api, device: usize, peer: usize) -> bool {
 
 /// Forgets that `device` may access `peer`; false if it could not.
 pub fn disable_peer(api: Api, device: usize, peer: usize) -> bool {
-    PEER_ACCESS
+    seed();
+    let removed = PEER_ACCESS
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .remove(&(api_key(api), device, peer))
+        .remove(&(api_key(api), device, peer));
+    if removed
+        && api == Api::Acl
+        && FOREIGN_ACL_PEERS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&(device, peer))
+    {
+        FOREIGN_ACL_DISABLED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    removed
 }
 
 /// Whether `device` may access `peer`'s memory under `api`.
 pub fn peer_enabled(api: Api, device: usize, peer: usize) -> bool {
+    seed();
     PEER_ACCESS
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -119,5 +159,6 @@ pub fn peer_enabled(api: Api, device: usize, peer: usize) -> bool {
 
 /// Enabled (API, device, peer) directions of both APIs.
 pub fn peer_access_enabled() -> u64 {
+    seed();
     PEER_ACCESS.lock().unwrap_or_else(|e| e.into_inner()).len() as u64
 }

@@ -7,7 +7,7 @@
 //! Format: `KEY=VALUE` lines, `live_pinned_allocations`, `live_pinned_bytes`,
 //! `live_device_allocations`, `live_communicators`, `latch_deadlocks`,
 //! `host_function_api_calls`, `frees_in_flight` (see the hooks of the same names),
-//! `freed_under_copy`, `hccl_concurrent_calls`, `hccl_max_communicators_per_card`, `context_devices` (the devices with a CUDA context, comma-separated), then one
+//! `freed_under_copy`, `foreign_acl_peer_access_disabled`, `hccl_concurrent_calls`, `hccl_max_communicators_per_card`, `context_devices` (the devices with a CUDA context, comma-separated), then one
 //! `thread=TID NAME CPUS_ALLOWED_LIST` line per thread of the process (from
 //! `/proc/self/task/*/{comm,status}`), the process's main thread (TID = pid) first.
 
@@ -50,6 +50,11 @@ pub fn report() -> String {
     );
     let _ = writeln!(out, "frees_in_flight={}", memory::frees_in_flight());
     let _ = writeln!(out, "freed_under_copy={}", memory::freed_under_copy());
+    let _ = writeln!(
+        out,
+        "foreign_acl_peer_access_disabled={}",
+        crate::device::foreign_acl_peer_access_disabled()
+    );
     let _ = writeln!(
         out,
         "hccl_concurrent_calls={}",
