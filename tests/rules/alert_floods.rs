@@ -4,10 +4,9 @@
 //! ChdCpuNotBindable per CPU and a critical ChdRdmaPortDown for the port. Now it raises
 //! exactly one, ChdCpuNotBindable for the node, with every CPU in its description.
 
-#[path = "support/prometheus.rs"]
-mod prometheus;
+use crate::prometheus;
 
-use prometheus::{promtool_ok, rules_path};
+use crate::prometheus::{promtool_ok, rules_path};
 
 const CPUS: u32 = 640;
 

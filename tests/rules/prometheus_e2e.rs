@@ -23,28 +23,20 @@
 //! required, basic auth) as `deploy/prometheus/README.md` configures it: `scheme: https`,
 //! `tls_config`, `basic_auth`; the same job with a wrong password is down with a 401.
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
-#[path = "support/fake_runtime.rs"]
-mod fake;
-#[path = "support/prometheus.rs"]
-mod prometheus;
-#[path = "support/sysfs_builder.rs"]
-mod sysfs_builder;
-#[path = "support/tls.rs"]
-mod tls;
+use crate::prometheus;
+use crate::tls;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use chd_process::Chd;
-use fake::fake_runtime_path;
-use prometheus::{
+use crate::chd_process::Chd;
+use crate::fake::fake_runtime_path;
+use crate::prometheus::{
     dashboard_queries, dashboards, free_port, http_get, matrix_link, panels, rules_path,
     rules_with_for, substitute, Alert, Prometheus,
 };
-use sysfs_builder::{CpuSpec, CpuTopology, Machine, NodeSpec, Numa};
+use crate::sysfs_builder::{CpuSpec, CpuTopology, Machine, NodeSpec, Numa};
 
 /// How long to wait for the expected alerts (probing, scraping and evaluating every second).
 const ALERT_TIMEOUT: Duration = Duration::from_secs(60);

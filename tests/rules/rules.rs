@@ -3,13 +3,12 @@
 //! contract (docs/METRICS.md) is defined under its exact name and has a test where it fires
 //! and one where it must stay silent, and the rules only read contract metrics.
 
-#[path = "support/prometheus.rs"]
-mod prometheus;
+use crate::prometheus;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use prometheus::{
+use crate::prometheus::{
     alert_names, contract, is_known_metric, metric_names, promtool_ok, record_names, repo,
     rule_files, rules_path, yaml_files,
 };

@@ -4,12 +4,9 @@
 //! recording rule of alerts/, and every PromQL expression, with the variables substituted,
 //! passes `promtool check rules`. tests/prometheus_e2e.rs runs them against a real Prometheus.
 
-#[path = "support/prometheus.rs"]
-mod prometheus;
-
 use std::collections::BTreeSet;
 
-use prometheus::{
+use crate::prometheus::{
     contract, dashboard_queries, dashboards, is_known_metric, matrix_link, metric_names, panels,
     promtool_check_exprs, record_names, repo, rules_path, substitute,
 };

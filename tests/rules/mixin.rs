@@ -7,13 +7,12 @@
 //! mixin conventions ask for: a runbook_url to an existing section of docs/runbook.md and a
 //! dashboard_url to a shipped dashboard.
 
-#[path = "support/prometheus.rs"]
-mod prometheus;
+use crate::prometheus;
 
 use std::collections::BTreeSet;
 use std::process::Command;
 
-use prometheus::{dashboards, promtool_ok, repo, rules_path};
+use crate::prometheus::{dashboards, promtool_ok, repo, rules_path};
 use serde_yaml::Value;
 
 /// `python3 scripts/gen-mixin.py ARGS`: (success, stdout, stderr).
