@@ -4,15 +4,13 @@
 //! feature file in the format nfd-worker reads (`source/local/local.go`: `name=value` lines,
 //! `# +expiry-time=` directive, hidden files skipped).
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
-#[path = "support/fake_runtime.rs"]
-mod fake;
+use crate::chd_process;
+use crate::fake;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use chd_process::{run_chd, text, Chd};
+use crate::chd_process::{run_chd, text, Chd};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

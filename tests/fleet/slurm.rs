@@ -9,16 +9,11 @@
 //! service (the log says why, the exit status is 4) while `--max-drained 3` lets it drain.
 //! `sinfo -N -o '%N %T %E'` is printed before and after each case (`--nocapture`).
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
-#[path = "support/slurm_cluster.rs"]
-mod slurm_cluster;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use chd_process::{chd_bin, run_chd, text};
-use slurm_cluster::{Cluster, GHOSTS, HEALTH_CHECK_INTERVAL_S, NODE};
+use crate::chd_process::{chd_bin, run_chd, text};
+use crate::slurm_cluster::{Cluster, GHOSTS, HEALTH_CHECK_INTERVAL_S, NODE};
 
 fn fixture(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)

@@ -3,12 +3,11 @@
 //! their NUMA node, the bindings, and `--map` scoring with its exit codes; the same advice
 //! from a ledger file and from a node's `/api/v1/calibration` (`--url`).
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
+use crate::chd_process;
 
 use std::path::{Path, PathBuf};
 
-use chd_process::{run_chd, text, Chd};
+use crate::chd_process::{run_chd, text, Chd};
 use serde_json::Value;
 
 fn recording() -> PathBuf {

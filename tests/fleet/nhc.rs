@@ -5,13 +5,10 @@
 //! `die` of its `nhc` script marks the node offline with that message), a passing one returns
 //! 0. The real chd binary judges the recordings. shellcheck passes on the script.
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
-
 use std::path::PathBuf;
 use std::process::Command;
 
-use chd_process::chd_bin;
+use crate::chd_process::chd_bin;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

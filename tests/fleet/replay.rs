@@ -1,12 +1,11 @@
 //! `chd serve --replay FILE`: a recorded matrix served as if measured, topology from the
 //! file, failed rows as errors, nothing probed.
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
+use crate::chd_process;
 
 use std::path::Path;
 
-use chd_process::{promtool_check_metrics, Chd, Metrics};
+use crate::chd_process::{promtool_check_metrics, Chd, Metrics};
 
 #[test]
 fn cluster_health_results_replay_with_their_findings() {

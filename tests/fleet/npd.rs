@@ -8,10 +8,7 @@
 //! failed, then a healthy recording, then none, and the condition follows as NPD's
 //! `generateStatus` sets it: True, back to False with the default reason, Unknown.
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
-#[path = "support/json_schema.rs"]
-mod json_schema;
+use crate::json_schema;
 
 use std::io::Read;
 use std::os::unix::process::CommandExt;
@@ -19,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use chd_process::{chd_bin, Chd};
+use crate::chd_process::{chd_bin, Chd};
 use serde_json::Value;
 
 fn repo() -> PathBuf {

@@ -4,17 +4,12 @@
 //! 2020-12); documents that violate the schema are refused by it; `--merge` makes a fleet
 //! file and refuses other versions and duplicate hosts.
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
-#[path = "support/fake_runtime.rs"]
-mod fake;
-#[path = "support/json_schema.rs"]
-mod json_schema;
+use crate::fake;
 
 use std::path::{Path, PathBuf};
 
-use chd_process::{allowed_cpus, run_chd, text, Chd};
-use json_schema::{calibration_schema, validate};
+use crate::chd_process::{allowed_cpus, run_chd, text, Chd};
+use crate::json_schema::{calibration_schema, validate};
 use serde_json::Value;
 
 fn fixture(rel: &str) -> PathBuf {

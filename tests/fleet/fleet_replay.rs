@@ -4,17 +4,12 @@
 //! how). Three copies of the NPU-node recording (tests/fixtures/replay): two as recorded, one
 //! with every H2D sample at 0.4 of its value. `ChdH2DNodeBelowFleet` fires for that one only.
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
-#[path = "support/prometheus.rs"]
-mod prometheus;
-
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use chd_process::Chd;
-use prometheus::{repo, rules_path, rules_with_for, Prometheus};
+use crate::chd_process::Chd;
+use crate::prometheus::{repo, rules_path, rules_with_for, Prometheus};
 
 /// The fixture recording with every H2D sample's `gbps` times `factor`.
 fn scaled_recording(dir: &Path, factor: f64) -> std::path::PathBuf {

@@ -3,15 +3,14 @@
 //! read them with one reader and agree cell for cell; partial runs say so; rows chd cannot
 //! use are named; a recording with nothing usable is refused with exit code 1.
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
+use crate::chd_process;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use chd_process::{promtool_check_metrics, Chd, Metrics};
+use crate::chd_process::{promtool_check_metrics, Chd, Metrics};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

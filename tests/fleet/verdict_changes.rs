@@ -4,14 +4,11 @@
 //! into failed, which `ChdNodeFailedAgain` alerts on), and the ledger's `verdict.changes`
 //! says the same, with the time of the last one.
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
-#[path = "support/fake_runtime.rs"]
-mod fake;
+use crate::fake;
 
 use std::time::Duration;
 
-use chd_process::{promtool_check_metrics, Chd, Metrics};
+use crate::chd_process::{promtool_check_metrics, Chd, Metrics};
 
 fn verdict(m: &Metrics, level: &str) -> bool {
     m.value("chd_node_verdict", &[("verdict", level)]) == 1.0
