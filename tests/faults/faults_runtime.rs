@@ -9,17 +9,14 @@
 //! `tests/pair_teardown.rs` the hung collective's error and teardown, `tests/serve.rs` SIGTERM
 //! on the host backend; this file adds what those leave out.
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
-#[path = "support/fake_runtime.rs"]
-mod fake;
+use crate::chd_process;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use chd_process::{promtool_check_metrics, Chd, Metrics};
-use fake::fake_runtime_path as lib;
+use crate::chd_process::{promtool_check_metrics, Chd, Metrics};
+use crate::fake::fake_runtime_path as lib;
 
 /// A `chd serve` on the fake runtime with a control file, and the state directory.
 struct Faulty {

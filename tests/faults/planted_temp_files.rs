@@ -10,15 +10,14 @@
 //! names chd uses now are random and created with `O_EXCL | O_NOFOLLOW`; planting at those is
 //! tested on the opening itself, `format::atomic_file`.)
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
+use crate::chd_process;
 
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::chd_process::{run_chd, text, Chd};
 use chd::format::state_file;
-use chd_process::{run_chd, text, Chd};
 
 /// Probe every second, never skip for CPU load, small cells.
 const FAST: &[&str] = &[

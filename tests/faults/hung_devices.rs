@@ -9,15 +9,12 @@
 //! Device 3 coming back is measured again and its memory freed; SIGTERM with device 1 still
 //! hung exits within 2 s.
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
-#[path = "support/fake_runtime.rs"]
-mod fake;
+use crate::fake;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use chd_process::{Chd, Metrics};
+use crate::chd_process::{Chd, Metrics};
 
 fn args(backend: &str, lib: &str) -> Vec<String> {
     let mut args: Vec<String> = [

@@ -7,17 +7,12 @@
 //! the directory recovers writes every cell measured meanwhile, which a second chd
 //! (`--no-probe`) then serves with the same values.
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
-#[path = "support/mount_ns.rs"]
-mod mount_ns;
-
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use crate::chd_process::{Chd, Metrics};
+use crate::mount_ns::TmpfsChd;
 use chd::format::state_file::{self, StateFile};
-use chd_process::{Chd, Metrics};
-use mount_ns::TmpfsChd;
 
 /// Probe every second, never skip for CPU load; 3 sizes x 2 directions per CPU, so that
 /// state.json is larger than the one page the full disk leaves (the temp file's write
