@@ -5,15 +5,12 @@
 //! refused) and communicators are released between windows (`chd_held_communicators`,
 //! `chd_held_device_memory_bytes`), quarantined where HCCL says `HCCL_E_AGAIN`.
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
-#[path = "support/fake_runtime.rs"]
-mod fake;
+use crate::chd_process;
 
 use std::time::Duration;
 
-use chd_process::{promtool_check_metrics, Chd, Metrics};
-use fake::fake_runtime_path as lib;
+use crate::chd_process::{promtool_check_metrics, Chd, Metrics};
+use crate::fake::fake_runtime_path as lib;
 
 fn cpus() -> Vec<String> {
     chd_process::allowed_cpus()

@@ -4,19 +4,15 @@
 //! (`CHD_UPDATE_GOLDEN=1 cargo test --test serve_fixtures golden` rewrites them); a tree
 //! that changes under a running chd keeps every scrape whole.
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
-#[path = "support/fake_runtime.rs"]
-mod fake;
-#[path = "support/fixture_copy.rs"]
-mod fixture_copy;
-#[path = "support/golden.rs"]
-mod golden;
+use crate::chd_process;
+use crate::fake;
+use crate::fixture_copy;
+use crate::golden;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use chd_process::{promtool_check_metrics, Chd, Metrics};
+use crate::chd_process::{promtool_check_metrics, Chd, Metrics};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -2,16 +2,13 @@
 //! the test rewrites, so "other processes keep the CPUs busy" can be played exactly. Busy
 //! ticks must be skipped as `cpu_busy`, and a window in progress must stop as `aborted`.
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
-
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use chd_process::Chd;
+use crate::chd_process::Chd;
 
 /// A procfs tree whose `stat` counters advance as the test says: `busy_share` of every
 /// elapsed tick is spent by "other processes".

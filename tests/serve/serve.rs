@@ -3,13 +3,12 @@
 //! measured cell, sets aside every state file it cannot use (damaged, another format
 //! version, JSON of another shape) and reads version 1 files of every age.
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
+use crate::chd_process;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use chd_process::{promtool_check_metrics, Chd, Metrics};
+use crate::chd_process::{promtool_check_metrics, Chd, Metrics};
 
 fn allowed_cpus() -> Vec<String> {
     chd_process::allowed_cpus()

@@ -4,16 +4,11 @@
 //! connection that was open before; a reload that would remove every user keeps auth on and
 //! warns; a request head beyond hyper's buffer bound is refused with 431.
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
-#[path = "support/login_flood.rs"]
-mod login_flood;
-
 use std::path::Path;
 use std::time::Duration;
 
-use chd_process::{Chd, Metrics};
-use login_flood::{basic, summary, timed_scrapes, web_config, Attack, Flood, KeepAlive};
+use crate::chd_process::{Chd, Metrics};
+use crate::login_flood::{basic, summary, timed_scrapes, web_config, Attack, Flood, KeepAlive};
 
 /// `chd serve --no-probe` (host backend) with `--web.config.file FILE`.
 fn serve(web: &Path) -> (tempfile::TempDir, Chd) {

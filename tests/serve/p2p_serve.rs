@@ -7,16 +7,11 @@
 //! the runtime refuses (ACL without peer access) counts in
 //! `chd_probe_errors_total{probe="p2p"}` and costs only its own cells.
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
-#[path = "support/fake_runtime.rs"]
-mod fake;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use chd_process::{promtool_check_metrics, Chd, Metrics};
-use fake::fake_runtime_path as lib;
+use crate::chd_process::{promtool_check_metrics, Chd, Metrics};
+use crate::fake::fake_runtime_path as lib;
 
 const BUDGET_MS: u64 = 800;
 

@@ -4,15 +4,10 @@
 //! median device; the cells survive a restart through the state file; `--d2d-size 0` turns
 //! the probe off; nothing is held between windows.
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
-#[path = "support/fake_runtime.rs"]
-mod fake;
-
 use std::time::Duration;
 
-use chd_process::{promtool_check_metrics, Chd, Metrics};
-use fake::fake_runtime_path as lib;
+use crate::chd_process::{promtool_check_metrics, Chd, Metrics};
+use crate::fake::fake_runtime_path as lib;
 
 const SIZE: &str = "4194304";
 

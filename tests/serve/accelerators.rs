@@ -3,17 +3,12 @@
 //! loading, symbol resolution, device-event timing arithmetic, errors, the device idle gate
 //! and the exported ratios, with only the silicon missing.
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
-#[path = "support/fake_runtime.rs"]
-mod fake;
-
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use chd_process::{chd_bin, promtool_check_metrics, Chd, Metrics};
-use fake::fake_runtime_path as lib;
+use crate::chd_process::{chd_bin, promtool_check_metrics, Chd, Metrics};
+use crate::fake::fake_runtime_path as lib;
 
 const SIZE_64_MIB: &str = "67108864";
 

@@ -3,17 +3,14 @@
 //! one `<rect class="cell">` per measured cell, and a screenshot must be a real picture.
 //! Without Chromium these tests fail and say how to install it.
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
-
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::chd_process::{http_get, Chd, Metrics};
 use chd::runtime::DeviceInfo;
 use chd::topology::{Cpu, NumaNode, Topology};
-use chd_process::{http_get, Chd, Metrics};
 
 /// The Chromium binary, or a failure that says how to get it.
 fn chromium() -> PathBuf {

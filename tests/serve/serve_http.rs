@@ -4,17 +4,15 @@
 //! keep-alive connection), and the connection cap (the longest-idle connection makes room;
 //! `/healthz` answers through a flood of half-open connections).
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
-#[path = "support/golden.rs"]
-mod golden;
+use crate::chd_process;
+use crate::golden;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use chd_process::{Chd, Metrics};
+use crate::chd_process::{Chd, Metrics};
 
 /// `chd serve --no-probe` on the `infiniband` collector fixture tree (host backend): every
 /// value is fixed except timings and the server's own connection counters.

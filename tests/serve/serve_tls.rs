@@ -7,10 +7,7 @@
 //! refused at startup naming the key. The same file is given to Debian's
 //! `prometheus-node-exporter`, which must accept and refuse the same credentials.
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
-#[path = "support/tls.rs"]
-mod tls;
+use crate::chd_process;
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -18,8 +15,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use chd_process::{Chd, Metrics};
-use tls::{bcrypt_hash, curl, status, write, Pki};
+use crate::chd_process::{Chd, Metrics};
+use crate::tls::{bcrypt_hash, curl, status, write, Pki};
 
 /// `chd serve --no-probe` (host backend) with `--web.config.file FILE` and `extra`.
 fn serve(web_config: &Path, extra: &[&str]) -> (tempfile::TempDir, Chd) {
