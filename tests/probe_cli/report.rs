@@ -3,16 +3,11 @@
 //! and report.xlsx; what the summary names, what the CSV holds for failed rows, how big the
 //! pictures are.
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
-#[path = "support/xlsx.rs"]
-mod xlsx;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use chd_process::chd_bin;
-use xlsx::zip_names;
+use crate::chd_process::chd_bin;
+use crate::xlsx::zip_names;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

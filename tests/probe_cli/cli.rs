@@ -2,13 +2,10 @@
 //! expected message on its first line), the shipped example config, `--print-config`,
 //! `chd topology` on a fixture tree, and `--help`.
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use chd_process::{chd_bin, text};
+use crate::chd_process::{chd_bin, text};
 
 fn chd(args: &[&str]) -> Output {
     Command::new(chd_bin())

@@ -10,15 +10,12 @@
 //! the report says the enqueue may be included. The fake's exit report shows no latch was left
 //! unreleased and no host function called the runtime.
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
-#[path = "support/fake_runtime.rs"]
-mod fake;
+use crate::fake;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use chd_process::{run_chd, text};
+use crate::chd_process::{run_chd, text};
 use serde_json::Value;
 
 const KIB: u64 = 1 << 10;
