@@ -7,8 +7,7 @@
 //! memory, finalizes only an ACL it initialized and takes PCI bus ids from the runtime; NVML
 //! sees chd's own context as chd's.
 
-#[path = "support/fake_runtime.rs"]
-mod fake;
+use crate::fake;
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
@@ -115,6 +114,7 @@ fn exercise_device_copies(backend: &dyn Backend) {
 
 #[test]
 fn cuda_cells_measure_and_release_everything() {
+    alone!(cuda_cells_measure_and_release_everything);
     let _one_at_a_time = exclusive();
     let lib = setup();
     let backend = CudaBackend::open(Some(lib), Path::new("/sys")).unwrap();
@@ -129,6 +129,7 @@ fn cuda_cells_measure_and_release_everything() {
 
 #[test]
 fn acl_cells_measure_and_release_everything() {
+    alone!(acl_cells_measure_and_release_everything);
     let _one_at_a_time = exclusive();
     let lib = setup();
     let backend = AclBackend::open(Some(lib), Path::new("/sys")).unwrap();
@@ -169,6 +170,7 @@ fn fake_fn<T: Copy>(name: &str) -> T {
 
 #[test]
 fn acl_that_chd_did_not_initialize_is_not_finalized() {
+    alone!(acl_that_chd_did_not_initialize_is_not_finalized);
     let _one_at_a_time = exclusive();
     let lib = setup();
     let init: unsafe extern "C" fn(*const c_char) -> c_int = fake_fn("aclInit");
@@ -196,6 +198,7 @@ fn acl_that_chd_did_not_initialize_is_not_finalized() {
 
 #[test]
 fn acl_devices_take_their_pci_bus_id_from_the_runtime() {
+    alone!(acl_devices_take_their_pci_bus_id_from_the_runtime);
     let _one_at_a_time = exclusive();
     let lib = setup();
     let backend = AclBackend::open(Some(lib), Path::new("/sys")).unwrap();
@@ -209,6 +212,7 @@ fn acl_devices_take_their_pci_bus_id_from_the_runtime() {
 
 #[test]
 fn a_pair_failing_mid_sequence_synchronizes_before_it_frees() {
+    alone!(a_pair_failing_mid_sequence_synchronizes_before_it_frees);
     let _one_at_a_time = exclusive();
     let lib = setup();
     let cfg = RuntimeConfig {
@@ -247,6 +251,7 @@ fn a_pair_failing_mid_sequence_synchronizes_before_it_frees() {
 
 #[test]
 fn nvml_knows_chd_s_own_context_in_its_own_pid_namespace() {
+    alone!(nvml_knows_chd_s_own_context_in_its_own_pid_namespace);
     let _one_at_a_time = exclusive();
     let lib = setup();
     let cuda = CudaBackend::open(Some(lib), Path::new("/sys")).unwrap();
@@ -284,6 +289,7 @@ fn nvml_knows_chd_s_own_context_in_its_own_pid_namespace() {
 
 #[test]
 fn a_zero_iteration_cell_is_a_timing_error_not_a_division_by_zero() {
+    alone!(a_zero_iteration_cell_is_a_timing_error_not_a_division_by_zero);
     let _one_at_a_time = exclusive();
     let lib = setup();
     let backend = CudaBackend::open(Some(lib), Path::new("/sys")).unwrap();

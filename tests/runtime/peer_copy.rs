@@ -4,8 +4,7 @@
 //! access), ACL's refusal of such a pair as an error naming it, and nothing left behind on any
 //! path: device and pinned allocations, peer access enabled by the cell.
 
-#[path = "support/fake_runtime.rs"]
-mod fake;
+use crate::fake;
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
@@ -71,6 +70,7 @@ fn close(got: f64, want: f64) {
 
 #[test]
 fn cuda_peer_copies_are_ordered_and_staged_where_refused() {
+    alone!(cuda_peer_copies_are_ordered_and_staged_where_refused);
     let (lib, _g) = setup();
     let backend = CudaBackend::open(Some(lib), Path::new("/sys")).unwrap();
     let (rate, method) = gbps(&backend, "0", "1");
@@ -96,6 +96,7 @@ fn cuda_peer_copies_are_ordered_and_staged_where_refused() {
 
 #[test]
 fn acl_refuses_a_pair_without_peer_access_and_names_it() {
+    alone!(acl_refuses_a_pair_without_peer_access_and_names_it);
     let (lib, _g) = setup();
     let backend = AclBackend::open(Some(lib), Path::new("/sys")).unwrap();
     let (rate, method) = gbps(&backend, "1", "0");

@@ -6,23 +6,18 @@
 //! backend with one line naming the reason. NCCL and cuBLAS are reached past the CUDA runtime by
 //! pairing them with the fake CUDA runtime, which has devices.
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
-#[path = "support/fake_runtime.rs"]
-mod fake;
-#[path = "support/real_libs.rs"]
-mod real;
+use crate::fake;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::chd_process::{chd_bin, run_chd as chd, text, Chd};
+use crate::real::{assert_no_driver, real_lib, RealLib};
 use chd::runtime::collective::Nccl;
 use chd::runtime::cuda::{CudaBackend, CudaLoadError, CudaRuntime};
 use chd::runtime::gemm::Cublas;
 use chd::runtime::library::{record_lookups, Lookup};
-use chd_process::{chd_bin, run_chd as chd, text, Chd};
-use real::{assert_no_driver, real_lib, RealLib};
 
 const INSUFFICIENT_DRIVER: &str =
     "cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA runtime version";
@@ -124,12 +119,14 @@ fn check_cudart(
 
 #[test]
 fn real_cudart_12_9_79_resolves_every_declared_symbol_and_reports_insufficient_driver() {
+    alone!(real_cudart_12_9_79_resolves_every_declared_symbol_and_reports_insufficient_driver);
     // cuda_runtime_api.h 12.9: `#define cudaGetDeviceProperties cudaGetDeviceProperties_v2`.
     check_cudart("cudart12", "nvidia-cuda-runtime-cu12==12.9.79", 12090, &[]);
 }
 
 #[test]
 fn real_cudart_13_0_96_resolves_every_declared_symbol_and_reports_insufficient_driver() {
+    alone!(real_cudart_13_0_96_resolves_every_declared_symbol_and_reports_insufficient_driver);
     // CUDA 13 dropped the _v2 alias: its cuda_runtime_api.h declares cudaGetDeviceProperties
     // with the current struct, and libcudart.so.13 exports only that name.
     check_cudart(
@@ -142,6 +139,7 @@ fn real_cudart_13_0_96_resolves_every_declared_symbol_and_reports_insufficient_d
 
 #[test]
 fn real_nccl_2_32_3_resolves_every_declared_symbol() {
+    alone!(real_nccl_2_32_3_resolves_every_declared_symbol);
     let lib = real_lib("nccl", "nvidia-nccl-cu12==2.32.3");
     let (nccl, lookups) = record_lookups(|| Nccl::load(Some(&lib.path)));
     nccl.unwrap_or_else(|e| panic!("chd cannot load {lib}: {e}"));
@@ -150,6 +148,7 @@ fn real_nccl_2_32_3_resolves_every_declared_symbol() {
 
 #[test]
 fn real_cublas_12_9_3_13_resolves_every_declared_symbol() {
+    alone!(real_cublas_12_9_3_13_resolves_every_declared_symbol);
     let lib = real_lib("cublas", "nvidia-cublas-cu12==12.9.3.13");
     let (cublas, lookups) = record_lookups(|| Cublas::load(Some(&lib.path), ""));
     cublas.unwrap_or_else(|e| panic!("chd cannot load {lib}: {e}"));

@@ -2,15 +2,14 @@
 //! procfs (`tests/fixtures/topology/`, see its README), on the 640-CPU A3 tree built at test
 //! time by `support/sysfs_builder.rs`, and on the live machine.
 
-#[path = "support/sysfs_builder.rs"]
-mod sysfs_builder;
+use crate::sysfs_builder;
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use crate::sysfs_builder::Machine;
 use chd::topology::{render, Roots, Topology, TopologyError};
 use serde_json::Value;
-use sysfs_builder::Machine;
 
 fn fixture_dir(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

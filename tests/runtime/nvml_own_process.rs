@@ -4,8 +4,7 @@
 //! device memory; a real foreign process still closes it; without it chd would call itself
 //! foreign. (The same-namespace case is in `runtime_loaders.rs`, where NVML reports getpid().)
 
-#[path = "support/fake_runtime.rs"]
-mod fake;
+use crate::fake;
 
 use std::ffi::{c_int, c_void};
 use std::path::{Path, PathBuf};
@@ -97,6 +96,7 @@ fn device(samples: &[DeviceSample], id: &str) -> DeviceSample {
 
 #[test]
 fn the_host_pid_on_the_nspid_line_is_chd_itself() {
+    alone!(the_host_pid_on_the_nspid_line_is_chd_itself);
     let _one_at_a_time = exclusive();
     let me = std::process::id();
     let (_dir, root) = procfs_with_nspid(&format!("{HOST_PID}\t{me}"));
@@ -114,6 +114,7 @@ fn the_host_pid_on_the_nspid_line_is_chd_itself() {
 
 #[test]
 fn without_the_host_pid_chd_would_take_itself_for_a_foreign_process() {
+    alone!(without_the_host_pid_chd_would_take_itself_for_a_foreign_process);
     let _one_at_a_time = exclusive();
     let me = std::process::id();
     let (_dir, root) = procfs_with_nspid(&me.to_string());

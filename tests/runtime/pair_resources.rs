@@ -5,13 +5,12 @@
 //! access first and measure the link, or report `copy-staged` where the devices cannot map
 //! each other (CUDA), or fail the cell with the reason (ACL, which cannot stage).
 
-#[path = "support/pair_fixture.rs"]
-mod fixture;
+use crate::fixture;
 
 use std::time::{Duration, Instant};
 
+use crate::fixture::{cpus, held, hook, params, probe};
 use chd::runtime::pair::CommState;
-use fixture::{cpus, held, hook, params, probe};
 
 const ENV: &[(&str, &str)] = &[
     ("CHD_FAKE_DEVICE_COUNT", "3"),
@@ -30,6 +29,7 @@ fn close_to(got: f64, want: f64) -> bool {
 
 #[test]
 fn nccl_communicators_live_for_the_window_and_go_grouped_at_its_end() {
+    alone!(nccl_communicators_live_for_the_window_and_go_grouped_at_its_end);
     let _g = fixture::setup(ENV);
     let live = hook("chd_fake_live_communicators");
     let p = probe("cuda", "nccl");
@@ -65,6 +65,7 @@ fn nccl_communicators_live_for_the_window_and_go_grouped_at_its_end() {
 
 #[test]
 fn hccl_communicators_count_two_buffers_of_hccl_buffsize_on_their_device() {
+    alone!(hccl_communicators_count_two_buffers_of_hccl_buffsize_on_their_device);
     let _g = fixture::setup(ENV);
     let live = hook("chd_fake_live_communicators");
     let p = probe("acl", "hccl");
@@ -90,6 +91,7 @@ fn hccl_communicators_count_two_buffers_of_hccl_buffsize_on_their_device() {
 
 #[test]
 fn cuda_peer_copies_enable_peer_access_for_the_window_and_measure_the_link() {
+    alone!(cuda_peer_copies_enable_peer_access_for_the_window_and_measure_the_link);
     let _g = fixture::setup(ENV);
     let enabled = hook("chd_fake_peer_access_enabled");
     let p = probe("cuda", "copy");
@@ -120,6 +122,7 @@ fn cuda_peer_copies_enable_peer_access_for_the_window_and_measure_the_link() {
 
 #[test]
 fn cuda_pairs_without_peer_access_are_measured_host_staged_as_copy_staged() {
+    alone!(cuda_pairs_without_peer_access_are_measured_host_staged_as_copy_staged);
     let _g = fixture::setup(ENV);
     let enabled = hook("chd_fake_peer_access_enabled");
     let p = probe("cuda", "copy");
@@ -142,6 +145,7 @@ fn cuda_pairs_without_peer_access_are_measured_host_staged_as_copy_staged() {
 
 #[test]
 fn acl_peer_copies_need_peer_access_and_fail_loudly_without_it() {
+    alone!(acl_peer_copies_need_peer_access_and_fail_loudly_without_it);
     let _g = fixture::setup(ENV);
     let enabled = hook("chd_fake_peer_access_enabled");
     let p = probe("acl", "copy");

@@ -6,13 +6,12 @@
 //! flight, keeps them `quarantined` until a later release finds the allgather returned. A
 //! probe told to stop (chd shutting down) gives up a hung cell at once, as on its timeout.
 
-#[path = "support/pair_fixture.rs"]
-mod fixture;
+use crate::fixture;
 
 use std::time::{Duration, Instant};
 
+use crate::fixture::{cpus, eventually, held, hook, params, probe};
 use chd::runtime::pair::CommState;
-use fixture::{cpus, eventually, held, hook, params, probe};
 
 const ENV: &[(&str, &str)] = &[
     ("CHD_FAKE_DEVICE_COUNT", "2"),
@@ -27,6 +26,7 @@ const BOUND: Duration = Duration::from_millis(300 + 300 + 500);
 
 #[test]
 fn a_hung_nccl_cell_returns_in_time_and_its_slow_abort_finishes_on_the_side() {
+    alone!(a_hung_nccl_cell_returns_in_time_and_its_slow_abort_finishes_on_the_side);
     let _g = fixture::setup(ENV);
     let live = hook("chd_fake_live_communicators");
     let p = probe("cuda", "nccl");
@@ -57,6 +57,7 @@ fn a_hung_nccl_cell_returns_in_time_and_its_slow_abort_finishes_on_the_side() {
 
 #[test]
 fn a_hung_hccl_cell_quarantines_its_communicators_until_the_allgather_returns() {
+    alone!(a_hung_hccl_cell_quarantines_its_communicators_until_the_allgather_returns);
     let _g = fixture::setup(ENV);
     let live = hook("chd_fake_live_communicators");
     let p = probe("acl", "hccl");
@@ -98,6 +99,7 @@ fn a_hung_hccl_cell_quarantines_its_communicators_until_the_allgather_returns() 
 
 #[test]
 fn a_stopped_probe_gives_up_a_hung_cell_at_once_and_starts_no_other() {
+    alone!(a_stopped_probe_gives_up_a_hung_cell_at_once_and_starts_no_other);
     let _g = fixture::setup(ENV);
     let live = hook("chd_fake_live_communicators");
     let p = probe("cuda", "nccl");

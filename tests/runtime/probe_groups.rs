@@ -4,8 +4,7 @@
 //! device sees it pinned, freed before the window returns; a failing device costs only its
 //! cell. A window that pins per cell (the one-shot path's `measure_copy`) pins once a cell.
 
-#[path = "support/fake_runtime.rs"]
-mod fake;
+use crate::fake;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -140,6 +139,7 @@ fn held_host_memory(backend: &dyn Backend, cells: Vec<CellKey>) -> (i64, i64) {
 
 #[test]
 fn the_held_host_memory_gauge_shows_the_group_buffer_then_zero() {
+    alone!(the_held_host_memory_gauge_shows_the_group_buffer_then_zero);
     let _one = exclusive();
     let backend = CudaBackend::open(Some(setup()), Path::new("/sys")).unwrap();
     let (during, after) = held_host_memory(
@@ -158,6 +158,7 @@ fn the_held_host_memory_gauge_shows_the_group_buffer_then_zero() {
 
 #[test]
 fn cuda_windows_pin_once_per_group() {
+    alone!(cuda_windows_pin_once_per_group);
     let _one = exclusive();
     let backend = CudaBackend::open(Some(setup()), Path::new("/sys")).unwrap();
     assert_one_pin_per_group(&backend);
@@ -165,6 +166,7 @@ fn cuda_windows_pin_once_per_group() {
 
 #[test]
 fn acl_windows_pin_once_per_group() {
+    alone!(acl_windows_pin_once_per_group);
     let _one = exclusive();
     let backend = AclBackend::open(Some(setup()), Path::new("/sys")).unwrap();
     assert_one_pin_per_group(&backend);
@@ -172,6 +174,7 @@ fn acl_windows_pin_once_per_group() {
 
 #[test]
 fn per_cell_measurement_pins_every_cell_and_costs_more() {
+    alone!(per_cell_measurement_pins_every_cell_and_costs_more);
     let _one = exclusive();
     let backend = CudaBackend::open(Some(setup()), Path::new("/sys")).unwrap();
     let params = CopyParams {

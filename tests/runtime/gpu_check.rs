@@ -6,18 +6,13 @@
 //! for what is missing. `--bundle` (what a GPU machine without cargo, nvcc or network gets) is
 //! built and used too.
 
-#[path = "support/chd_process.rs"]
-mod chd_process;
-#[path = "support/fake_runtime.rs"]
-mod fake;
-#[path = "support/real_libs.rs"]
-mod real;
+use crate::fake;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use chd_process::chd_bin;
-use real::{real_lib, RealLib};
+use crate::chd_process::chd_bin;
+use crate::real::{real_lib, RealLib};
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -3,8 +3,7 @@
 //! products on their stream (each device at its own planted rate), an unknown device is a
 //! clear error, and nothing is left allocated after a measurement, failed or not.
 
-#[path = "support/fake_runtime.rs"]
-mod fake;
+use crate::fake;
 
 use std::path::Path;
 
@@ -34,6 +33,7 @@ fn live(symbol: &str) -> u64 {
 
 #[test]
 fn matmul_tflops_follow_the_device_events_and_release_everything() {
+    alone!(matmul_tflops_follow_the_device_events_and_release_everything);
     let lib = setup();
     let cfg = RuntimeConfig {
         backend: BackendChoice::Cuda,
