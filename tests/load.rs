@@ -18,7 +18,7 @@
 //!
 //! Two cases, one `chd serve` each: `exposition.cells = true` (every scrape carries the
 //! 30,720 cell series) and `false`, which is what the default `auto` resolves to at the
-//! seed's 30,720 planned cells (`tests/series_budget.rs`); here the planned matrix is only
+//! seed's 30,720 planned cells (`tests/serve/series_budget.rs`); here the planned matrix is only
 //! the live CPUs' cells, which `auto` would export, so the case names the seed's answer.
 //! Each case runs unloaded windows first, then 50 scrapers (half plain, half gzip) until
 //! enough work is done under load, however long a busy machine takes for it: [`LOADED_WINDOWS`]

@@ -5,9 +5,9 @@
 //! slow pinned allocation, a hung collective); and the first two in a one-shot
 //! `chd probe h2d`. The fake's exit report (`CHD_FAKE_EXIT_REPORT`) says what chd still held,
 //! and which threads were bound, when it exited.
-//! `tests/accelerators.rs` has a device failing from the start, `tests/pair_probe.rs` and
-//! `tests/pair_teardown.rs` the hung collective's error and teardown, `tests/serve.rs` SIGTERM
-//! on the host backend; this file adds what those leave out.
+//! `tests/serve/accelerators.rs` has a device failing from the start, `tests/serve/pair_probe.rs`
+//! and `tests/runtime/pair_teardown.rs` the hung collective's error and teardown,
+//! `tests/serve/serve.rs` SIGTERM on the host backend; this file adds what those leave out.
 
 use crate::chd_process;
 
@@ -273,8 +273,8 @@ fn window_times(log: &str, skip: usize) -> Vec<u64> {
 /// window still ends on time (its budget, plus at most one cell's timeout and cleanup
 /// grace), scrapes answer while a rank hangs, the timed-out communicators are aborted (held
 /// `releasing`, then gone: never `leaked`), and once the hang is over the next window
-/// measures the pair. `tests/pair_probe.rs` has the timeout error and `/healthz`;
-/// `tests/pair_teardown.rs` the in-process teardown bounds.
+/// measures the pair. `tests/serve/pair_probe.rs` has the timeout error and `/healthz`;
+/// `tests/runtime/pair_teardown.rs` the in-process teardown bounds.
 #[test]
 fn a_hung_collective_ends_its_window_on_time_and_scrapes_answer_meanwhile() {
     let f = Faulty::start(
@@ -409,7 +409,7 @@ impl ExitReport {
 /// signal, every cell measured before it is in state.json, and by the time the process
 /// exits the fake holds no pinned or device memory and no communicator for it, and no
 /// thread is left bound to a probe CPU (the exit report lists every thread's mask).
-/// `tests/serve.rs` has the same on the host backend, without the holdings.
+/// `tests/serve/serve.rs` has the same on the host backend, without the holdings.
 #[test]
 fn sigterm_with_a_cell_in_flight_exits_in_time_holding_nothing() {
     let report = tempfile::NamedTempFile::new().unwrap();

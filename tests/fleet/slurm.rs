@@ -19,7 +19,7 @@ fn fixture(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)
 }
 
-/// The failed recording (device 0 slow from every CPU) and a healthy one, as tests/verdict.rs
+/// The failed recording (device 0 slow from every CPU) and a healthy one, as tests/fleet/verdict.rs
 /// and the README use them.
 fn failed() -> PathBuf {
     fixture("tests/fixtures/replay/results-npu-node.json")

@@ -2,7 +2,7 @@
 //! JSON parses, uids are set and unique, every panel reads the `${datasource}` variable, every
 //! variable a query uses is defined, every metric is in the contract (docs/METRICS.md) or a
 //! recording rule of alerts/, and every PromQL expression, with the variables substituted,
-//! passes `promtool check rules`. tests/prometheus_e2e.rs runs them against a real Prometheus.
+//! passes `promtool check rules`. `prometheus_e2e` runs them against a real Prometheus.
 
 use std::collections::BTreeSet;
 

@@ -191,7 +191,7 @@ fn every_alert_links_its_runbook_section_and_a_dashboard() {
 
 /// The checks of grafana/dashboard-linter that `mixtool lint` runs on dashboards, on their
 /// text (no PromQL parser here; every expression also passes promtool in
-/// tests/dashboards.rs): the job variable (template-job-rule), refresh on time range change
+/// tests/rules/dashboards.rs): the job variable (template-job-rule), refresh on time range change
 /// (template-on-time-change-reload-rule), the job and instance matchers in every selector
 /// (target-job-rule, target-instance-rule), `$__rate_interval` in rate()
 /// (target-rate-interval-rule), counters only under rate/irate/increase

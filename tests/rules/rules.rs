@@ -44,7 +44,7 @@ fn every_contract_alert_is_defined_and_nothing_else() {
         defined, contract.alerts,
         "alerts/chd.rules.yml and the alert table of docs/METRICS.md disagree"
     );
-    // Every alert carries the labels and annotations the runbooks rely on (tests/mixin.rs
+    // Every alert carries the labels and annotations the runbooks rely on (tests/rules/mixin.rs
     // checks their style and that each runbook_url has its section in docs/runbook.md).
     for block in rules.split("- alert:").skip(1) {
         let name = block.lines().next().unwrap().trim();

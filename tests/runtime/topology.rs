@@ -77,7 +77,7 @@ fn package_of(t: &Topology, cpu: u32) -> Option<u32> {
 // ---- committed fixtures ------------------------------------------------------------------
 
 /// The committed fixtures are the builder's output; fail when either drifts. Regenerate
-/// with `CHD_REGENERATE_FIXTURES=1 cargo test --test topology committed_fixtures`.
+/// with `CHD_REGENERATE_FIXTURES=1 cargo test --test runtime topology::committed_fixtures`.
 #[test]
 fn committed_fixtures_match_builder() {
     let regenerate = std::env::var_os("CHD_REGENERATE_FIXTURES").is_some();

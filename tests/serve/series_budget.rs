@@ -10,7 +10,7 @@
 //! NUMA, PCIe, device telemetry) add series that depend on the node's HCAs and netdevs and
 //! are counted separately (docs/SCALE.md).
 //!
-//! `cargo test --test series_budget -- --nocapture` prints the series per family of each
+//! `cargo test --test serve series_budget:: -- --nocapture` prints the series per family of each
 //! shape and mode, and series and samples per second per node and per 1,000 nodes: the
 //! numbers of docs/SCALE.md.
 
