@@ -10,7 +10,7 @@
                                   jsonnet object, e.g. "{ groupLabels: ['cluster', 'pool'] }")
 
 The jsonnet implementation is PyPI's `jsonnet` (the C++ one, as the `_jsonnet` module),
-version pinned in scripts/test.sh. tests/mixin.rs runs --check.
+version pinned in scripts/test.sh. tests/rules/mixin.rs runs --check.
 """
 
 import json
@@ -25,7 +25,7 @@ JSONNET_VERSION = "0.22.0"
 RULES = "alerts/chd.rules.yml"
 RULES_HEADER = """\
 # GENERATED from mixin/ by scripts/gen-mixin.py: do not edit; change mixin/ (its _config is
-# mixin/config.libsonnet) and run the script. tests/mixin.rs fails when this file and the
+# mixin/config.libsonnet) and run the script. tests/rules/mixin.rs fails when this file and the
 # mixin differ.
 #
 # chd's alerting and recording rules: the alerts of docs/METRICS.md (one section each in

@@ -19,7 +19,8 @@
 #                                           # prepare DIR (target/gpu-check-bundle) for one
 #                                           # without cargo, nvcc or network (see below);
 #                                           # with CHD_BIN set, bundles that chd instead
-#   GPU_CHECK_FAKE=1 scripts/gpu-check.sh   # dry run on the fake CUDA runtime (tests/gpu_check.rs)
+#   GPU_CHECK_FAKE=1 scripts/gpu-check.sh   # dry run on the fake CUDA runtime
+#                                           # (tests/runtime/gpu_check.rs)
 #
 # On the GPU machine it takes, in this order:
 #   chd        $CHD_BIN, else $GPU_CHECK_BUNDLE/chd, else `cargo build --profile dist --offline`

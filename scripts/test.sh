@@ -4,11 +4,14 @@
 # CHD_FUZZ_SECONDS=N it then runs every cargo-fuzz target for N seconds (scripts/fuzz.sh,
 # which needs a nightly toolchain; CI's machine has only stable Rust and cannot fetch one).
 # Installs what the tests need first: promtool from Debian's `prometheus` package, shellcheck,
-# curl and prometheus-node-exporter (tests/serve_tls.rs), valgrind (scripts/memcheck.sh),
-# python's jsonschema (tests/ledger.rs), python's jsonnet (tests/mixin.rs),
-# Slurm's slurmctld, slurmd, slurm-client and munge (tests/slurm.rs),
+# curl and prometheus-node-exporter (tests/serve/serve_tls.rs), valgrind (scripts/memcheck.sh),
+# python's jsonschema (tests/fleet/ledger.rs), python's jsonnet (tests/rules/mixin.rs),
+# Slurm's slurmctld, slurmd, slurm-client and munge (tests/fleet/slurm.rs),
 # and the real NVIDIA libraries (pinned PyPI wheels, cached outside the repository by
 # scripts/real-libs.sh; about 1 GB the first time, 30 s here).
+# The integration tests are a few binaries, one per suite (tests/<suite>/main.rs, a module per
+# former test file; docs/ARCHITECTURE.md, "Tests"): `cargo test --test serve serve_tls::` runs
+# one module of one suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,16 +23,17 @@ command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
 command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
 command -v g++ >/dev/null 2>&1 || missing+=(g++)
-# tests/serve_tls.rs: curl talks TLS to chd and node_exporter, which reads the same web config.
+# tests/serve/serve_tls.rs: curl talks TLS to chd and node_exporter, which reads the same web
+# config.
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v prometheus-node-exporter >/dev/null 2>&1 || missing+=(prometheus-node-exporter)
-# tests/faults_state.rs: the state directory is a tmpfs in a private mount namespace.
+# tests/faults/faults_state.rs: the state directory is a tmpfs in a private mount namespace.
 command -v unshare >/dev/null 2>&1 && command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
 command -v mount >/dev/null 2>&1 || missing+=(mount)
 # scripts/memcheck.sh: chd's FFI under valgrind memcheck (its canaries are built with cc).
 command -v valgrind >/dev/null 2>&1 || missing+=(valgrind)
 command -v cc >/dev/null 2>&1 || missing+=(gcc)
-# tests/slurm.rs: a real one-node Slurm 22.05 (Debian's daemons, client tools and munge) runs
+# tests/fleet/slurm.rs: a real one-node Slurm 22.05 (Debian's daemons, client tools and munge) runs
 # chd check --slurm as its HealthCheckProgram. About 10 s to install here.
 command -v slurmctld >/dev/null 2>&1 || [ -x /usr/sbin/slurmctld ] || missing+=(slurmctld)
 command -v slurmd >/dev/null 2>&1 || [ -x /usr/sbin/slurmd ] || missing+=(slurmd)
@@ -55,14 +59,15 @@ if ! command -v kubernetes-validate >/dev/null 2>&1 && ! python3 -c 'import kube
   echo "scripts/test.sh: installing kubernetes-validate from PyPI"
   python3 -m pip install --quiet --disable-pip-version-check 'kubernetes-validate==1.37.0'
 fi
-# tests/ledger.rs validates the calibration ledger against docs/calibration.schema.json (Draft
+# tests/fleet/ledger.rs validates the calibration ledger against docs/calibration.schema.json (Draft
 # 2020-12) with python's jsonschema, this version.
 if [ "$(python3 -c 'import importlib.metadata as m; print(m.version("jsonschema"))' 2>/dev/null)" != 4.26.0 ]; then
   echo "scripts/test.sh: installing jsonschema 4.26.0 from PyPI"
   python3 -m pip install --quiet --disable-pip-version-check 'jsonschema==4.26.0'
 fi
-# tests/mixin.rs renders the jsonnet mixin (mixin/) with scripts/gen-mixin.py, which uses PyPI's
-# jsonnet (the C++ implementation's bindings, a manylinux wheel: about 1 s to install here).
+# tests/rules/mixin.rs renders the jsonnet mixin (mixin/) with scripts/gen-mixin.py, which uses
+# PyPI's jsonnet (the C++ implementation's bindings, a manylinux wheel: about 1 s to install
+# here).
 if [ "$(python3 -c 'import importlib.metadata as m; print(m.version("jsonnet"))' 2>/dev/null)" != 0.22.0 ]; then
   echo "scripts/test.sh: installing jsonnet 0.22.0 from PyPI"
   start=$(date +%s)
@@ -74,7 +79,8 @@ command -v kubectl >/dev/null 2>&1 || {
   exit 1
 }
 
-# tests/real_libs.rs and tests/gpu_check.rs load these (and fail, never skip, without them).
+# tests/runtime/real_libs.rs and tests/runtime/gpu_check.rs load these (and fail, never skip,
+# without them).
 start=$(date +%s)
 ./scripts/real-libs.sh fetch
 echo "scripts/test.sh: real NVIDIA libraries ready in $(($(date +%s) - start)) s"

@@ -230,9 +230,13 @@ pub(crate) fn prometheus_operator_kinds_are_well_formed_and_select_the_pods() {
                 "{svc_what}: headless"
             );
             let svc_selector = string_map(&at(svc, "spec.selector", &svc_what), &svc_what);
-            assert!(svc_selector
-                .iter()
-                .all(|(k, v)| pod.labels.get(k) == Some(v)));
+            assert!(
+                !svc_selector.is_empty()
+                    && svc_selector
+                        .iter()
+                        .all(|(k, v)| pod.labels.get(k) == Some(v)),
+                "{svc_what}: selector {svc_selector:?} must select the pods"
+            );
             assert_eq!(
                 svc_labels.get("app.kubernetes.io/name").map(String::as_str),
                 Some("chd"),

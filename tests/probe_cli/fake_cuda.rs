@@ -72,7 +72,9 @@ fn planted_slow_device_is_the_one_the_summary_names() {
         "{slow_rows:?}"
     );
     // Pinned memory by default on an accelerator backend, recorded per sample.
-    assert!(records(dir.path())
+    let recs = records(dir.path());
+    assert!(!recs.is_empty());
+    assert!(recs
         .iter()
         .all(|r| r["host_memory"] == "pinned" && r["bytes_per_second"].as_f64().is_some()));
 }
@@ -112,8 +114,10 @@ fn load_profiles_run_once_each_and_the_report_compares_them_with_idle() {
     let per_profile = cpu_count() * 4 * 2 * 2;
     assert_eq!(per_load.get("idle"), Some(&per_profile), "{per_load:?}");
     assert_eq!(per_load.get("cpu:1"), Some(&per_profile), "{per_load:?}");
-    // Idle first, then the loaded profile.
+    // Idle first, then the loaded profile: every idle record before the first loaded one (a
+    // loaded record first would leave nothing before it to check).
     let first_loaded = all.iter().position(|r| r["load"] == "cpu:1").unwrap();
+    assert_eq!(first_loaded, per_profile, "{per_load:?}");
     assert!(all[..first_loaded].iter().all(|r| r["load"] == "idle"));
     let summary = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
     assert!(

@@ -2,7 +2,13 @@
 //! machine (host backend), resume after SIGKILL and after Ctrl-C with no sample measured
 //! twice or lost, load profiles, a planted slow device through the fake CUDA runtime, the
 //! affinity probe, same-device copies (`probe d2d`), size curves (`chd probe sweep`), and the
-//! errors a user can make.
+//! errors a user can make. Beside it the rest of the command line: `cli` (config files,
+//! `--print-config`, `chd topology`, `--help`), `report` (`chd report` on recordings and run
+//! directories) and `timed_region` (the timed region without the host's enqueue time,
+//! issue 25 part 1).
+//!
+//! Every test spawns `chd` with its own environment; none changes the test process's
+//! environment, current directory or other process-wide state.
 
 #[path = "../support/chd_process.rs"]
 mod chd_process;
@@ -14,6 +20,7 @@ mod golden;
 mod xlsx;
 
 mod basics;
+mod cli;
 mod common;
 mod d2d;
 mod fake_cuda;
@@ -22,5 +29,7 @@ mod old_runs;
 mod p2p;
 mod pair;
 mod pair_resume;
+mod report;
 mod resume;
 mod sweep;
+mod timed_region;

@@ -39,18 +39,26 @@ pub fn fake_runtime_path() -> &'static str {
     fake_runtime().to_str().expect("UTF-8 path")
 }
 
-/// [`fake_runtime`] for a test binary that loads the fake into its own process: the fake
-/// reads its `CHD_FAKE_*` settings once per process, so `vars` are set before anything
-/// loads it. The first call of the process wins; every test of such a binary calls this
-/// with the same settings before it touches the fake.
+/// [`fake_runtime`] for a test that loads the fake into its own process: the fake reads its
+/// `CHD_FAKE_*` settings once per process, so `vars` are set before anything loads it. Such a
+/// test changes the process's environment and the fake's process-wide state, so it runs alone
+/// in a child process of its suite's binary (`alone!`, support/alone.rs); called anywhere else
+/// this panics. The first call of the process wins.
 pub fn fake_runtime_with(vars: &[(&str, &str)]) -> &'static PathBuf {
+    // support/alone.rs sets this in the child that runs one test.
+    assert!(
+        std::env::var_os("CHD_TEST_ALONE").is_some(),
+        "fake_runtime_with sets the process's environment: the calling test must begin with \
+         alone!(its_name) (support/alone.rs) to run in a process of its own"
+    );
     static ENV: Once = Once::new();
     ENV.call_once(|| {
         for (k, v) in vars {
             // SAFETY: `set_var` races with threads reading the environment. This runs once,
-            // inside `Once`, and every test of the binary calls it before loading the fake
-            // or reading the environment itself, so no thread reads while it writes (the
-            // test harness reads its own variables only before starting the tests).
+            // inside `Once`, in a process that runs this one test (`alone!`), which calls it
+            // before loading the fake or reading the environment itself, so no thread reads
+            // while it writes (the test harness reads its own variables only before starting
+            // the test).
             unsafe { std::env::set_var(k, v) };
         }
     });

@@ -1,7 +1,7 @@
 //! Basic-auth load on a running `chd serve` (issue 30): keep-alive HTTP/1.1 clients, a flood
 //! of clients looping wrong passwords (each from its own loopback address, or all from
 //! 127.0.0.1), and a valid scraper whose latencies are measured meanwhile. Shared by
-//! tests/serve_auth.rs and benches/login_flood.rs.
+//! tests/serve/serve_auth.rs and benches/login_flood.rs.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;

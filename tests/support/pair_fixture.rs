@@ -9,8 +9,7 @@ use chd::runtime::pair::{CommState, Holdings, PairParams, PairProbe};
 use chd::runtime::select::{self, BackendChoice, CollectiveChoice, RuntimeConfig};
 use chd::topology::{Roots, Topology};
 
-#[path = "fake_runtime.rs"]
-mod fake;
+use crate::fake;
 
 /// The fake reads its environment once per process: set `vars` before anything loads it,
 /// and take the process-wide lock (the fake's counters are global).
