@@ -9,9 +9,9 @@ use crate::chd_process;
 
 use std::time::Duration;
 
-use chd::runtime::pair::CommState;
 use crate::chd_process::{promtool_check_metrics, Chd, Metrics};
 use crate::fake::fake_runtime_path as lib;
+use chd::runtime::pair::CommState;
 
 fn cpus() -> Vec<String> {
     chd_process::allowed_cpus()
