@@ -1,7 +1,7 @@
 //! The calibration ledger (`chd ledger`, `GET /api/v1/calibration`): one JSON document per
 //! node, `"schema": "chd.calibration/v1"`, and the fleet file `chd ledger --merge` makes of
 //! several (`"schema": "chd.calibration-fleet/v1"`). Plain records only; their JSON Schema
-//! (draft 2020-12) is `docs/calibration.schema.json`, which `tests/ledger.rs` validates real
+//! (draft 2020-12) is `docs/calibration.schema.json`, which `tests/fleet/ledger.rs` validates real
 //! outputs against. Lists are in natural order (CPUs ascending, devices `0, 1, ... 10`), so two
 //! ledgers of one node diff cleanly; bandwidths are decimal GB/s.
 

@@ -83,7 +83,7 @@ type FnWaitValue32 = unsafe extern "C" fn(*mut c_void, u64, u32, c_uint) -> c_in
 /// choose between the `cuStreamWaitValue32` (v1, behind a driver opt-in before CUDA 12) and
 /// `cuStreamWaitValue32_v2` exports by hand. PyPI ships libcudart but no libcuda (it comes
 /// with the driver), so only the runtime's entry points are checked against a real library
-/// (`tests/real_libs.rs`); the driver function is the fake's on CI and the real one on a GPU.
+/// (`tests/runtime/real_libs.rs`); the driver function is the fake's on CI and the real one on a GPU.
 #[derive(Clone, Copy)]
 enum EntryPoint {
     ByVersion(FnEntryPointByVersion),
