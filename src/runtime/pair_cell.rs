@@ -242,9 +242,9 @@ pub(crate) fn run_rank(cell: &Cell, rank: usize) -> Result<f64, ProbeError> {
                 ..Stuck::default()
             },
             &format!(
-                "pair cell {}: rank {peer}'s stream did not finish by the cell's deadline; \
+                "pair cell {},{}: rank {peer}'s stream did not finish by the cell's deadline; \
                  rank {rank} keeps its buffers (leaked, not freed under it)",
-                super::pair_hold::label(cell.devices)
+                cell.devices[0], cell.devices[1]
             ),
         );
     }
