@@ -3,7 +3,6 @@
 //! row is a typed record; its fields are declared in the (alphabetical) order chd has always
 //! printed them, so the output of a kind does not change with this module.
 
-use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use serde::Serialize;
@@ -72,14 +71,14 @@ struct PairRow<'a> {
 struct PeerRow<'a> {
     bytes_per_second: Option<f64>,
     cpu: u32,
-    dst: Option<&'a str>,
+    dst: Option<String>,
     error: Option<&'a str>,
     method: Option<&'a str>,
     pair: &'a str,
     path: Option<&'a str>,
     samples: usize,
     size_bytes: u64,
-    src: Option<&'a str>,
+    src: Option<String>,
 }
 
 /// One measurement of the basic validation table.
@@ -118,6 +117,11 @@ fn gbps(v: Option<f64>) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
+/// Rows of any record type as pretty JSON, one line feed after.
+fn json<T: Serialize>(rows: &[T]) -> Result<String, serde_json::Error> {
+    serde_json::to_string_pretty(rows).map(|t| t + "\n")
+}
+
 fn last_error(c: &CellResult) -> Option<&str> {
     c.errors.last().map(String::as_str)
 }
@@ -140,7 +144,6 @@ pub fn render(ds: &Dataset, kind: MatrixKind, format: Format) -> Result<String, 
         ))
     });
     let layout = kinds::of(kind).layout();
-    let json = |rows: &dyn erased::Rows| rows.pretty().map(|t| t + "\n");
     let mut out = String::new();
     match (format, layout) {
         (Format::Csv, Layout::Curves) => {
@@ -313,18 +316,14 @@ pub fn render(ds: &Dataset, kind: MatrixKind, format: Format) -> Result<String, 
             }
         }
         (Format::Json, Layout::SourceByDestination) => {
-            let pairs: BTreeMap<&str, OrderedPair> = cells
-                .iter()
-                .filter_map(|c| Some((c.device.as_str(), c.device.parse().ok()?)))
-                .collect();
             let rows: Vec<PeerRow> = cells
                 .iter()
                 .map(|c| {
-                    let pair = pairs.get(c.device.as_str());
+                    let pair = c.device.parse::<OrderedPair>().ok();
                     PeerRow {
                         pair: &c.device,
-                        src: pair.map(OrderedPair::src),
-                        dst: pair.map(OrderedPair::dst),
+                        src: pair.as_ref().map(|p| p.src().to_string()),
+                        dst: pair.as_ref().map(|p| p.dst().to_string()),
                         path: ds.p2p_paths.get(&c.device).map(String::as_str),
                         method: ds.p2p_methods.get(&c.device).map(String::as_str),
                         cpu: c.cpu,
@@ -392,17 +391,4 @@ pub fn render(ds: &Dataset, kind: MatrixKind, format: Format) -> Result<String, 
         }
     }
     Ok(out)
-}
-
-/// Rows of any record type, as pretty JSON (one `render` arm per layout, one printer).
-mod erased {
-    pub trait Rows {
-        fn pretty(&self) -> Result<String, serde_json::Error>;
-    }
-
-    impl<T: serde::Serialize> Rows for Vec<T> {
-        fn pretty(&self) -> Result<String, serde_json::Error> {
-            serde_json::to_string_pretty(self)
-        }
-    }
 }

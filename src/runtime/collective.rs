@@ -76,6 +76,14 @@ pub(crate) trait CollectiveApi: Send + Sync {
     /// 2 x `HCCL_BUFFSIZE`); NCCL sizes its buffers by the channels and protocols it picks at
     /// init, which its API does not report.
     fn bytes_per_communicator(&self) -> Option<u64>;
+    /// Whether a card runs one collective API at a time and a communicator cannot be
+    /// aborted (HCCL: CANN's rule, no abort): a card whose communicator is still being
+    /// released or quarantined takes no new communicator or collective, and the
+    /// communicators held per card are bounded. NCCL aborts, so its cards are free once the
+    /// abort returned.
+    fn one_collective_per_card(&self) -> bool {
+        false
+    }
     /// One communicator per device, ranks in `devices` order, created in this process.
     fn init_all(&self, devices: &[i32]) -> Result<Vec<Handle>, ApiError>;
     /// Enqueue an allgather of `bytes` per rank from `send` into `recv` (ranks x bytes).
@@ -325,6 +333,10 @@ impl CollectiveApi for Hccl {
         // "Each communicator occupies 2 x HCCL_BUFFSIZE memory, which is used for receiving
         // and sending" (CANN 8.0 environment variable reference, HCCL_BUFFSIZE).
         Some(2 * self.buffsize_bytes)
+    }
+
+    fn one_collective_per_card(&self) -> bool {
+        true
     }
 
     fn release(&self, comms: &[Handle], _how: Teardown) -> Released {

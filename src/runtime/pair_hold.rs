@@ -132,7 +132,7 @@ impl PairHold {
         if let Some(c) = cached.get(&pair) {
             return Ok(c.map(|(_, h)| h));
         }
-        if coll.name() == "hccl" {
+        if coll.one_collective_per_card() {
             let over: Vec<([i32; 2], [Comm; 2])> =
                 over_the_bound(cached.keys(), pair, self.per_card)
                     .into_iter()
@@ -176,11 +176,11 @@ impl PairHold {
         Ok(c.map(|(_, h)| h))
     }
 
-    /// CANN runs one collective API at a time on a card, and HCCL has no abort: while a
-    /// communicator on one of `pair`'s cards is being released or quarantined (a timed-out
-    /// allgather may still run on it), no new communicator or collective goes on that card
-    /// (it would also take another 2 x `HCCL_BUFFSIZE` per timeout). NCCL aborts instead, so
-    /// its cards are free once the abort returned.
+    /// For a library that runs one collective at a time per card and cannot abort
+    /// (`CollectiveApi::one_collective_per_card`: HCCL): while a communicator on one of
+    /// `pair`'s cards is being released or quarantined (a timed-out allgather may still run on
+    /// it), no new communicator or collective goes on that card (it would also take another
+    /// 2 x `HCCL_BUFFSIZE` per timeout).
     fn refuse_busy_cards(&self, pair: [i32; 2]) -> Result<(), ProbeError> {
         let table = lock(&self.table);
         let busy = table.iter().find(|r| {

@@ -294,11 +294,7 @@ pub fn plan_pairs<R: Rng + ?Sized>(
                 if seen.contains(&(key.cpu0, key.cpu1)) {
                     continue;
                 }
-                let age = store
-                    .pairs()
-                    .get(&key)
-                    .map(|c| c.last_attempt)
-                    .unwrap_or(f64::NEG_INFINITY);
+                let age = last_tried(store, &key);
                 if best.as_ref().is_none_or(|(t, _)| age < *t) {
                     best = Some((age, key));
                 }
@@ -332,14 +328,16 @@ pub fn order_pair_cells(
     for _ in 0..longest {
         cells.extend(queues.iter_mut().filter_map(Iterator::next));
     }
-    let age = |key: &crate::store::PairKey| {
-        store
-            .pairs()
-            .get(key)
-            .map_or(f64::NEG_INFINITY, |c| c.last_attempt)
-    };
-    cells.sort_by(|a, b| age(a).total_cmp(&age(b)));
+    cells.sort_by(|a, b| last_tried(store, a).total_cmp(&last_tried(store, b)));
     cells
+}
+
+/// When `key` was last tried; never: before everything.
+fn last_tried(store: &Store, key: &crate::store::PairKey) -> f64 {
+    store
+        .pairs()
+        .get(key)
+        .map_or(f64::NEG_INFINITY, |c| c.last_attempt)
 }
 
 #[cfg(test)]

@@ -401,7 +401,9 @@ fn a_rank_keeps_its_buffers_while_the_peer_s_copies_still_run() {
         &args,
         &[
             ("CHD_FAKE_DEVICE_COUNT", "2"),
-            ("CHD_FAKE_PAIR_HANG_MS", "1000"),
+            // Shorter than the run (4 cells of 300 ms and their cleanup), so rank 1's first
+            // copies wake up, and find their buffers, before chd exits.
+            ("CHD_FAKE_PAIR_HANG_MS", "500"),
             ("CHD_FAKE_PAIR_HANG_ON", "1"),
             ("CHD_FAKE_EXIT_REPORT", report.to_str().unwrap()),
             ("RUST_LOG", "warn"),
