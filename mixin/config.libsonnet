@@ -70,6 +70,12 @@
       aerCorrectablePerMinute: 1,
       // Calibration older than this, seconds.
       probeStaleSeconds: 6 * 3600,
+      // analysis::fabric::RAIL_SLOW_RATIO: a rail below this share of the median of the
+      // node's other rails to the same peers.
+      fabricRailSlowRatio: 0.7,
+      // A node's newest successful fabric run older than this, seconds (a round-robin
+      // schedule over the fleet takes n-1 rounds: allow a full cycle).
+      fabricStaleSeconds: 7 * 86400,
     },
 
     // The resolution of the lookback over port states and traffic (a subquery step): a
@@ -101,6 +107,8 @@
       gateUnreadable: '30m',
       stateNotSaved: '30m',
       probeStale: '6h',
+      // Fabric results change only when a run lands: a short hold is enough.
+      fabricRailSlow: '5m',
     },
 
     severities: {

@@ -351,6 +351,82 @@ pub enum ProbeCommand {
     /// Which CPUs a thread can really be bound to (bind, read back, restore), e.g. inside a
     /// container whose cpuset lists cores it cannot use.
     Affinity(AffinityArgs),
+    /// Between nodes: one rank of a fabric run, started by a launcher on every node at once
+    /// (srun, a Kubernetes Indexed Job, torchrun, mpirun); chd never starts its peers.
+    ///
+    /// The rank, world size, local rank and rank 0's address come from the launcher's
+    /// variables (Slurm: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, the first host of
+    /// SLURM_STEP_NODELIST; an Indexed Job: JOB_COMPLETION_INDEX with CHD_FABRIC_JOB,
+    /// CHD_FABRIC_SUBDOMAIN and CHD_FABRIC_WORLD_SIZE; torchrun: RANK, WORLD_SIZE,
+    /// LOCAL_RANK, MASTER_ADDR, MASTER_PORT; Open MPI: OMPI_COMM_WORLD_*; PMI: PMI_RANK,
+    /// PMI_SIZE), or CHD_FABRIC_RENDEZVOUS; the flags override them. Rank 0 listens, the others
+    /// connect; every rank proves it has the run's token (--token-file or CHD_FABRIC_TOKEN)
+    /// without sending it. Rank 0 plans: one measuring rank per node; each rail (an
+    /// interface with an address; --rails names them) paired with the peer's rail in the same
+    /// subnet, measured both ways, one transfer at a time, --streams TCP streams bound to the
+    /// rail carrying --bytes. A rank that never arrives, a wrong token or a rank that dies
+    /// ends the run on every surviving rank with an error naming it (exit 1).
+    ///
+    /// Each node's measuring rank writes its side (per rail and direction: GB/s, and the
+    /// rails judged slow: below 0.7 x the median of the node's other rails) atomically to
+    /// STATE_DIR/fabric/RUN__PEER.json, where chd serve publishes it at its next scrape; a
+    /// failed run is recorded as failed. --format json prints the rank's results on stdout.
+    Fabric(Box<FabricArgs>),
+}
+
+#[derive(Debug, Args)]
+pub struct FabricArgs {
+    /// What measures: host (TCP streams over the rails; the only backend of this release).
+    #[arg(long, value_name = "BACKEND", default_value = "host")]
+    pub backend: String,
+    /// This rank [default: from the launcher's variables].
+    #[arg(long, value_name = "N")]
+    pub rank: Option<u32>,
+    /// Ranks in the run [default: from the launcher's variables].
+    #[arg(long, value_name = "N")]
+    pub world_size: Option<u32>,
+    /// This rank among the ranks of its node [default: from the launcher, else 0].
+    #[arg(long, value_name = "N")]
+    pub local_rank: Option<u32>,
+    /// Rank 0's address, HOST or HOST:PORT [default: from the launcher's variables].
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub rendezvous: Option<String>,
+    /// Rank 0's port [default: MASTER_PORT under torchrun, CHD_FABRIC_PORT, else 29517].
+    #[arg(long, value_name = "PORT")]
+    pub port: Option<u16>,
+    /// This rank's node name, as the results name it [default: the hostname].
+    #[arg(long, value_name = "NAME")]
+    pub node: Option<String>,
+    /// A file holding the run's shared token (at least 16 bytes) [default: CHD_FABRIC_TOKEN].
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// The rails: interfaces whose name matches (loopback included when it matches)
+    /// [default: every interface with an address other than loopback].
+    #[arg(long, value_name = "REGEX")]
+    pub rails: Option<String>,
+    /// Bytes each transfer moves (one rail, one direction), e.g. 256MiB, 1GiB.
+    #[arg(long, value_name = "SIZE", default_value = "1GiB")]
+    pub bytes: String,
+    /// Parallel TCP streams per transfer.
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub streams: u32,
+    /// Seconds rank 0 waits for every rank (and a rank for rank 0).
+    #[arg(long, value_name = "SECONDS", default_value_t = 120)]
+    pub timeout: u64,
+    /// Seconds one transfer may run before it is cut (and measured on what it carried).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub transfer_timeout: u64,
+    /// The node's chd state directory, where chd serve reads the results
+    /// [paths.state_dir] (default /var/lib/chd, else ./chd-state).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Also write the rank's results and, on rank 0, the whole run (every rank, every
+    /// transfer) to DIR.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Output on stdout: text or json.
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub format: String,
 }
 
 #[derive(Debug, Args)]
@@ -956,6 +1032,29 @@ impl Cli {
                 out: a.out.clone(),
                 format: a.format.clone(),
             }),
+            ProbeCommand::Fabric(a) => {
+                ProbeRequest::Fabric(Box::new(crate::commands::request::FabricRequest {
+                    layer: self.global_layer(),
+                    backend: a.backend.clone(),
+                    overrides: chd::fabric::launch::Overrides {
+                        rank: a.rank,
+                        world_size: a.world_size,
+                        local_rank: a.local_rank,
+                        rendezvous: a.rendezvous.clone(),
+                        port: a.port,
+                    },
+                    node: a.node.clone(),
+                    token_file: a.token_file.clone(),
+                    rails: a.rails.clone(),
+                    bytes: a.bytes.clone(),
+                    streams: a.streams,
+                    timeout: std::time::Duration::from_secs(a.timeout),
+                    transfer_timeout: std::time::Duration::from_secs(a.transfer_timeout),
+                    state_dir: a.state_dir.clone(),
+                    out: a.out.clone(),
+                    json: a.format == "json",
+                }))
+            }
         }
     }
 

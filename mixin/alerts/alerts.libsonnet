@@ -4,3 +4,4 @@
 + (import 'h2d.libsonnet')
 + (import 'pcie_rdma.libsonnet')
 + (import 'calibration.libsonnet')
++ (import 'fabric.libsonnet')

@@ -13,6 +13,7 @@
 //! - [`measured_node`]: the NUMA node that feeds each device best.
 //! - [`best_cpus`]: the CPUs within 5 % of each device's best cell.
 //! - [`d2d`]: same-device copies per device, with their ratio to the typical device.
+//! - [`fabric`]: the fabric's rails judged against the node's other rails, and summarized over runs.
 //! - [`load_delta`]: each load profile's device columns over idle's.
 //! - [`p2p`]: the ordered device x device peer copy matrix by PCIe path class.
 //! - [`pair`]: a core-pair matrix's per-CPU medians and NUMA x NUMA blocks.
@@ -27,6 +28,7 @@ pub mod basics;
 pub mod best_cpus;
 pub mod cell;
 pub mod d2d;
+pub mod fabric;
 pub mod failures;
 pub mod findings;
 pub mod h2d;

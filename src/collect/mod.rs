@@ -2,7 +2,7 @@
 //! and their counters), [`numa`] (per-node numastat and meminfo), [`netdev`]
 //! (`/proc/net/dev` for the netdevs behind RDMA ports, or all), [`pcie`] (link width and
 //! speed, AER totals of the accelerators and HCAs) and [`device`] (accelerator utilization
-//! and memory). [`COLLECTORS`] lists them; [`registry`] derives flags, config keys, defaults
+//! and memory), [`fabric`] (what `chd probe fabric` left in the state directory). [`COLLECTORS`] lists them; [`registry`] derives flags, config keys, defaults
 //! and construction from that table, so adding a collector is its file, its `pub mod` line
 //! and its row.
 //!
@@ -36,6 +36,7 @@
 //!   prometheus-client appends it to counters.
 
 pub mod device;
+pub mod fabric;
 pub mod netdev;
 pub mod numa;
 pub mod pcie;
@@ -70,6 +71,7 @@ pub const COLLECTORS: &[CollectorSpec] = &[
     netdev::SPEC,
     pcie::SPEC,
     device::SPEC,
+    fabric::SPEC,
 ];
 
 /// One scrape-time collector: reads its sources and adds samples to `out`.

@@ -199,6 +199,8 @@ pub struct BuildContext<'a> {
     pub pci_devices: &'a [PciDeviceRef],
     /// The runtime backend's telemetry, for the device collector; `None` outside `serve`.
     pub telemetry: Option<Arc<dyn DeviceTelemetry>>,
+    /// The state directory, for the fabric collector; `None` outside `serve`.
+    pub state_dir: Option<&'a std::path::Path>,
 }
 
 /// The enabled collectors the context can build, in table order.
@@ -229,6 +231,7 @@ pub fn build(
         roots,
         pci_devices: &pci_devices,
         telemetry: None,
+        state_dir: None,
     })
 }
 
@@ -267,6 +270,7 @@ mod tests {
             roots: &roots,
             pci_devices: &[],
             telemetry: Some(Arc::new(NoTelemetry)),
+            state_dir: Some(std::path::Path::new("/nonexistent")),
         });
         let names: Vec<&str> = COLLECTORS.iter().map(|s| s.name).collect();
         assert_eq!(set.names(), names);

@@ -16,6 +16,7 @@
 pub mod advise;
 pub mod affinity;
 pub mod check;
+pub mod fabric_probe;
 pub mod interrupt;
 pub mod ledger;
 pub mod probe;

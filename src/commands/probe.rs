@@ -42,6 +42,7 @@ pub fn run(request: ProbeRequest) -> anyhow::Result<()> {
         ProbeRequest::P2p(opts, r) => run_kind(&p2p::KIND, &opts, |s| p2p::prepare(&r, s)),
         ProbeRequest::D2d(opts, r) => run_kind(&d2d::KIND, &opts, |s| d2d::prepare(&r, s)),
         ProbeRequest::Affinity(r) => super::affinity::run(&r),
+        ProbeRequest::Fabric(r) => super::fabric_probe::run(&r),
     }
 }
 

@@ -17,6 +17,7 @@ pub enum ProbeRequest {
     P2p(RunOptions, p2p::Request),
     D2d(RunOptions, d2d::Request),
     Affinity(AffinityRequest),
+    Fabric(Box<FabricRequest>),
 }
 
 /// The options every measuring `chd probe` subcommand shares: `None` (or `false`) = not
@@ -45,4 +46,22 @@ pub struct AffinityRequest {
     pub cpus: Option<String>,
     pub out: Option<PathBuf>,
     pub format: Option<String>,
+}
+
+/// `chd probe fabric`.
+#[derive(Debug, Clone)]
+pub struct FabricRequest {
+    pub layer: Layer,
+    pub backend: String,
+    pub overrides: chd::fabric::launch::Overrides,
+    pub node: Option<String>,
+    pub token_file: Option<PathBuf>,
+    pub rails: Option<String>,
+    pub bytes: String,
+    pub streams: u32,
+    pub timeout: std::time::Duration,
+    pub transfer_timeout: std::time::Duration,
+    pub state_dir: Option<PathBuf>,
+    pub out: Option<PathBuf>,
+    pub json: bool,
 }

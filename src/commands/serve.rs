@@ -406,6 +406,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         roots: &config.roots,
         pci_devices: &pci_devices(&*backend),
         telemetry: Some(telemetry.clone()),
+        state_dir: Some(&state_dir),
     });
     tracing::info!("scrape-time collectors: {}", collectors.names().join(", "));
     registry.register_collector(Box::new(collectors));

@@ -10,6 +10,7 @@
 //! - [`affinity_file`]: the `affinity.json` of `chd probe affinity --out DIR`.
 //! - [`cluster_health`]: ClusterHealthDetect's result directories (`results.json`, the partial
 //!   checkpoints, the per-rank files of pair runs, `affinity.json`).
+//! - [`fabric`]: the fabric probe's results a node keeps (`<state_dir>/fabric/`).
 //! - [`launch_map`]: a proposed launch map for `chd advise --map`.
 //! - [`web_config`]: the web config file of Prometheus exporters (`--web.config.file`).
 //! - [`atomic_file`]: how every file chd writes whole is written (temporary file, rename) in
@@ -19,6 +20,7 @@ pub mod affinity_file;
 pub mod atomic_file;
 pub mod calibration;
 pub mod cluster_health;
+pub mod fabric;
 pub mod launch_map;
 pub mod nfd_features;
 pub mod run_dir;

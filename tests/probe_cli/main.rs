@@ -23,6 +23,7 @@ mod basics;
 mod cli;
 mod common;
 mod d2d;
+mod fabric;
 mod fake_cuda;
 mod host;
 mod old_runs;

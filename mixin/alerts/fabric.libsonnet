@@ -1,0 +1,56 @@
+// Between nodes: what `chd probe fabric` measured, as each node's chd serve publishes it
+// (chd_fabric_*). A rail is judged against the node's other rails to the same peer, so a
+// slow peer or a busy fabric moves every rail alike and pages nothing; one rail alone does.
+local p = import '../lib/promql.libsonnet';
+
+{
+  prometheusAlerts+:: {
+    local c = $._config,
+    local t = c.thresholds,
+    local a(name, summary, description) = p.annotations(c, name, summary, description),
+    groups+: [
+      {
+        name: 'chd-fabric',
+        rules: [
+          {
+            alert: 'ChdFabricRailSlow',
+            // analysis::fabric::RAIL_SLOW_RATIO: the rail's median over the last runs of
+            // its per-run ratio to the median of the node's other rails, same peer, same
+            // direction. A rail that carried nothing counts 0.
+            expr: |||
+              chd_fabric_rail_ratio < %g
+            ||| % t.fabricRailSlowRatio,
+            'for': c['for'].fabricRailSlow,
+            labels: { severity: c.severities.default },
+            annotations: a('ChdFabricRailSlow', 'One rail of a node carries much less than its other rails.', |||
+              Rail {{ $labels.rail }} of {{ $labels.instance }} carries {{ $value |
+              humanizePercentage }} of the node's other rails to the same peers ({{
+              $labels.direction }}, chd_fabric_rail_ratio), slowest to {{ with printf
+              `chd_fabric_rail_slowest_peer_gbps{@SEL@,rail=%q,direction=%q}` @ARGS@
+              $labels.rail $labels.direction | query }}{{ . | first | label "peer" }} at {{ .
+              | first | value | printf "%.2f" }} GB/s{{ else }}an unknown peer{{ end }}. The
+              same peers over the other rails are fine, so the rail itself is the suspect: its
+              NIC or HCA port, cable, switch port or the link's negotiated speed.
+            |||),
+          },
+          {
+            alert: 'ChdFabricStale',
+            // The newest successful fabric run of a node that has run the fabric probe is
+            // too old (nodes that never ran it have no series and stay silent).
+            expr: |||
+              time() - chd_fabric_last_run_timestamp_seconds{outcome="ok"} > %d
+            ||| % t.fabricStaleSeconds,
+            labels: { severity: c.severities.default },
+            annotations: a('ChdFabricStale', 'A node\'s fabric calibration is out of date.', |||
+              The newest successful fabric run of {{ $labels.instance }} finished {{ $value |
+              humanizeDuration }} ago (chd_fabric_last_run_timestamp_seconds{outcome="ok"}), so
+              its rail figures describe the past. The schedule that launches chd probe fabric
+              (the sbatch round or the CronJob) has stopped reaching the node, or its runs
+              fail (chd_fabric_runs{outcome="failed"}).
+            |||),
+          },
+        ],
+      },
+    ],
+  },
+}

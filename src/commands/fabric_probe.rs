@@ -1,0 +1,286 @@
+//! `chd probe fabric`: one rank of a fabric run. Learns the rank from the launcher, finds the
+//! rails, runs the session (`chd::fabric::session`), writes the node's side into the state
+//! directory (and `--out`), and prints the rank's results. A failed run is recorded as failed
+//! by the node's first rank, then exits non-zero with the reason.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context as _};
+use regex::Regex;
+use serde::Serialize;
+
+use super::request::FabricRequest;
+use chd::config::{Config, FALLBACK_STATE_DIR};
+use chd::fabric::launch::{self, Launch};
+use chd::fabric::plan::{self, RunFacts, Volume};
+use chd::fabric::rails;
+use chd::fabric::session::{self, RankOutcome, Settings};
+use chd::fabric::token::Token;
+use chd::fabric::wire::{RankInfo, Transfer};
+use chd::format::fabric::{self as results, FabricRecord, Outcome};
+
+/// What `--format json` prints.
+#[derive(Serialize)]
+struct Printed<'a> {
+    run: &'a str,
+    rank: u32,
+    world_size: u32,
+    node: &'a str,
+    outcome: &'static str,
+    error: Option<String>,
+    results: &'a [FabricRecord],
+    files: Vec<String>,
+}
+
+/// Rank 0's `--out DIR/fabric-run.json`: every rank and every transfer.
+#[derive(Serialize)]
+struct WholeRun<'a> {
+    run: &'a str,
+    ranks: &'a [RankInfo],
+    transfers: &'a [Transfer],
+}
+
+pub fn run(req: &FabricRequest) -> anyhow::Result<()> {
+    match req.backend.as_str() {
+        "host" => {}
+        "cuda" | "acl" => bail!(
+            "--backend {}: this release measures the fabric over TCP (--backend host); the \
+             NCCL/HCCL per-rail collective is not built yet",
+            req.backend
+        ),
+        other => bail!("--backend: {other:?} is not one of host, cuda, acl"),
+    }
+    let token = Token::load(
+        req.token_file.as_deref(),
+        std::env::var("CHD_FABRIC_TOKEN").ok(),
+    )?;
+    let launch: Launch = launch::derive(&|k| std::env::var(k).ok(), &req.overrides)?;
+    let config = Config::resolve([req.layer.clone()])?;
+    let node = match &req.node {
+        Some(n) => n.clone(),
+        None => std::env::var("SLURMD_NODENAME")
+            .or_else(|_| std::env::var("NODE_NAME"))
+            .unwrap_or_else(|_| chd::topology::hostname(&config.roots)),
+    };
+    let pattern = req
+        .rails
+        .as_deref()
+        .map(Regex::new)
+        .transpose()
+        .map_err(|e| anyhow!("--rails: {e}"))?;
+    let rails = rails::choose(&rails::interface_addresses()?, pattern.as_ref())?;
+    let bytes = chd::probe::plan::parse_size(&req.bytes).map_err(|e| anyhow!("--bytes: {e}"))?;
+    if bytes == 0 {
+        bail!("--bytes: a transfer must move at least one byte");
+    }
+    let state_dir = match &req.state_dir {
+        Some(d) => d.clone(),
+        None => {
+            let (dir, why) = chd::store::persist::choose_state_dir(
+                &config.state_dir,
+                Path::new(FALLBACK_STATE_DIR),
+            )
+            .with_context(|| {
+                format!(
+                    "neither {} nor {FALLBACK_STATE_DIR} is writable",
+                    config.state_dir.display()
+                )
+            })?;
+            if let Some(why) = why {
+                tracing::warn!("{why}; the results go to {}", dir.display());
+            }
+            dir
+        }
+    };
+    tracing::info!(
+        "rank {} of {} (local rank {}, from {}), node {node}, rails {}, rank 0 at {}",
+        launch.rank,
+        launch.world_size,
+        launch.local_rank,
+        launch.engine.as_str(),
+        rails
+            .iter()
+            .map(|r| format!("{} {}", r.name, r.address))
+            .collect::<Vec<_>>()
+            .join(", "),
+        launch.rendezvous
+    );
+    let settings = Settings {
+        launch: launch.clone(),
+        node: node.clone(),
+        token,
+        rails,
+        volume: Volume {
+            bytes,
+            streams: req.streams,
+        },
+        rendezvous_timeout: req.timeout,
+        transfer_timeout: req.transfer_timeout,
+        backend: req.backend.clone(),
+    };
+    let fabric_dir = results::dir_of(&state_dir);
+    match session::run(&settings) {
+        Ok(outcome) => finish(req, &launch, &node, &fabric_dir, &outcome),
+        Err((error, facts)) => {
+            let why = error.to_string();
+            let mut files = Vec::new();
+            if launch.local_rank == 0 {
+                let run = facts
+                    .run
+                    .clone()
+                    .unwrap_or_else(|| format!("{}-rank{}", facts.started as u64, launch.rank));
+                let records = plan::failed_records(
+                    &node,
+                    &facts.peers,
+                    &RunFacts {
+                        run: &run,
+                        backend: &req.backend,
+                        world_size: launch.world_size,
+                        started: facts.started,
+                        finished: session::unix_now(),
+                    },
+                    &why,
+                );
+                files = write_all(&fabric_dir, req.out.as_deref(), &records)?;
+                if req.json {
+                    print_json(
+                        &run,
+                        &launch,
+                        &node,
+                        Outcome::Failed,
+                        Some(why.clone()),
+                        &records,
+                        &files,
+                    );
+                }
+            }
+            Err(anyhow!(
+                "fabric run failed on rank {} ({node}): {why}{}",
+                launch.rank,
+                if files.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (recorded in {})", files.join(", "))
+                }
+            ))
+        }
+    }
+}
+
+fn finish(
+    req: &FabricRequest,
+    launch: &Launch,
+    node: &str,
+    fabric_dir: &Path,
+    outcome: &RankOutcome,
+) -> anyhow::Result<()> {
+    let files = write_all(fabric_dir, req.out.as_deref(), &outcome.records)?;
+    if launch.rank == 0 {
+        if let Some(out) = &req.out {
+            let path = out.join("fabric-run.json");
+            let body = serde_json::to_vec_pretty(&WholeRun {
+                run: &outcome.run,
+                ranks: &outcome.ranks,
+                transfers: &outcome.transfers,
+            })?;
+            chd::format::atomic_file::write(&path, |f| std::io::Write::write_all(f, &body))
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+    }
+    if req.json {
+        print_json(
+            &outcome.run,
+            launch,
+            node,
+            Outcome::Ok,
+            None,
+            &outcome.records,
+            &files,
+        );
+    } else {
+        print_text(outcome, launch, node, &files);
+    }
+    Ok(())
+}
+
+/// Write `records` into the state directory's fabric directory and `out`; the paths written.
+fn write_all(
+    fabric_dir: &Path,
+    out: Option<&Path>,
+    records: &[FabricRecord],
+) -> anyhow::Result<Vec<String>> {
+    let mut files = Vec::new();
+    let mut dirs: Vec<PathBuf> = vec![fabric_dir.to_path_buf()];
+    if let Some(out) = out {
+        dirs.push(out.to_path_buf());
+    }
+    for dir in &dirs {
+        for r in records {
+            let path = results::write(dir, r)
+                .with_context(|| format!("writing the fabric results into {}", dir.display()))?;
+            files.push(path.display().to_string());
+        }
+    }
+    Ok(files)
+}
+
+fn print_json(
+    run: &str,
+    launch: &Launch,
+    node: &str,
+    outcome: Outcome,
+    error: Option<String>,
+    records: &[FabricRecord],
+    files: &[String],
+) {
+    let printed = Printed {
+        run,
+        rank: launch.rank,
+        world_size: launch.world_size,
+        node,
+        outcome: outcome.as_str(),
+        error,
+        results: records,
+        files: files.to_vec(),
+    };
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&printed).expect("plain records serialize")
+    );
+}
+
+fn print_text(outcome: &RankOutcome, launch: &Launch, node: &str, files: &[String]) {
+    println!(
+        "fabric run {}: rank {} of {} on {node}",
+        outcome.run, launch.rank, launch.world_size
+    );
+    if outcome.records.is_empty() {
+        println!("this rank measured nothing (another rank of {node} measures for it)");
+        return;
+    }
+    for r in &outcome.records {
+        println!("\npeer {}:", r.peer);
+        println!(
+            "{:<16} {:<8} {:<16} {:>10}  judged",
+            "rail", "way", "peer rail", "GB/s"
+        );
+        for rail in &r.rails {
+            let gbps = rail.gbps.map_or("-".to_string(), |g| format!("{g:.3}"));
+            let judged = match (&rail.error, rail.slow) {
+                (Some(e), _) => format!("failed: {e}"),
+                (None, true) => "slow".to_string(),
+                (None, false) => "ok".to_string(),
+            };
+            println!(
+                "{:<16} {:<8} {:<16} {:>10}  {judged}",
+                rail.rail,
+                rail.way.as_str(),
+                rail.peer_rail.as_deref().unwrap_or("-"),
+                gbps
+            );
+        }
+    }
+    for f in files {
+        println!("wrote {f}");
+    }
+}

@@ -1,0 +1,14 @@
+//! Between nodes: the fabric probe's library. A launcher (Slurm, a Kubernetes Indexed Job,
+//! torchrun, MPI) starts one `chd probe fabric` per rank; each learns who it is
+//! ([`launch`]), finds its rails ([`rails`]), meets the others at rank 0 with the run's token
+//! ([`token`], [`wire`], [`session`]), and measures what rank 0 planned ([`plan`]) over TCP
+//! streams ([`stream`]). Each node keeps its side of the results in its state directory
+//! (`format::fabric`), where `chd serve` publishes them.
+
+pub mod launch;
+pub mod plan;
+pub mod rails;
+pub mod session;
+pub mod stream;
+pub mod token;
+pub mod wire;

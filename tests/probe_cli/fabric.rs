@@ -1,0 +1,268 @@
+//! `chd probe fabric` on this machine's loopback, two ranks as two processes (as two nodes
+//! named by `--node`): the run, and the faults a launcher meets: a rank that never arrives, a
+//! wrong token, a rank killed mid-run, rank 0 killed mid-run. Each ends on every surviving
+//! rank within its deadline with an error that names the rank, and the failed run is
+//! recorded. Traffic only on 127.0.0.1.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::chd_process::{chd_bin, text};
+
+const TOKEN: &str = "fabric-test-token-0123456789";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One rank: `chd probe fabric` on loopback with the test's token.
+fn rank(rank: u32, port: u16, node: &str, state: &Path, token: &str, extra: &[&str]) -> Command {
+    let mut c = Command::new(chd_bin());
+    c.args(["probe", "fabric", "--world-size", "2", "--rails", "^lo$"])
+        .args(["--rank", &rank.to_string()])
+        .args(["--rendezvous", &format!("127.0.0.1:{port}")])
+        .args(["--node", node, "--format", "json"])
+        .arg("--state-dir")
+        .arg(state)
+        .args(extra)
+        .env("CHD_FABRIC_TOKEN", token)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// A rank running in the background, its stderr collected as it comes.
+struct Running {
+    child: Child,
+    log: Arc<Mutex<String>>,
+}
+
+impl Running {
+    fn start(mut c: Command) -> Running {
+        let mut child = c.spawn().expect("spawn chd probe fabric");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let l = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let mut g = l.lock().unwrap();
+                g.push_str(&line);
+                g.push('\n');
+            }
+        });
+        Running { child, log }
+    }
+
+    fn wait_for_log(&mut self, needle: &str) {
+        // Bounded by what the rank does: it logs the line, or it exits first (a failure).
+        while !self.log.lock().unwrap().contains(needle) {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                std::thread::sleep(Duration::from_millis(50));
+                panic!(
+                    "the rank exited ({status}) before logging {needle:?}:\n{}",
+                    self.log.lock().unwrap()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Wait for the exit; (status success, stdout, stderr).
+    fn finish(self) -> (bool, String, String) {
+        let out: Output = self.child.wait_with_output().unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let log = self.log.lock().unwrap().clone();
+        (out.status.success(), text(&out.stdout), log)
+    }
+}
+
+fn records(state: &Path) -> Vec<Value> {
+    let dir = state.join("fabric");
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let p = e.unwrap().path();
+        out.push(serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap());
+    }
+    out
+}
+
+#[test]
+fn two_ranks_measure_loopback_both_ways_and_each_node_keeps_its_side() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let (sa, sb) = (dir.path().join("a"), dir.path().join("b"));
+    let out = dir.path().join("out");
+    let r0 = Running::start(rank(
+        0,
+        port,
+        "node-a",
+        &sa,
+        TOKEN,
+        &["--bytes", "32MiB", "--out", out.to_str().unwrap()],
+    ));
+    let r1 = Running::start(rank(1, port, "node-b", &sb, TOKEN, &["--bytes", "32MiB"]));
+    let (ok1, stdout1, log1) = r1.finish();
+    let (ok0, stdout0, log0) = r0.finish();
+    assert!(ok0 && ok1, "rank 0:\n{log0}\nrank 1:\n{log1}");
+    let printed: Value = serde_json::from_str(&stdout0).unwrap();
+    assert_eq!(printed["rank"], 0);
+    assert_eq!(printed["world_size"], 2);
+    assert_eq!(printed["outcome"], "ok");
+    let result = &printed["results"][0];
+    assert_eq!(result["peer"], "node-b");
+    let rails = result["rails"].as_array().unwrap();
+    let ways: Vec<&str> = rails
+        .iter()
+        .map(|r| r["direction"].as_str().unwrap())
+        .collect();
+    assert_eq!(ways, ["send", "receive"]);
+    for r in rails {
+        assert_eq!(r["rail"], "lo");
+        assert_eq!(r["bytes"], 32 << 20, "{r}");
+        assert!(r["gbps"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(r["slow"], false, "one rail is never judged slow: {r}");
+    }
+    // Rank 1 sees the same two transfers from the other side.
+    let p1: Value = serde_json::from_str(&stdout1).unwrap();
+    let r1rails = p1["results"][0]["rails"].as_array().unwrap();
+    assert_eq!(r1rails[0]["direction"], "send");
+    assert_eq!(
+        r1rails[0]["gbps"], rails[1]["gbps"],
+        "rank 1's send is rank 0's receive"
+    );
+    // Each node's state directory holds its own side; --out has rank 0's and the whole run.
+    let a = records(&sa);
+    assert_eq!(
+        (a.len(), a[0]["node"].as_str(), a[0]["peer"].as_str()),
+        (1, Some("node-a"), Some("node-b"))
+    );
+    assert_eq!(records(&sb)[0]["node"], "node-b");
+    let whole: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("fabric-run.json")).unwrap())
+            .unwrap();
+    assert_eq!(whole["ranks"].as_array().unwrap().len(), 2);
+    assert_eq!(whole["transfers"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn a_rank_that_never_arrives_fails_rank_0_within_its_deadline_and_is_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("a");
+    let r0 = Running::start(rank(
+        0,
+        free_port(),
+        "node-a",
+        &state,
+        TOKEN,
+        &["--timeout", "2"],
+    ));
+    let (ok, stdout, log) = r0.finish();
+    assert!(!ok);
+    assert!(log.contains("rank 1 never arrived within 2 s"), "{log}");
+    let printed: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(printed["outcome"], "failed");
+    let kept = records(&state);
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0]["outcome"], "failed");
+    assert_eq!(kept[0]["peer"], "unknown");
+    assert!(kept[0]["error"].as_str().unwrap().contains("never arrived"));
+}
+
+#[test]
+fn a_wrong_token_is_refused_on_both_sides() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let r0 = Running::start(rank(
+        0,
+        port,
+        "node-a",
+        &dir.path().join("a"),
+        TOKEN,
+        &["--timeout", "4"],
+    ));
+    let r1 = Running::start(rank(
+        1,
+        port,
+        "node-b",
+        &dir.path().join("b"),
+        "not-the-token-0123456789",
+        &["--timeout", "4"],
+    ));
+    let (ok1, _, log1) = r1.finish();
+    let (ok0, _, log0) = r0.finish();
+    assert!(!ok0 && !ok1);
+    assert!(
+        log1.contains("refused this rank: rank 1 (node-b) does not have the run's token"),
+        "{log1}"
+    );
+    assert!(
+        log0.contains("rank 1 never arrived") && log0.contains("does not have the run's token"),
+        "{log0}"
+    );
+    let short = rank(1, port, "node-b", &dir.path().join("b"), "short", &[])
+        .output()
+        .unwrap();
+    assert!(!short.status.success());
+    assert!(
+        text(&short.stderr).contains("CHD_FABRIC_TOKEN is 5 bytes"),
+        "{}",
+        text(&short.stderr)
+    );
+}
+
+#[test]
+fn a_rank_killed_mid_run_ends_the_run_on_rank_0_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    // A transfer far larger than loopback carries in the test's time: in flight when killed.
+    let big = ["--bytes", "512GiB", "--transfer-timeout", "30"];
+    let r0 = Running::start(rank(0, port, "node-a", &dir.path().join("a"), TOKEN, &big));
+    let mut r1 = Running::start(rank(1, port, "node-b", &dir.path().join("b"), TOKEN, &big));
+    r1.wait_for_log("the plan has 2 transfers");
+    r1.child.kill().unwrap();
+    let _ = r1.child.wait();
+    let started = Instant::now();
+    let (ok0, stdout0, log0) = r0.finish();
+    assert!(!ok0);
+    assert!(log0.contains("rank 1 (node-b) died during step"), "{log0}");
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "rank 0 took {:?}",
+        started.elapsed()
+    );
+    let printed: Value = serde_json::from_str(&stdout0).unwrap();
+    assert_eq!(printed["outcome"], "failed");
+    assert_eq!(
+        printed["results"][0]["peer"], "node-b",
+        "rank 0 knew its peer"
+    );
+}
+
+#[test]
+fn rank_0_killed_mid_run_ends_the_run_on_the_other_rank() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let big = ["--bytes", "512GiB", "--transfer-timeout", "30"];
+    let mut r0 = Running::start(rank(0, port, "node-a", &dir.path().join("a"), TOKEN, &big));
+    let r1 = Running::start(rank(1, port, "node-b", &dir.path().join("b"), TOKEN, &big));
+    r0.wait_for_log("transfers planned");
+    r0.child.kill().unwrap();
+    let _ = r0.child.wait();
+    let (ok1, _, log1) = r1.finish();
+    assert!(!ok1);
+    assert!(
+        log1.contains("rank 0 at 127.0.0.1") && log1.contains("was lost mid-run"),
+        "{log1}"
+    );
+    assert_eq!(records(&dir.path().join("b"))[0]["outcome"], "failed");
+}
