@@ -22,6 +22,7 @@ pub mod collect;
 pub mod config;
 pub mod dataset;
 pub mod exposition;
+pub mod fabric;
 pub mod format;
 pub mod ledger;
 pub mod load;

@@ -12,10 +12,12 @@
 //! - [`check`]: `chd check`, the node's verdict with health-check exit codes.
 //! - [`ledger`]: `chd ledger` and the `/api/v1/calibration` page.
 //! - [`advise`]: `chd advise` (launch advice, `--map` scoring).
+//! - [`fabric`]: `chd fabric rounds` (the round-robin schedule of node pairs).
 
 pub mod advise;
 pub mod affinity;
 pub mod check;
+pub mod fabric;
 pub mod interrupt;
 pub mod ledger;
 pub mod probe;

@@ -10,11 +10,14 @@
 //!   (`CHD_REGENERATE=1`, or `deploy/kubernetes/gen-prometheusrule.sh`, rewrites it), and its
 //!   groups checked by `promtool check rules`;
 //! - `deploy/prometheus/prometheus.yml`: `promtool check config`;
+//! - `deploy/slurm/chd-fabric-round.sbatch`: run as sbatch would, with the real `scontrol`
+//!   and `chd fabric rounds` and a recording `srun` (`slurm_fabric`), and shellcheck;
 //! - the `dist` build profile.
 //!
 //! Tools (scripts/test.sh installs them; a missing one fails its test with the command that
 //! installs it): `systemd-analyze` (Debian package `systemd`), `promtool` (Debian package
-//! `prometheus`), `kubectl` (for `kubectl kustomize`), `kubernetes-validate` (PyPI).
+//! `prometheus`), `kubectl` (for `kubectl kustomize`), `kubernetes-validate` (PyPI),
+//! `scontrol` (Debian package `slurm-client`), `shellcheck`.
 
 mod dist_profile;
 mod identity;
@@ -22,6 +25,7 @@ mod kubernetes;
 mod operator;
 mod prometheus_config;
 mod prometheus_rule;
+mod slurm_fabric;
 mod systemd;
 mod tools;
 mod yaml;
