@@ -5,7 +5,8 @@
 //! - `deploy/kubernetes/`: every kustomization built with `kubectl kustomize`, the built-in
 //!   kinds validated against Kubernetes' OpenAPI schemas by `kubernetes-validate --strict`, the
 //!   Prometheus Operator kinds (no schema there) checked field by field here, the DaemonSet's
-//!   arguments parsed by the real binary with the ConfigMap's chd.toml;
+//!   arguments parsed by the real binary with the ConfigMap's chd.toml; the fabric component's
+//!   Indexed Job, headless Service and CronJob (`fabric`);
 //! - the PrometheusRule, regenerated from `alerts/` and compared byte for byte
 //!   (`CHD_REGENERATE=1`, or `deploy/kubernetes/gen-prometheusrule.sh`, rewrites it), and its
 //!   groups checked by `promtool check rules`;
@@ -20,6 +21,7 @@
 //! `scontrol` (Debian package `slurm-client`), `shellcheck`.
 
 mod dist_profile;
+mod fabric;
 mod identity;
 mod kubernetes;
 mod operator;
