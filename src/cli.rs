@@ -81,6 +81,56 @@ pub enum Command {
     /// node's /api/v1/calibration (--url http://node:9863; plain HTTP: for TLS or basic
     /// auth fetch it with curl and use --ledger).
     Advise(AdviseArgs),
+    /// Between nodes: the fleet schedule of the fabric probe.
+    #[command(subcommand)]
+    Fabric(FabricCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FabricCommand {
+    /// Print a round-robin schedule of node pairs: every pair of the nodes exactly once, in
+    /// n - 1 rounds of disjoint pairs (n rounds for an odd n, each giving one node a bye), so
+    /// the pairs of one round can run at the same time and a slow node shows as the common
+    /// factor of its slow pairs. A batch script runs one round per job (`--round K`), one
+    /// `chd probe fabric` per pair; deploy/slurm/chd-fabric-round.sbatch does it with srun.
+    ///
+    /// Text: `round 1: a-b c-d` (and `bye: e`), one line per round; json: {"nodes",
+    /// "round_count", "rounds": [{"round", "pairs": [["a", "b"], ...], "bye"}]}; pairs: one
+    /// line `ROUND A B` per pair, for `while read -r round a b` in a shell script (node
+    /// names may contain '-').
+    Rounds(RoundsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RoundsArgs {
+    /// The nodes: a file of one node per line (`#` comments, blank lines skipped; e.g.
+    /// `scontrol show hostnames` output), `-` for stdin, or a list: comma-separated names and
+    /// Slurm hostlist expressions (`node[01-04,07],gpu-a`). A value naming an existing file,
+    /// or containing '/', is a file. Every node once; at least two.
+    #[arg(long, value_name = "FILE|LIST")]
+    pub nodes: String,
+    /// Print only round K (1-based), e.g. for the batch job of that round.
+    #[arg(long, value_name = "K")]
+    pub round: Option<usize>,
+    /// Output: text, json or pairs.
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json", "pairs"])]
+    pub format: String,
+}
+
+impl RoundsArgs {
+    /// The command's request.
+    pub fn request(&self) -> crate::commands::fabric::RoundsRequest {
+        use crate::commands::fabric::{RoundsFormat, RoundsRequest};
+        RoundsRequest {
+            nodes: self.nodes.clone(),
+            round: self.round,
+            format: match self.format.as_str() {
+                "json" => RoundsFormat::Json,
+                "pairs" => RoundsFormat::Pairs,
+                _ => RoundsFormat::Text,
+            },
+        }
+    }
 }
 
 #[derive(Debug, Args)]

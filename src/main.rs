@@ -100,6 +100,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             out: args.out.clone(),
             roots: cli.roots(),
         }),
+        Command::Fabric(cli::FabricCommand::Rounds(args)) => {
+            commands::fabric::rounds(&args.request())
+        }
         Command::Topology(args) => {
             let config = Config::resolve([cli.runtime_layer(&args.runtime)])?;
             let topology = Topology::read(&config.roots)?;

@@ -12,10 +12,13 @@
 //! - [`check`]: `chd check`, the node's verdict with health-check exit codes.
 //! - [`ledger`]: `chd ledger` and the `/api/v1/calibration` page.
 //! - [`advise`]: `chd advise` (launch advice, `--map` scoring).
+//! - [`fabric`]: `chd fabric rounds` (the round-robin schedule of node pairs).
+//! - [`fabric_probe`]: `chd probe fabric`, one rank of a fabric run.
 
 pub mod advise;
 pub mod affinity;
 pub mod check;
+pub mod fabric;
 pub mod fabric_probe;
 pub mod interrupt;
 pub mod ledger;

@@ -4,10 +4,17 @@
 //! ([`token`], [`wire`], [`session`]), and measures what rank 0 planned ([`plan`]) over TCP
 //! streams ([`stream`]). Each node keeps its side of the results in its state directory
 //! (`format::fabric`), where `chd serve` publishes them.
+//!
+//! Which node pairs run together is the schedule's: [`rounds`] (`chd fabric rounds`), the
+//! round-robin schedule of disjoint node pairs, over [`nodes`] (a checked list of distinct
+//! node names) and [`hostlist`] (Slurm hostlist expressions, `node[01-04,07]`).
 
+pub mod hostlist;
 pub mod launch;
+pub mod nodes;
 pub mod plan;
 pub mod rails;
+pub mod rounds;
 pub mod session;
 pub mod stream;
 pub mod token;

@@ -25,7 +25,7 @@ pub(crate) fn kustomize(dir: &Path) -> Vec<Value> {
 
 /// The base with one component, built from an overlay made in a temp dir as a user would
 /// write it.
-fn base_with(component: &str) -> Vec<Value> {
+pub(crate) fn base_with(component: &str) -> Vec<Value> {
     let base = root().join(K8S).join("base");
     let overlay = temp_dir().keep();
     let kustomization = format!(
@@ -103,26 +103,32 @@ pub(crate) fn kubernetes_builtin_kinds_pass_schema_validation() {
         for k in ["Namespace", "ConfigMap", "DaemonSet"] {
             assert!(kinds.contains(k), "{build}: no {k} in {kinds:?}");
         }
-        let dir = temp_dir();
-        let file = dir.path().join("manifests.yaml");
-        let body: Vec<String> = core
-            .iter()
-            .map(|d| serde_yaml::to_string(d).unwrap())
-            .collect();
-        std::fs::write(&file, body.join("---\n")).unwrap();
-        let mut cmd = kubernetes_validate();
-        cmd.arg("--strict").arg("--quiet");
-        for v in KUBERNETES_VERSIONS {
-            cmd.arg("-k").arg(v);
-        }
-        let ran = run(cmd.arg(&file));
-        let report = format!("{}{}", ran.stdout, ran.stderr);
-        assert!(
-            ran.success && !report.contains("ERROR") && !report.contains("WARN"),
-            "{build}: kubernetes-validate --strict failed (install: \
-             {KUBERNETES_VALIDATE_INSTALL}):\n{report}"
-        );
+        validate_strict(build, &core);
     }
+}
+
+/// `kubernetes-validate --strict` on `docs` (built-in kinds only) against every version of
+/// [`KUBERNETES_VERSIONS`]: no error, no warning.
+pub(crate) fn validate_strict(build: &str, docs: &[&Value]) {
+    let dir = temp_dir();
+    let file = dir.path().join("manifests.yaml");
+    let body: Vec<String> = docs
+        .iter()
+        .map(|d| serde_yaml::to_string(d).unwrap())
+        .collect();
+    std::fs::write(&file, body.join("---\n")).unwrap();
+    let mut cmd = kubernetes_validate();
+    cmd.arg("--strict").arg("--quiet");
+    for v in KUBERNETES_VERSIONS {
+        cmd.arg("-k").arg(v);
+    }
+    let ran = run(cmd.arg(&file));
+    let report = format!("{}{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.success && !report.contains("ERROR") && !report.contains("WARN"),
+        "{build}: kubernetes-validate --strict failed (install: \
+         {KUBERNETES_VALIDATE_INSTALL}):\n{report}"
+    );
 }
 
 #[test]

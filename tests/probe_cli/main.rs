@@ -4,8 +4,8 @@
 //! affinity probe, same-device copies (`probe d2d`), size curves (`chd probe sweep`), and the
 //! errors a user can make. Beside it the rest of the command line: `cli` (config files,
 //! `--print-config`, `chd topology`, `--help`), `report` (`chd report` on recordings and run
-//! directories) and `timed_region` (the timed region without the host's enqueue time,
-//! issue 25 part 1).
+//! directories), `fabric_rounds` (`chd fabric rounds`, the schedule of node pairs) and
+//! `timed_region` (the timed region without the host's enqueue time, issue 25 part 1).
 //!
 //! Every test spawns `chd` with its own environment; none changes the test process's
 //! environment, current directory or other process-wide state.
@@ -24,6 +24,7 @@ mod cli;
 mod common;
 mod d2d;
 mod fabric;
+mod fabric_rounds;
 mod fake_cuda;
 mod host;
 mod old_runs;
