@@ -7,9 +7,11 @@
 
 pub mod cells;
 pub mod input;
+pub mod sweep_files;
 pub mod timing;
+pub mod workbook;
 
-pub use input::{load, LoadError};
+pub use input::{load, load_all, LoadError};
 
 use std::collections::{BTreeMap, HashMap};
 
