@@ -4,7 +4,8 @@
 //! affinity probe, same-device copies (`probe d2d`), size curves (`chd probe sweep`), and the
 //! errors a user can make. Beside it the rest of the command line: `cli` (config files,
 //! `--print-config`, `chd topology`, `--help`), `report` (`chd report` on recordings and run
-//! directories) and `timed_region` (the timed region without the host's enqueue time,
+//! directories), `workbooks` (`chd report` on ClusterHealthDetect's workbooks and sweep
+//! files) and `timed_region` (the timed region without the host's enqueue time,
 //! issue 25 part 1).
 //!
 //! Every test spawns `chd` with its own environment; none changes the test process's
@@ -16,6 +17,8 @@ mod chd_process;
 mod fake;
 #[path = "../support/golden.rs"]
 mod golden;
+#[path = "../support/workbook_files.rs"]
+mod workbook_files;
 #[path = "../support/xlsx.rs"]
 mod xlsx;
 
@@ -33,3 +36,4 @@ mod report;
 mod resume;
 mod sweep;
 mod timed_region;
+mod workbooks;
