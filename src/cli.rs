@@ -754,9 +754,11 @@ pub struct ReportArgs {
     /// else the per-rank rank_NNNNN.json, else the partial checkpoints, which the report
     /// then says; affinity.json beside them adds the CPU records); or one such file. Rows
     /// chd cannot use are counted by reason on stderr and in summary.md; a recording with
-    /// no usable row is an error (exit 1).
-    #[arg(value_name = "DIR|FILE")]
-    pub input: PathBuf,
+    /// no usable row is an error (exit 1). Also a ClusterHealthDetect xlsx workbook (H2D
+    /// matrix, core-pair or NUMA affinity), or size-sweep JSON / CSV files, several at once:
+    /// one chart and one table per operation, its settings (HCCL_BUFFSIZE, ...) compared.
+    #[arg(value_name = "DIR|FILE", required = true, num_args = 1..)]
+    pub input: Vec<PathBuf>,
     /// Where to write the report [default: the run directory, or the file's directory].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -766,7 +768,7 @@ impl ReportArgs {
     /// The library's request.
     pub fn request(&self) -> crate::commands::report::ReportRequest {
         crate::commands::report::ReportRequest {
-            input: self.input.clone(),
+            inputs: self.input.clone(),
             out: self.out.clone(),
         }
     }

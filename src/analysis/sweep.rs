@@ -12,6 +12,12 @@
 //! - **Plateau**: the smallest size from which every measured point that is not a dip stays
 //!   within [`PLATEAU_BAND`] of the curve's maximum (the maximum over those points); none
 //!   when the largest size is already below that band (the curve falls at its end).
+//! - **Setting**: what a curve was measured under (a load profile, `HCCL_BUFFSIZE=32`); one
+//!   operation's curves on one device under several settings are compared size by size
+//!   ([`setting_differences`]): each setting's difference from the baseline (the
+//!   [`BASELINES`] setting, else the first), and whether it exceeds the points' spread (the
+//!   larger of the two points' own spreads; for points of one sample, the larger of the two
+//!   curves' plateau scatter, (max - min) / median over the plateau's points).
 
 use std::collections::BTreeMap;
 
@@ -45,12 +51,17 @@ pub fn is_unsupported(error: &str) -> bool {
     error.starts_with(UNSUPPORTED_PREFIX)
 }
 
+/// The settings a comparison is made against, when a curve has one of them.
+pub const BASELINES: [&str; 3] = ["idle", "HCCL_BUFFSIZE unset", ""];
+
 /// One measured size of one curve, as a report's dataset or a test holds it.
 #[derive(Debug, Clone, Copy)]
 pub struct PointInput<'a> {
     /// `h2d`, `d2h`, `d2d`, `allgather`.
     pub op: &'a str,
     pub device: &'a str,
+    /// What the point was measured under: a load profile (`idle`), `HCCL_BUFFSIZE=32`.
+    pub setting: &'a str,
     pub size_bytes: u64,
     /// Bytes per second of each successful sample.
     pub samples: &'a [f64],
@@ -82,6 +93,8 @@ pub struct Point {
 pub struct Curve {
     pub op: String,
     pub device: String,
+    /// See [`PointInput::setting`].
+    pub setting: String,
     pub points: Vec<Point>,
     /// Highest median among the points that are not dips.
     pub max: Option<f64>,
@@ -90,6 +103,27 @@ pub struct Curve {
 }
 
 impl Curve {
+    /// The device, with the setting when it is not a baseline: `8 (HCCL_BUFFSIZE=32)`.
+    pub fn label(&self) -> String {
+        if BASELINES.contains(&self.setting.as_str()) {
+            self.device.clone()
+        } else {
+            format!("{} ({})", self.device, self.setting)
+        }
+    }
+
+    /// (max - min) / median of the plateau's points (dips aside); none with fewer than two.
+    pub fn plateau_scatter(&self) -> Option<f64> {
+        let from = self.plateau?;
+        let values: Vec<f64> = self
+            .points
+            .iter()
+            .filter(|p| p.size_bytes >= from && !p.dip)
+            .filter_map(|p| p.median)
+            .collect();
+        spread(&values)
+    }
+
     /// Every point failed, and each as unsupported: the backend cannot do this operation.
     pub fn unsupported(&self) -> bool {
         !self.points.is_empty() && self.points.iter().all(|p| p.unsupported)
@@ -135,14 +169,14 @@ fn op_rank(op: &str) -> usize {
 /// The curves of `points`, by operation (h2d, d2h, d2d, allgather, then others by name) and
 /// device (natural order). Points of one (operation, device, size) are merged.
 pub fn curves(points: &[PointInput]) -> Vec<Curve> {
-    /// (operation rank, operation, device).
-    type Key<'a> = (usize, &'a str, &'a str);
+    /// (operation rank, operation, device, setting).
+    type Key<'a> = (usize, &'a str, &'a str, &'a str);
     /// Size -> (samples, failure messages).
     type Sizes<'a> = BTreeMap<u64, (Vec<f64>, Vec<&'a String>)>;
     let mut grouped: BTreeMap<Key, Sizes> = BTreeMap::new();
     for p in points {
         let e = grouped
-            .entry((op_rank(p.op), p.op, p.device))
+            .entry((op_rank(p.op), p.op, p.device, p.setting))
             .or_default()
             .entry(p.size_bytes)
             .or_default();
@@ -151,7 +185,7 @@ pub fn curves(points: &[PointInput]) -> Vec<Curve> {
     }
     let mut out: Vec<Curve> = grouped
         .into_iter()
-        .map(|((_, op, device), sizes)| {
+        .map(|((_, op, device, setting), sizes)| {
             let points = sizes
                 .into_iter()
                 .map(|(size_bytes, (samples, errors))| {
@@ -171,16 +205,114 @@ pub fn curves(points: &[PointInput]) -> Vec<Curve> {
                     }
                 })
                 .collect();
-            shape(op, device, points)
+            let mut c = shape(op, device, points);
+            c.setting = setting.to_string();
+            c
         })
         .collect();
+    fn baseline_first(c: &Curve) -> (bool, crate::topology::natural::NaturalKey<'_>) {
+        (
+            !BASELINES.contains(&c.setting.as_str()),
+            natural_key(&c.setting),
+        )
+    }
     out.sort_by(|a, b| {
-        (op_rank(&a.op), &a.op, natural_key(&a.device)).cmp(&(
-            op_rank(&b.op),
-            &b.op,
-            natural_key(&b.device),
-        ))
+        (
+            op_rank(&a.op),
+            &a.op,
+            natural_key(&a.device),
+            baseline_first(a),
+        )
+            .cmp(&(
+                op_rank(&b.op),
+                &b.op,
+                natural_key(&b.device),
+                baseline_first(b),
+            ))
     });
+    out
+}
+
+/// One size of one curve against the same size of the baseline curve.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SettingDifference {
+    pub size_bytes: u64,
+    /// Bytes per second: the baseline's and the setting's.
+    pub baseline: f64,
+    pub value: f64,
+    /// `(value - baseline) / baseline`.
+    pub difference: f64,
+    /// The spread the difference is judged against; none when neither the points nor the
+    /// curves give one.
+    pub spread: Option<f64>,
+}
+
+impl SettingDifference {
+    /// Whether the difference is larger than the spread (none when there is no spread).
+    pub fn exceeds_spread(&self) -> Option<bool> {
+        self.spread.map(|s| self.difference.abs() > s)
+    }
+}
+
+/// One operation on one device under two settings, size by size.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SettingComparison {
+    pub op: String,
+    pub device: String,
+    pub baseline: String,
+    pub setting: String,
+    /// The sizes both curves measured.
+    pub sizes: Vec<SettingDifference>,
+}
+
+/// Every (operation, device) with curves under several settings: each other setting against
+/// the baseline (the first curve, which [`curves`] orders to be a [`BASELINES`] setting when
+/// there is one).
+pub fn setting_differences(curves: &[Curve]) -> Vec<SettingComparison> {
+    let mut out = Vec::new();
+    for (i, base) in curves.iter().enumerate() {
+        let first = curves[..i].iter().all(|c| {
+            (c.op.as_str(), c.device.as_str()) != (base.op.as_str(), base.device.as_str())
+        });
+        if !first {
+            continue;
+        }
+        for other in curves[i + 1..]
+            .iter()
+            .filter(|c| c.op == base.op && c.device == base.device)
+        {
+            let scatter = match (base.plateau_scatter(), other.plateau_scatter()) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
+            let sizes = base
+                .points
+                .iter()
+                .filter_map(|p| {
+                    let q = other.points.iter().find(|q| q.size_bytes == p.size_bytes)?;
+                    let (b, v) = (p.median.filter(|b| *b > 0.0)?, q.median?);
+                    let spread = match (p.spread, q.spread) {
+                        (Some(a), Some(b)) => Some(a.max(b)),
+                        _ => scatter,
+                    };
+                    Some(SettingDifference {
+                        size_bytes: p.size_bytes,
+                        baseline: b,
+                        value: v,
+                        difference: (v - b) / b,
+                        spread,
+                    })
+                })
+                .collect();
+            out.push(SettingComparison {
+                op: base.op.clone(),
+                device: base.device.clone(),
+                baseline: base.setting.clone(),
+                setting: other.setting.clone(),
+                sizes,
+            });
+        }
+    }
     out
 }
 
@@ -221,6 +353,7 @@ fn shape(op: &str, device: &str, mut points: Vec<Point>) -> Curve {
     Curve {
         op: op.to_string(),
         device: device.to_string(),
+        setting: String::new(),
         points,
         max,
         plateau,
@@ -243,6 +376,7 @@ mod tests {
         PointInput {
             op,
             device,
+            setting: "idle",
             size_bytes,
             samples,
             errors,
@@ -352,5 +486,50 @@ mod tests {
                 ("allgather", "0")
             ]
         );
+    }
+
+    #[test]
+    fn settings_are_compared_size_by_size_against_the_points_spread() {
+        // One sample per point (the tool's sweep files): the spread is the plateau's scatter.
+        let base = [10.0, 20.0, 40.0, 39.0, 40.0];
+        let big = [10.0, 20.0, 41.0, 39.5, 44.0];
+        let samples = |v: &[f64]| -> Vec<Vec<f64>> { v.iter().map(|g| vec![g * 1e9]).collect() };
+        let (b, g) = (samples(&base), samples(&big));
+        let mut points: Vec<PointInput> = Vec::new();
+        for (i, (b, g)) in b.iter().zip(&g).enumerate() {
+            let mut p = input("allgather", "8", MIB << i, b, &[]);
+            p.setting = "HCCL_BUFFSIZE unset";
+            points.push(p);
+            p.samples = g;
+            p.setting = "HCCL_BUFFSIZE=1024";
+            points.push(p);
+        }
+        let c = curves(&points);
+        assert_eq!(c[0].setting, "HCCL_BUFFSIZE unset");
+        assert_eq!(c[1].label(), "8 (HCCL_BUFFSIZE=1024)");
+        let d = setting_differences(&c);
+        assert_eq!(d.len(), 1);
+        assert_eq!(
+            (d[0].baseline.as_str(), d[0].setting.as_str()),
+            ("HCCL_BUFFSIZE unset", "HCCL_BUFFSIZE=1024")
+        );
+        assert_eq!(d[0].sizes.len(), 5);
+        // The baseline's plateau (40, 39, 40 from 4 MiB) scatters (40 - 39) / 40; the other
+        // curve's plateau is its last point alone, which gives none.
+        let last = &d[0].sizes[4];
+        assert!((last.difference - 0.1).abs() < 1e-12);
+        assert!((last.spread.unwrap() - 0.025).abs() < 1e-12);
+        assert_eq!(last.exceeds_spread(), Some(true));
+        assert_eq!(d[0].sizes[3].exceeds_spread(), Some(false));
+        // Points with samples of their own are judged by their own spread.
+        let wide = [9e9, 10e9, 11e9];
+        let narrow = [10.9e9, 11e9, 11.1e9];
+        let mut a = input("h2d", "0", MIB, &wide, &[]);
+        let mut n = input("h2d", "0", MIB, &narrow, &[]);
+        a.setting = "idle";
+        n.setting = "cpu:4";
+        let d = setting_differences(&curves(&[n, a]));
+        assert_eq!(d[0].baseline, "idle");
+        assert_eq!(d[0].sizes[0].exceeds_spread(), Some(false));
     }
 }

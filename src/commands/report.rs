@@ -1,20 +1,21 @@
-//! `chd report`: load a run directory or a ClusterHealthDetect `results.json` and write the
-//! report files next to it (or into `--out`).
+//! `chd report`: load a run directory, a ClusterHealthDetect recording or workbook, or
+//! size-sweep files, and write the report files next to the (first) input (or into `--out`).
 
 use std::path::PathBuf;
 
 /// `chd report` as asked.
 #[derive(Debug, Clone, Default)]
 pub struct ReportRequest {
-    /// A run directory, a directory holding `results.json`, or a results / run file.
-    pub input: PathBuf,
+    /// A run directory, a directory holding `results.json`, a results / run / workbook file,
+    /// or one or more size-sweep files.
+    pub inputs: Vec<PathBuf>,
     /// Where to write; default: the run directory (the file's directory).
     pub out: Option<PathBuf>,
 }
 
 /// Run `chd report`.
 pub fn run(request: &ReportRequest) -> anyhow::Result<()> {
-    let (ds, dir) = chd::dataset::load(&request.input)?;
+    let (ds, dir) = chd::dataset::load_all(&request.inputs)?;
     for note in ds.partial.iter().chain(&ds.notes) {
         eprintln!("chd report: note: {note}");
     }

@@ -1,15 +1,18 @@
 //! The neutral form every report is made from: cells with their samples and errors, grouped
 //! into matrices, plus the NUMA layout and devices to label them. Built from a chd run
-//! directory ([`Dataset::from_run`]) or a ClusterHealthDetect recording
-//! ([`Dataset::from_recording`]) by [`load`], and convertible into a [`Store`] for serving;
+//! directory ([`Dataset::from_run`]), a ClusterHealthDetect recording
+//! ([`Dataset::from_recording`]), workbook ([`workbook`]) or size-sweep files
+//! ([`sweep_files`]) by [`load`] / [`load_all`], and convertible into a [`Store`] for serving;
 //! [`cells`] hands its cells to [`crate::analysis`]. `report` renders it and `replay` serves
 //! it; neither names the other.
 
 pub mod cells;
 pub mod input;
+pub mod sweep_files;
 pub mod timing;
+pub mod workbook;
 
-pub use input::{load, LoadError};
+pub use input::{load, load_all, LoadError};
 
 use std::collections::{BTreeMap, HashMap};
 

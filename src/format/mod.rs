@@ -10,6 +10,9 @@
 //! - [`affinity_file`]: the `affinity.json` of `chd probe affinity --out DIR`.
 //! - [`cluster_health`]: ClusterHealthDetect's result directories (`results.json`, the partial
 //!   checkpoints, the per-rank files of pair runs, `affinity.json`).
+//! - [`cluster_health_workbook`]: ClusterHealthDetect's xlsx workbooks (H2D matrix, core-pair
+//!   and NUMA affinity workbooks: every sheet kind its writers make).
+//! - [`size_sweep`]: the size-sweep JSON and CSV files of ClusterHealthDetect's users.
 //! - [`fabric`]: the fabric probe's results a node keeps (`<state_dir>/fabric/`).
 //! - [`launch_map`]: a proposed launch map for `chd advise --map`.
 //! - [`web_config`]: the web config file of Prometheus exporters (`--web.config.file`).
@@ -20,10 +23,12 @@ pub mod affinity_file;
 pub mod atomic_file;
 pub mod calibration;
 pub mod cluster_health;
+pub mod cluster_health_workbook;
 pub mod fabric;
 pub mod launch_map;
 pub mod nfd_features;
 pub mod run_dir;
+pub mod size_sweep;
 pub mod slot;
 pub mod state_file;
 pub mod web_config;

@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 use super::csv::field;
 use crate::analysis::sweep::{
-    self, Curve, Point, PointInput, DIP_RATIO, PLATEAU_BAND, REMEASURE_SPREAD,
+    self, Curve, Point, PointInput, SettingComparison, DIP_RATIO, PLATEAU_BAND, REMEASURE_SPREAD,
 };
 use crate::dataset::{size_label, Dataset};
 use crate::probe::kind::Layout;
@@ -30,6 +30,7 @@ pub fn curves(ds: &Dataset) -> Vec<Curve> {
         .map(|c| PointInput {
             op: &c.matrix.direction,
             device: &c.device,
+            setting: &c.matrix.load,
             size_bytes: c.matrix.size_bytes,
             samples: &c.samples,
             errors: &c.errors,
@@ -73,7 +74,7 @@ pub fn render_csv(curves: &[Curve]) -> String {
                 out,
                 "{},{},{},{},{},{},{},{},{},{},{}",
                 field(&c.op),
-                field(&c.device),
+                field(&c.label()),
                 size_label(p.size_bytes),
                 p.size_bytes,
                 p.median
@@ -93,7 +94,7 @@ pub fn render_csv(curves: &[Curve]) -> String {
 
 /// `h2d device 0`.
 fn name(c: &Curve) -> String {
-    format!("{} device {}", c.op, c.device)
+    format!("{} device {}", c.op, c.label())
 }
 
 /// One line per dip, per curve with points to re-measure, per operation the backend cannot
@@ -143,6 +144,7 @@ pub fn findings(curves: &[Curve]) -> Vec<String> {
             ));
         }
     }
+    out.extend(setting_findings(&sweep::setting_differences(curves)));
     for (op, devices, why) in unsupported(curves) {
         out.push(format!(
             "{op} is not supported here (device{} {}): {why}; no {op} curve",
@@ -151,6 +153,160 @@ pub fn findings(curves: &[Curve]) -> Vec<String> {
         ));
     }
     out
+}
+
+fn signed_percent(v: f64) -> String {
+    format!("{:+.1}%", v * 100.0)
+}
+
+/// One line per setting compared with its baseline: the range of the differences and the
+/// sizes whose difference exceeds the points' spread.
+pub fn setting_findings(comparisons: &[SettingComparison]) -> Vec<String> {
+    comparisons
+        .iter()
+        .filter(|c| !c.sizes.is_empty())
+        .map(|c| {
+            let lo = c
+                .sizes
+                .iter()
+                .map(|d| d.difference)
+                .fold(f64::INFINITY, f64::min);
+            let hi = c
+                .sizes
+                .iter()
+                .map(|d| d.difference)
+                .fold(f64::NEG_INFINITY, f64::max);
+            let beyond: Vec<String> = c
+                .sizes
+                .iter()
+                .filter(|d| d.exceeds_spread() == Some(true))
+                .map(|d| {
+                    format!(
+                        "{} {} > {}",
+                        size_label(d.size_bytes),
+                        signed_percent(d.difference),
+                        d.spread.map(percent).unwrap_or_default()
+                    )
+                })
+                .collect();
+            let unknown = c.sizes.iter().filter(|d| d.spread.is_none()).count();
+            let verdict = if !beyond.is_empty() {
+                format!(
+                    "{} of {} sizes differ by more than the points' spread: {}",
+                    beyond.len(),
+                    c.sizes.len(),
+                    beyond.join(", ")
+                )
+            } else if unknown == c.sizes.len() {
+                "no spread to judge the differences by (one sample per point and no plateau): \
+                 repeat the sweeps"
+                    .to_string()
+            } else {
+                "every difference is within the points' spread: not a difference the data can \
+                 show; repeat the sweeps before tuning on it"
+                    .to_string()
+            };
+            format!(
+                "{} device {}: {} against {}: {} to {} over {} sizes; {verdict}",
+                c.op,
+                c.device,
+                c.setting,
+                if c.baseline.is_empty() {
+                    "the baseline"
+                } else {
+                    &c.baseline
+                },
+                signed_percent(lo),
+                signed_percent(hi),
+                c.sizes.len(),
+            )
+        })
+        .collect()
+}
+
+/// Per operation and device measured under several settings: one table, a row per size,
+/// the baseline's GB/s and each setting's GB/s and difference (bold beyond the spread).
+pub fn settings_section(curves: &[Curve]) -> String {
+    let comparisons = sweep::setting_differences(curves);
+    let mut s = String::new();
+    let mut done: Vec<(&str, &str)> = Vec::new();
+    for c in &comparisons {
+        if done.contains(&(c.op.as_str(), c.device.as_str())) {
+            continue;
+        }
+        done.push((&c.op, &c.device));
+        let group: Vec<&SettingComparison> = comparisons
+            .iter()
+            .filter(|o| o.op == c.op && o.device == c.device)
+            .collect();
+        let _ = writeln!(
+            s,
+            "### {} device {}: settings compared\n\nEach setting's GB/s and its difference \
+             from {}; **bold** where the difference exceeds the points' spread (theirs, or the \
+             curves' plateau scatter when a point has one sample).\n",
+            c.op,
+            c.device,
+            if c.baseline.is_empty() {
+                "the baseline"
+            } else {
+                &c.baseline
+            }
+        );
+        let _ = write!(
+            s,
+            "| size | {} |",
+            if c.baseline.is_empty() {
+                "baseline"
+            } else {
+                &c.baseline
+            }
+        );
+        for g in &group {
+            let _ = write!(s, " {} |", g.setting);
+        }
+        let _ = writeln!(s, " spread |\n|---|---|{}---|", "---|".repeat(group.len()));
+        let mut sizes: Vec<u64> = group
+            .iter()
+            .flat_map(|g| g.sizes.iter().map(|d| d.size_bytes))
+            .collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        for size in sizes {
+            let row: Vec<Option<&sweep::SettingDifference>> = group
+                .iter()
+                .map(|g| g.sizes.iter().find(|d| d.size_bytes == size))
+                .collect();
+            let Some(first) = row.iter().flatten().next() else {
+                continue;
+            };
+            let _ = write!(s, "| {} | {} |", size_label(size), gbps(first.baseline));
+            let mut spread = None::<f64>;
+            for d in &row {
+                match d {
+                    None => s.push_str(" - |"),
+                    Some(d) => {
+                        spread = match (spread, d.spread) {
+                            (Some(a), Some(b)) => Some(a.max(b)),
+                            (a, b) => a.or(b),
+                        };
+                        let text = format!("{} ({})", gbps(d.value), signed_percent(d.difference));
+                        if d.exceeds_spread() == Some(true) {
+                            let _ = write!(s, " **{text}** |");
+                        } else {
+                            let _ = write!(s, " {text} |");
+                        }
+                    }
+                }
+            }
+            let _ = writeln!(
+                s,
+                " {} |",
+                spread.map(percent).unwrap_or_else(|| "-".into())
+            );
+        }
+        s.push('\n');
+    }
+    s
 }
 
 /// Per operation the backend cannot do: the devices and the reason.
@@ -185,7 +341,7 @@ fn cpus(ds: &Dataset) -> (Vec<u32>, Vec<u32>) {
         .iter()
         .filter(|c| layout(c.matrix.kind) == Layout::Curves)
     {
-        if !from.contains(&c.cpu) {
+        if !from.contains(&c.cpu) && c.cpu != crate::dataset::workbook::UNRECORDED_CPU {
             from.push(c.cpu);
         }
         if let Some(p) = c.peer_cpu.filter(|p| !peers.contains(p)) {
@@ -214,7 +370,11 @@ fn cpu_list(ds: &Dataset, cpus: &[u32]) -> String {
 pub fn section(ds: &Dataset, curves: &[Curve], picture: &str) -> String {
     let mut s = String::from("## Size curves\n\n");
     let (from, peers) = cpus(ds);
-    let _ = write!(s, "From CPU {} to each device", cpu_list(ds, &from));
+    if from.is_empty() {
+        s.push_str("From a CPU the input does not record, to each device");
+    } else {
+        let _ = write!(s, "From CPU {} to each device", cpu_list(ds, &from));
+    }
     if !peers.is_empty() {
         let _ = write!(
             s,
@@ -248,7 +408,8 @@ pub fn section(ds: &Dataset, curves: &[Curve], picture: &str) -> String {
             let _ = writeln!(
                 s,
                 "| {} | {} | not supported | - | - | - | - |",
-                c.op, c.device
+                c.op,
+                c.label()
             );
             continue;
         }
@@ -256,7 +417,7 @@ pub fn section(ds: &Dataset, curves: &[Curve], picture: &str) -> String {
             s,
             "| {} | {} | {} | {} | {} | {} | {} |",
             c.op,
-            c.device,
+            c.label(),
             c.plateau.map(size_label).unwrap_or_else(|| "none".into()),
             c.max.map(gbps).unwrap_or_else(|| "-".into()),
             sizes(&mut c.dips()),
@@ -290,7 +451,7 @@ pub fn section(ds: &Dataset, curves: &[Curve], picture: &str) -> String {
         let _ = writeln!(s, "### {op}: GB/s by size (spread)\n");
         s.push_str("| size |");
         for c in &shown {
-            let _ = write!(s, " {} |", c.device);
+            let _ = write!(s, " {} |", c.label());
         }
         s.push_str("\n|---|");
         s.push_str(&"---|".repeat(shown.len()));
@@ -331,6 +492,7 @@ pub fn section(ds: &Dataset, curves: &[Curve], picture: &str) -> String {
         }
         s.push('\n');
     }
+    s.push_str(&settings_section(curves));
     s
 }
 

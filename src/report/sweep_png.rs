@@ -178,7 +178,7 @@ fn draw(curves: &[Curve], title: &str, path: &Path) -> Result<(), Box<dyn std::e
                 colour.stroke_width(2),
             ))?;
             root.draw_text(
-                &format!("{} {}", c.op, c.device),
+                &format!("{} {}", c.op, c.label()),
                 &text(12).pos(Pos::new(HPos::Left, VPos::Center)),
                 (x + 30, y),
             )?;
@@ -191,7 +191,7 @@ fn draw(curves: &[Curve], title: &str, path: &Path) -> Result<(), Box<dyn std::e
             format!(
                 "{} {} ({})",
                 c.op,
-                c.device,
+                c.label(),
                 if c.unsupported() {
                     "not supported"
                 } else {
@@ -228,6 +228,7 @@ mod tests {
                     PointInput {
                         op: "h2d",
                         device: "0",
+                        setting: "idle",
                         size_bytes: 1 << (17 + i),
                         samples: &samples,
                         errors: &[],
@@ -235,6 +236,7 @@ mod tests {
                     PointInput {
                         op: "d2d",
                         device: "0",
+                        setting: "idle",
                         size_bytes: 1 << (17 + i),
                         samples: &[],
                         errors: &errors,

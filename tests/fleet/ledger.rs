@@ -502,3 +502,29 @@ fn a_live_nodes_ledger_validates() {
         .starts_with("numa"));
     chd.terminate();
 }
+
+/// Issue 28: `chd ledger --replay` takes a ClusterHealthDetect H2D workbook (as `chd report`,
+/// `chd serve --replay`, `chd check` and `chd advise` do, through `dataset::load`): its cells
+/// and the CPU that cannot be bound are in a ledger that validates.
+#[test]
+fn a_cluster_health_workbook_gives_a_valid_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    let wb = crate::workbook_files::generate("h2d", &dir.path().join("core-h2d.xlsx"));
+    let (path, doc) = ledger(
+        &["--replay", wb.to_str().unwrap()],
+        dir.path(),
+        "wb.json",
+        &[],
+    );
+    assert_eq!(doc["schema"], "chd.calibration/v1");
+    assert_valid(&[&path]);
+    // 7 CPUs with a row (CPU 7 failed every sample) x 4 devices, less the empty and the nan
+    // cell, at each of the two sizes; NPU 1 is the slow column; CPU 7 cannot be bound.
+    let matrices = doc["h2d_gbps_by_core_device"].as_array().unwrap();
+    assert_eq!(matrices.len(), 2);
+    for m in matrices {
+        assert_eq!(m["cells"].as_array().unwrap().len(), 7 * 4 - 2, "{m}");
+    }
+    assert_eq!(doc["affinity_bindable_cpus"]["not_bindable"], "7");
+    assert_eq!(doc["verdict"]["causes"][0]["id"], "slow_device:1");
+}

@@ -25,6 +25,8 @@ mod json_schema;
 mod prometheus;
 #[path = "../support/slurm_cluster.rs"]
 mod slurm_cluster;
+#[path = "../support/workbook_files.rs"]
+mod workbook_files;
 
 mod advise;
 mod cluster_health;

@@ -4,8 +4,10 @@
 //! affinity probe, same-device copies (`probe d2d`), size curves (`chd probe sweep`), and the
 //! errors a user can make. Beside it the rest of the command line: `cli` (config files,
 //! `--print-config`, `chd topology`, `--help`), `report` (`chd report` on recordings and run
-//! directories), `fabric_rounds` (`chd fabric rounds`, the schedule of node pairs) and
-//! `timed_region` (the timed region without the host's enqueue time, issue 25 part 1).
+//! directories), `fabric_rounds` (`chd fabric rounds`, the schedule of node pairs), `fabric`
+//! (`chd probe fabric` ranks on loopback and their faults), `workbooks` (`chd report` on
+//! ClusterHealthDetect's workbooks and sweep files) and `timed_region` (the timed region
+//! without the host's enqueue time, issue 25 part 1).
 //!
 //! Every test spawns `chd` with its own environment; none changes the test process's
 //! environment, current directory or other process-wide state.
@@ -16,6 +18,8 @@ mod chd_process;
 mod fake;
 #[path = "../support/golden.rs"]
 mod golden;
+#[path = "../support/workbook_files.rs"]
+mod workbook_files;
 #[path = "../support/xlsx.rs"]
 mod xlsx;
 
@@ -35,3 +39,4 @@ mod report;
 mod resume;
 mod sweep;
 mod timed_region;
+mod workbooks;

@@ -41,9 +41,9 @@ struct AffinityFile {
 
 /// Parse the text of an `affinity.json`.
 pub(super) fn parse(text: &str, path: &Path) -> Result<Vec<RecordedCpu>, Error> {
-    let value: serde_json::Value = serde_json::from_str(text).map_err(|source| Error::Json {
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|error| Error::Json {
         path: path.to_path_buf(),
-        source,
+        error,
     })?;
     let file: AffinityFile = serde_json::from_value(value).map_err(|e| Error::Shape {
         path: path.to_path_buf(),

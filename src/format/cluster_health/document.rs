@@ -317,7 +317,7 @@ fn from_reader(reader: impl Read, path: &Path, sink: &mut dyn Sink) -> Result<Do
         } else {
             Error::Json {
                 path: path.to_path_buf(),
-                source: e,
+                error: e,
             }
         });
     }

@@ -20,7 +20,7 @@
 
 mod affinity;
 mod document;
-mod python_floats;
+pub(crate) mod python_floats;
 mod row;
 mod rows;
 
@@ -48,11 +48,11 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    #[error("{path}: not JSON: {source}")]
+    /// The parser's message is in the text once, not also as a source (printed twice).
+    #[error("{path}: not JSON: {error}")]
     Json {
         path: PathBuf,
-        #[source]
-        source: serde_json::Error,
+        error: serde_json::Error,
     },
     #[error("{path}: not a ClusterHealthDetect results file: {problem}")]
     Shape { path: PathBuf, problem: String },
@@ -198,6 +198,13 @@ pub fn read(path: &Path) -> Result<Recording, Error> {
         rec.cpus = cpus;
     }
     Ok(rec)
+}
+
+/// Give `rec` CPU records read elsewhere (a workbook's `Affinity` sheet): their NUMA nodes
+/// fill the layout where the recording has none.
+pub fn add_cpus(rec: &mut Recording, cpus: Vec<RecordedCpu>) {
+    affinity::merge_numa(&mut rec.numa_nodes, &cpus);
+    rec.cpus = cpus;
 }
 
 /// Parse one results document from text (`label` names it in messages).

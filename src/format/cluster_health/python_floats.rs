@@ -12,7 +12,7 @@ const TOKENS: [&[u8]; 3] = [b"NaN", b"Infinity", b"-Infinity"];
 const CHUNK: usize = 64 * 1024;
 
 /// A reader of JSON text as Python writes it, giving JSON.
-pub(super) struct PythonFloats<R> {
+pub(crate) struct PythonFloats<R> {
     inner: R,
     /// Inside a string (after its opening quote).
     in_string: bool,
@@ -28,7 +28,7 @@ pub(super) struct PythonFloats<R> {
 }
 
 impl<R: Read> PythonFloats<R> {
-    pub(super) fn new(inner: R) -> Self {
+    pub(crate) fn new(inner: R) -> Self {
         PythonFloats {
             inner,
             in_string: false,
