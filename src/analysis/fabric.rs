@@ -1,6 +1,6 @@
 //! The fabric's rails judged, once: a rail is slow in a run when it carried less than
 //! [`RAIL_SLOW_RATIO`] x the median of the node's other rails to the same peer in the same
-//! direction (a rail that carried nothing counts as 0). Over the runs a node keeps, each rail's
+//! direction (a rail that carried nothing counts as 0, and is left out of the others' median). Over the runs a node keeps, each rail's
 //! value is the median of its runs, its ratio the median of its per-run ratios, and its slowest
 //! peer the peer with the lowest median: a bounded summary per rail, whatever the fleet size.
 
@@ -18,8 +18,9 @@ fn carried(r: &RailRecord) -> f64 {
     r.gbps.unwrap_or(0.0)
 }
 
-/// Each rail's value over the median of the other rails in its direction (`None` with no
-/// other rail, or when the others carried nothing).
+/// Each rail's value over the median of the other rails in its direction that carried
+/// something (a dead rail is judged, but is no reference: it would hide a slow one beside
+/// it); `None` with no such other rail.
 fn ratios(rails: &[RailRecord]) -> Vec<Option<f64>> {
     rails
         .iter()
@@ -30,9 +31,10 @@ fn ratios(rails: &[RailRecord]) -> Vec<Option<f64>> {
                 .enumerate()
                 .filter(|(j, o)| *j != i && o.way == r.way)
                 .map(|(_, o)| carried(o))
+                .filter(|v| *v > 0.0)
                 .collect();
             let median = stats::median(&others)?;
-            (median > 0.0).then(|| carried(r) / median)
+            Some(carried(r) / median)
         })
         .collect()
 }
@@ -178,6 +180,17 @@ mod tests {
                 ("r2".to_string(), Way::Send),
                 ("r3".to_string(), Way::Receive)
             ]
+        );
+        // A dead rail beside a slow one does not make the slow one look typical.
+        let mut three = vec![
+            rail("r1", Way::Send, Some(10.0)),
+            rail("r2", Way::Send, Some(5.0)),
+            rail("r3", Way::Send, None),
+        ];
+        judge(&mut three);
+        assert_eq!(
+            three.iter().map(|r| r.slow).collect::<Vec<_>>(),
+            [false, true, true]
         );
         let mut one = vec![rail("r1", Way::Send, Some(1.0))];
         judge(&mut one);

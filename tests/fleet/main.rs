@@ -9,7 +9,10 @@
 //!   `advise`: `chd advise` on a recorded node;
 //! - `replay`: `chd serve --replay`; `fleet_replay`: recordings as a small fleet in a real
 //!   Prometheus (issue 15 part 5); `cluster_health`: ClusterHealthDetect recordings read by
-//!   `chd report` and `chd serve --replay` alike.
+//!   `chd report` and `chd serve --replay` alike;
+//! - `fabric_netns`: `chd probe fabric` between two network namespaces over three veth rails
+//!   (one throttled, one dead), published by each node's `chd serve` and judged by a real
+//!   Prometheus (issue 26).
 //!
 //! Every test spawns `chd` (and Slurm, NPD's checks, python, Prometheus) with its own
 //! environment; none changes the test process's environment, current directory or other
@@ -30,6 +33,7 @@ mod workbook_files;
 
 mod advise;
 mod cluster_health;
+mod fabric_netns;
 mod fleet_replay;
 mod ledger;
 mod nhc;

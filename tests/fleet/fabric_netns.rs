@@ -1,0 +1,294 @@
+//! Two nodes in network namespaces, three rails between them (veth pairs in their own
+//! subnets, each side shaped to 1 Gbit/s with `tc qdisc ... tbf`, a rate any loaded machine
+//! sustains): rail 2 throttled to 100 Mbit/s one way, rail 3 a black hole (each side routes
+//! the other's address to nowhere: a rail that carries nothing). One `chd probe fabric` rank
+//! runs in each namespace (host backend, TCP over the veths); each node's `chd serve`
+//! publishes what its rank wrote into its state directory, and a real Prometheus with chd's
+//! rules fires `ChdFabricRailSlow` for exactly the throttled rail's direction on both of its
+//! nodes and for the dead rail, and nothing else of the fabric group.
+//!
+//! Traffic only on addresses inside the namespaces the test made; they (and their veths) are
+//! deleted at the end, and every process started is stopped by its pid. Needs root (network
+//! namespaces): the test fails saying so otherwise.
+
+use std::collections::BTreeSet;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::chd_process::{chd_bin, text, Chd};
+use crate::prometheus::{rules_path, rules_with_for, Prometheus};
+
+/// Two namespaces, deleted on drop.
+struct Namespaces {
+    a: String,
+    b: String,
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().unwrap_or_else(|e| {
+        panic!("`ip` (iproute2) is required for this test and could not be run: {e}; apt-get install iproute2")
+    });
+    assert!(
+        out.status.success(),
+        "ip {}: {}{}",
+        args.join(" "),
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
+
+fn in_ns(ns: &str, args: &[&str]) {
+    let mut all = vec!["netns", "exec", ns];
+    all.extend_from_slice(args);
+    ip(&all);
+}
+
+impl Namespaces {
+    fn create() -> Namespaces {
+        let euid = unsafe { libc::geteuid() };
+        assert_eq!(
+            euid, 0,
+            "the two-namespace fabric test needs root (ip netns add); run the suite as root, as CI does"
+        );
+        let tag = std::process::id();
+        let ns = Namespaces {
+            a: format!("chdfab-a-{tag}"),
+            b: format!("chdfab-b-{tag}"),
+        };
+        ip(&["netns", "add", &ns.a]);
+        ip(&["netns", "add", &ns.b]);
+        for n in [&ns.a, &ns.b] {
+            in_ns(n, &["ip", "link", "set", "lo", "up"]);
+        }
+        for rail in 1..=3 {
+            let (va, vb) = (format!("va{rail}"), format!("vb{rail}"));
+            ip(&[
+                "-n", &ns.a, "link", "add", &va, "type", "veth", "peer", "name", &vb, "netns",
+                &ns.b,
+            ]);
+            in_ns(
+                &ns.a,
+                &[
+                    "ip",
+                    "addr",
+                    "add",
+                    &format!("10.231.{rail}.1/24"),
+                    "dev",
+                    &va,
+                ],
+            );
+            in_ns(
+                &ns.b,
+                &[
+                    "ip",
+                    "addr",
+                    "add",
+                    &format!("10.231.{rail}.2/24"),
+                    "dev",
+                    &vb,
+                ],
+            );
+            in_ns(&ns.a, &["ip", "link", "set", &va, "up"]);
+            in_ns(&ns.b, &["ip", "link", "set", &vb, "up"]);
+        }
+        // Every side of rails 1 and 2 sends at 1 Gbit/s, a rate any loaded machine sustains,
+        // so what is measured is the links, not how busy the CPUs are; node a's side of rail 2
+        // at 100 Mbit/s: the throttled direction.
+        for (n, dev, rate) in [
+            (&ns.a, "va1", "1gbit"),
+            (&ns.b, "vb1", "1gbit"),
+            (&ns.b, "vb2", "1gbit"),
+            (&ns.a, "va2", "100mbit"),
+        ] {
+            in_ns(
+                n,
+                &[
+                    "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst", "1mb",
+                    "latency", "100ms",
+                ],
+            );
+        }
+        // Rail 3 carries nothing, either way.
+        // Streams bound to the rail's device skip the host route, so each side black-holes the
+        // other's address: the answers to the other side's SYNs go nowhere, both ways.
+        in_ns(&ns.b, &["ip", "route", "add", "blackhole", "10.231.3.1/32"]);
+        in_ns(&ns.a, &["ip", "route", "add", "blackhole", "10.231.3.2/32"]);
+        ns
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for n in [&self.a, &self.b] {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
+    }
+}
+
+const TOKEN: &str = "netns-fabric-token-0123456789";
+
+fn rank(
+    ns: &str,
+    rank: u32,
+    node: &str,
+    rails: &str,
+    state: &std::path::Path,
+    port: u16,
+) -> Command {
+    let mut c = Command::new("ip");
+    c.args([
+        "netns",
+        "exec",
+        ns,
+        chd_bin(),
+        "probe",
+        "fabric",
+        "--world-size",
+        "2",
+    ])
+    .args([
+        "--rank",
+        &rank.to_string(),
+        "--node",
+        node,
+        "--rails",
+        rails,
+    ])
+    .args(["--rendezvous", &format!("10.231.1.1:{port}")])
+    .args([
+        "--bytes",
+        "16MiB",
+        "--streams",
+        "4",
+        "--timeout",
+        "60",
+        "--format",
+        "json",
+    ])
+    .arg("--state-dir")
+    .arg(state)
+    .env("CHD_FABRIC_TOKEN", TOKEN)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    c
+}
+
+#[test]
+fn a_throttled_rail_between_two_namespaces_fires_on_both_of_its_nodes() {
+    let ns = Namespaces::create();
+    let dir = tempfile::tempdir().unwrap();
+    let (sa, sb) = (dir.path().join("node-a"), dir.path().join("node-b"));
+    let port = 29700 + (std::process::id() % 200) as u16;
+    let r0 = rank(&ns.a, 0, "node-a", "^va", &sa, port).spawn().unwrap();
+    let r1 = rank(&ns.b, 1, "node-b", "^vb", &sb, port).spawn().unwrap();
+    let (o1, o0) = (
+        r1.wait_with_output().unwrap(),
+        r0.wait_with_output().unwrap(),
+    );
+    assert!(
+        o0.status.success() && o1.status.success(),
+        "rank 0:\n{}\nrank 1:\n{}",
+        text(&o0.stderr),
+        text(&o1.stderr)
+    );
+
+    // The table of the run, both nodes' sides.
+    let mut slow = BTreeSet::new();
+    println!(
+        "{:<8} {:<5} {:<8} {:>10}  judged",
+        "node", "rail", "way", "GB/s"
+    );
+    for out in [&o0, &o1] {
+        let printed: Value = serde_json::from_str(&text(&out.stdout)).unwrap();
+        let node = printed["node"].as_str().unwrap().to_string();
+        for r in printed["results"][0]["rails"].as_array().unwrap() {
+            let (rail, way) = (
+                r["rail"].as_str().unwrap(),
+                r["direction"].as_str().unwrap(),
+            );
+            println!(
+                "{node:<8} {rail:<5} {way:<8} {:>10}  {}",
+                r["gbps"].as_f64().map_or("-".into(), |g| format!("{g:.3}")),
+                r["error"].as_str().map_or_else(
+                    || if r["slow"] == true {
+                        "slow".to_string()
+                    } else {
+                        "ok".to_string()
+                    },
+                    |e| format!("failed: {e}")
+                )
+            );
+            if r["slow"] == true {
+                slow.insert(format!("{node} {rail} {way}"));
+            }
+        }
+    }
+    // Slow: the throttled direction of rail 2, seen from both of its nodes, and the dead
+    // rail 3 both ways on both. Not rail 1, nor rail 2's other direction.
+    let must: BTreeSet<String> = [
+        "node-a va2 send",
+        "node-a va3 send",
+        "node-a va3 receive",
+        "node-b vb2 receive",
+        "node-b vb3 send",
+        "node-b vb3 receive",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    assert_eq!(slow, must, "the rails the probe judged slow");
+
+    // Each node's chd serve publishes its side; Prometheus judges.
+    let serve_a = Chd::serve(&sa, &["--no-probe"]);
+    let serve_b = Chd::serve(&sb, &["--no-probe"]);
+    let scraped = serve_a.scrape();
+    assert!(
+        scraped.contains("chd_fabric_rail_gbps{rail=\"va1\",direction=\"send\"}"),
+        "{scraped}"
+    );
+    let job = |name: &str, addr: std::net::SocketAddr| {
+        format!("  - job_name: {name}\n    static_configs:\n      - targets: ['{addr}']\n")
+    };
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\nrule_files:\n  - chd.rules.yml\nscrape_configs:\n{}{}",
+        job("chd-node-a", serve_a.addr),
+        job("chd-node-b", serve_b.addr)
+    );
+    let rules = rules_with_for(&std::fs::read_to_string(rules_path()).unwrap(), "0s");
+    let prom = Prometheus::start(&config, &[("chd.rules.yml", rules)]);
+    let on_prom = |s: &String| s.replacen("node-", "chd-node-", 1);
+    let want: BTreeSet<String> = must.iter().map(on_prom).collect();
+    // Bounded by Prometheus' evaluations: it scrapes and evaluates every second.
+    let start = Instant::now();
+    let mut firing = BTreeSet::new();
+    while start.elapsed() < Duration::from_secs(90) {
+        firing = prom
+            .firing()
+            .into_iter()
+            .filter(|a| a.name().starts_with("ChdFabric"))
+            .map(|a| {
+                assert_eq!(a.name(), "ChdFabricRailSlow", "{a:?}");
+                format!(
+                    "{} {} {}",
+                    a.labels["job"], a.labels["rail"], a.labels["direction"]
+                )
+            })
+            .collect();
+        if firing == want {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(
+        firing,
+        want,
+        "targets {:?}; ratios {:?}; alerts {:?}",
+        prom.targets(),
+        prom.query("chd_fabric_rail_ratio"),
+        prom.alerts()
+    );
+    drop(serve_a);
+    drop(serve_b);
+}
