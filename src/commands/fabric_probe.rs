@@ -174,7 +174,13 @@ fn finish(
     fabric_dir: &Path,
     outcome: &RankOutcome,
 ) -> anyhow::Result<()> {
-    let files = write_all(fabric_dir, req.out.as_deref(), &outcome.records)?;
+    // The node's first rank writes for the node (ranks sharing a node share its state
+    // directory); the others print.
+    let files = if launch.local_rank == 0 {
+        write_all(fabric_dir, req.out.as_deref(), &outcome.records)?
+    } else {
+        Vec::new()
+    };
     if launch.rank == 0 {
         if let Some(out) = &req.out {
             let path = out.join("fabric-run.json");

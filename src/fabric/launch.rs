@@ -57,6 +57,20 @@ pub struct Launch {
     pub world_size: u32,
     pub local_rank: u32,
     pub rendezvous: Rendezvous,
+    /// Whether rank 0 runs on this node (the launcher says so: Slurm's first host of the step
+    /// is this node): the other ranks here reach it over loopback, without resolving its name.
+    pub rank0_here: bool,
+}
+
+impl Launch {
+    /// Where a rank other than 0 connects.
+    pub fn connect_host(&self) -> &str {
+        if self.rank0_here {
+            "127.0.0.1"
+        } else {
+            &self.rendezvous.host
+        }
+    }
 }
 
 /// What the command line says, each overriding the engine's variable.
@@ -206,6 +220,9 @@ pub fn derive(
         (Engine::Flags, None, None, None, None, None)
     };
     let (engine, rank, world, local, host, port) = found;
+    let rank0_here = engine == Engine::Slurm
+        && host.is_some()
+        && env("SLURMD_NODENAME").as_deref() == host.as_deref();
 
     let rank = flags.rank.or(rank).ok_or(LaunchError::NoEngine)?;
     let world_size = flags
@@ -233,6 +250,7 @@ pub fn derive(
     let local_rank = flags.local_rank.or(local).unwrap_or(0);
 
     let named = flags.rendezvous.clone().or(generic_rendezvous);
+    let rank0_here = rank0_here && named.is_none();
     let (host, named_port) = match named {
         Some(text) => {
             let (h, p) = split_host_port(&text)?;
@@ -257,6 +275,7 @@ pub fn derive(
         world_size,
         local_rank,
         rendezvous: Rendezvous { host, port },
+        rank0_here,
     })
 }
 
@@ -355,6 +374,16 @@ mod tests {
         assert_eq!(l.engine, Engine::Slurm);
         assert_eq!((l.rank, l.world_size, l.local_rank), (1, 2, 0));
         assert_eq!(l.rendezvous.to_string(), "gpu07:29517");
+        assert_eq!(l.connect_host(), "gpu07");
+        // A rank on rank 0's own node reaches it over loopback.
+        let l = derive_from(&[
+            ("SLURM_PROCID", "1"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_STEP_NODELIST", "gpu07"),
+            ("SLURMD_NODENAME", "gpu07"),
+        ])
+        .unwrap();
+        assert_eq!(l.connect_host(), "127.0.0.1");
     }
 
     #[test]

@@ -508,7 +508,7 @@ fn member(
     let mut facts = FailureFacts::new(started);
     let rv = &settings.launch.rendezvous;
     let deadline = Instant::now() + settings.rendezvous_timeout;
-    let mut conn = connect_until(&rv.host, rv.port, deadline)
+    let mut conn = connect_until(settings.launch.connect_host(), rv.port, deadline)
         .map_err(|e| (SessionError::Rendezvous(e), facts.clone()))?;
     let _ = conn.set_read_timeout(Some(HANDSHAKE));
     let _ = conn.set_write_timeout(Some(HANDSHAKE));

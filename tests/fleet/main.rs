@@ -12,7 +12,7 @@
 //!   `chd report` and `chd serve --replay` alike;
 //! - `fabric_netns`: `chd probe fabric` between two network namespaces over three veth rails
 //!   (one throttled, one dead), published by each node's `chd serve` and judged by a real
-//!   Prometheus (issue 26).
+//!   Prometheus (issue 26); `fabric_srun`: two ranks launched by a real Slurm's `srun -n2`.
 //!
 //! Every test spawns `chd` (and Slurm, NPD's checks, python, Prometheus) with its own
 //! environment; none changes the test process's environment, current directory or other
@@ -34,6 +34,7 @@ mod workbook_files;
 mod advise;
 mod cluster_health;
 mod fabric_netns;
+mod fabric_srun;
 mod fleet_replay;
 mod ledger;
 mod nhc;

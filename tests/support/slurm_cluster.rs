@@ -266,6 +266,16 @@ impl Cluster {
         (out.status.success(), text)
     }
 
+    /// `srun ARGS` with this cluster's config and `env` added to the step's environment.
+    pub fn srun(&self, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+        Command::new(tool("srun"))
+            .args(args)
+            .env("SLURM_CONF", self.conf())
+            .envs(env.iter().copied())
+            .output()
+            .unwrap()
+    }
+
     /// `sinfo -N -o '%N %T %E'`: every node, its state and reason.
     pub fn sinfo(&self) -> String {
         let (ok, text) = self.client("sinfo", &["-N", "-o", "%N %T %E"]);
