@@ -47,7 +47,7 @@ fn in_ns(ns: &str, args: &[&str]) {
 
 impl Namespaces {
     fn create() -> Namespaces {
-        let euid = unsafe { libc::geteuid() };
+        let euid = nix::unistd::geteuid().as_raw();
         assert_eq!(
             euid, 0,
             "the two-namespace fabric test needs root (ip netns add); run the suite as root, as CI does"
