@@ -96,7 +96,8 @@ cargo build --locked --workspace
 cargo test --locked --workspace
 
 # chd's FFI under valgrind against the fake runtime (probes, topology, a serve window): no
-# invalid access, uninitialised read or definite leak. About 3 minutes.
+# invalid access, uninitialised read or definite leak. Its runs go side by side, one per CPU
+# (about a minute on 2 CPUs).
 ./scripts/memcheck.sh
 
 # Bounded fuzzing of every parser of untrusted text (fuzz/README.md); a crash fails the run.
