@@ -93,10 +93,13 @@ cargo clippy --locked --workspace --all-targets -- -D warnings
 # The API docs build without a broken or private intra-doc link.
 RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --no-deps --quiet
 cargo build --locked --workspace
-cargo test --locked --workspace
+# What `cargo test --locked --workspace` runs, the test binaries side by side (one per CPU;
+# CHD_TEST_JOBS=1 runs them one after another), tests/load.rs last and alone.
+./scripts/test-suites.sh
 
 # chd's FFI under valgrind against the fake runtime (probes, topology, a serve window): no
-# invalid access, uninitialised read or definite leak. About 3 minutes.
+# invalid access, uninitialised read or definite leak. Its runs go side by side, one per CPU
+# (about a minute on 2 CPUs).
 ./scripts/memcheck.sh
 
 # Bounded fuzzing of every parser of untrusted text (fuzz/README.md); a crash fails the run.

@@ -116,6 +116,7 @@ fn shellcheck_passes_on_every_script() {
     let scripts = [
         ".ci/run",
         "scripts/test.sh",
+        "scripts/test-suites.sh",
         "scripts/gpu-check.sh",
         "scripts/real-libs.sh",
         "scripts/bench.sh",

@@ -2,8 +2,11 @@
 //! munged (its own key, socket and logs in the directory), slurmctld and slurmd (their own
 //! ports, `SlurmUser=root`, `proctrack/linuxproc`, state and spool in the directory) and a
 //! `HealthCheckProgram` the test rewrites per case. Besides the real node, `ghost[1-4]` are
-//! configured but never start (their slurmd port has no listener), so the partition has nodes
-//! a test can drain without a daemon. Every process started is stopped by its pid when the
+//! configured but never start, so the partition has nodes a test can drain without a daemon:
+//! their slurmd port is a [`GhostPort`] that closes every connection it accepts. (With no
+//! listener at all, slurmctld retries a refused connect once a second for `MessageTimeout`,
+//! 10 s, in every ping cycle, and sends no health check while a ping cycle runs: the checks
+//! came ~12 s apart whatever `HealthCheckInterval` said.) Every process started is stopped by its pid when the
 //! cluster is dropped, a failed test included. A missing daemon or tool fails the test with
 //! what to install (scripts/test.sh installs them).
 #![allow(dead_code)]
@@ -12,6 +15,9 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 const INSTALL: &str = "apt-get install slurmctld slurmd slurm-client munge (scripts/test.sh does)";
@@ -43,6 +49,50 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// The ghost nodes' slurmd port: a listener that accepts each connection and closes it at
+/// once, so slurmctld's RPCs to a ghost fail right away (its connect succeeds, the reply never
+/// comes) instead of being retried for `MessageTimeout` as a refused connect is
+/// (`slurm_send_addr_recv_msgs` in Slurm 22.05's src/common/slurm_protocol_api.c). The ghosts
+/// stay `unknown*` (not responding), as before. Stopped (and its thread joined) on drop.
+pub struct GhostPort {
+    port: u16,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl GhostPort {
+    fn start() -> GhostPort {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if stopped.load(Ordering::SeqCst) {
+                    break;
+                }
+                drop(conn);
+            }
+        });
+        GhostPort {
+            port,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for GhostPort {
+    /// Set the flag, then wake the blocked `accept` with one last connection.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = std::net::TcpStream::connect(("127.0.0.1", self.port));
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 /// One line of the health check's run log: the case that ran and chd's exit status.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Run {
@@ -56,6 +106,8 @@ pub struct Cluster {
     /// Started processes, in order (stopped in reverse).
     procs: Vec<(&'static str, Child)>,
     runs_seen: Vec<Run>,
+    /// Dropped after the daemons (fields drop after [`Cluster`]'s own `drop`).
+    ghost_port: GhostPort,
 }
 
 impl Cluster {
@@ -89,6 +141,7 @@ impl Cluster {
             dir,
             procs: Vec::new(),
             runs_seen: Vec::new(),
+            ghost_port: GhostPort::start(),
         };
         let munge = cluster.path("munge");
         for d in ["munge", "state", "spool", "log"] {
@@ -166,7 +219,7 @@ impl Cluster {
              PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n",
             ctld = free_port(),
             slurmd = free_port(),
-            ghost = free_port(),
+            ghost = cluster.ghost_port.port,
             socket = socket.display(),
         );
         fs::write(cluster.conf(), conf).unwrap();
