@@ -121,6 +121,122 @@ pub fn summarize(records: &[FabricRecord], keep: usize) -> FabricSummary {
     out
 }
 
+/// A pair whose value is below this share of the median pair is slow.
+pub const PAIR_SLOW_RATIO: f64 = 0.7;
+
+/// A node slow with more than this share of its measured peers is the common factor.
+pub const COMMON_FACTOR_SHARE: f64 = 0.5;
+
+/// The node x node matrix of many nodes' records: cell (a, b) is what a sent to b, all rails
+/// together (each rail's GB/s summed; a rail that carried nothing adds 0), the median over
+/// the runs kept. Read from the sender's records, else from the receiver's.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct NodeMatrix {
+    /// In natural order.
+    pub nodes: Vec<String>,
+    /// (sender, receiver) -> GB/s.
+    pub cells: BTreeMap<(String, String), f64>,
+    /// (sender, receiver) -> the rails that were slow in any run, `rail (send)`.
+    pub slow_rails: BTreeMap<(String, String), Vec<String>>,
+}
+
+/// What the matrix says about its nodes and pairs.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct MatrixFindings {
+    /// The median cell, GB/s.
+    pub median: Option<f64>,
+    /// Cells below [`PAIR_SLOW_RATIO`] x the median, with their ratio.
+    pub slow_pairs: Vec<((String, String), f64)>,
+    /// Nodes slow with most of their peers: (node, slow pairs, measured pairs), the common
+    /// factor of their slow pairs.
+    pub slow_nodes: Vec<(String, usize, usize)>,
+    /// Slow pairs neither of whose nodes is such a node: the path between them.
+    pub slow_paths: Vec<(String, String)>,
+}
+
+/// Build the matrix from every node's records (failed runs are skipped).
+pub fn node_matrix(records: &[FabricRecord], keep: usize) -> NodeMatrix {
+    // (sender, receiver) -> run -> summed GB/s, from the sender's side first.
+    let mut sent: BTreeMap<(String, String), BTreeMap<String, f64>> = BTreeMap::new();
+    let mut received: BTreeMap<(String, String), BTreeMap<String, f64>> = BTreeMap::new();
+    let mut slow: BTreeMap<(String, String), std::collections::BTreeSet<String>> = BTreeMap::new();
+    let mut nodes = std::collections::BTreeSet::new();
+    for r in records.iter().filter(|r| r.outcome == Outcome::Ok) {
+        nodes.insert(r.node.clone());
+        nodes.insert(r.peer.clone());
+        for rail in &r.rails {
+            let (key, into) = match rail.way {
+                Way::Send => ((r.node.clone(), r.peer.clone()), &mut sent),
+                Way::Receive => ((r.peer.clone(), r.node.clone()), &mut received),
+            };
+            *into
+                .entry(key.clone())
+                .or_default()
+                .entry(format!("{:020.6} {}", r.finished, r.run))
+                .or_default() += carried(rail);
+            if rail.slow && rail.way == Way::Send {
+                slow.entry(key).or_default().insert(rail.rail.clone());
+            }
+        }
+    }
+    let mut cells = BTreeMap::new();
+    for (key, runs) in sent.iter().chain(received.iter()) {
+        if cells.contains_key(key) {
+            continue;
+        }
+        // Runs are keyed by finish time: the newest `keep`.
+        let values: Vec<f64> = runs.values().rev().take(keep).copied().collect();
+        if let Some(m) = stats::median(&values) {
+            cells.insert(key.clone(), m);
+        }
+    }
+    let mut nodes: Vec<String> = nodes.into_iter().collect();
+    crate::topology::natural::sort_natural(&mut nodes);
+    NodeMatrix {
+        nodes,
+        cells,
+        slow_rails: slow
+            .into_iter()
+            .map(|(k, v)| (k, v.into_iter().collect()))
+            .collect(),
+    }
+}
+
+/// Judge the matrix's pairs and nodes.
+pub fn matrix_findings(m: &NodeMatrix) -> MatrixFindings {
+    let values: Vec<f64> = m.cells.values().copied().collect();
+    let Some(median) = stats::median(&values).filter(|v| *v > 0.0) else {
+        return MatrixFindings::default();
+    };
+    let slow_pairs: Vec<((String, String), f64)> = m
+        .cells
+        .iter()
+        .map(|(k, v)| (k.clone(), v / median))
+        .filter(|(_, ratio)| *ratio < PAIR_SLOW_RATIO)
+        .collect();
+    let mut slow_nodes = Vec::new();
+    for node in &m.nodes {
+        let touching = |k: &(String, String)| &k.0 == node || &k.1 == node;
+        let measured = m.cells.keys().filter(|k| touching(k)).count();
+        let slow = slow_pairs.iter().filter(|(k, _)| touching(k)).count();
+        if measured >= 2 && slow as f64 > COMMON_FACTOR_SHARE * measured as f64 {
+            slow_nodes.push((node.clone(), slow, measured));
+        }
+    }
+    let is_slow_node = |n: &String| slow_nodes.iter().any(|(s, _, _)| s == n);
+    let slow_paths = slow_pairs
+        .iter()
+        .filter(|((a, b), _)| !is_slow_node(a) && !is_slow_node(b))
+        .map(|(k, _)| k.clone())
+        .collect();
+    MatrixFindings {
+        median: Some(median),
+        slow_pairs,
+        slow_nodes,
+        slow_paths,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,5 +365,51 @@ mod tests {
         // Only the newest run of each peer.
         let s = summarize(&records, 1);
         assert_eq!(s.rails[0].runs, 2);
+    }
+
+    fn pair(node: &str, peer: &str, send: f64, receive: f64) -> FabricRecord {
+        FabricRecord {
+            node: node.into(),
+            ..run(
+                "r",
+                peer,
+                1.0,
+                vec![
+                    rail("v1", Way::Send, Some(send)),
+                    rail("v1", Way::Receive, Some(receive)),
+                ],
+            )
+        }
+    }
+
+    #[test]
+    fn the_slow_node_is_the_common_factor_of_its_slow_pairs_and_a_lone_slow_pair_is_the_path() {
+        // Five nodes, every pair both ways at 10 GB/s, but node c at 2 with everyone, and the
+        // path a -> b at 3 (a and b fine with everyone else).
+        let nodes = ["a", "b", "c", "d", "e"];
+        let speed = |s: &str, r: &str| {
+            if s == "c" || r == "c" {
+                2.0
+            } else if (s, r) == ("a", "b") {
+                3.0
+            } else {
+                10.0
+            }
+        };
+        let mut records = Vec::new();
+        for s in nodes {
+            for r in nodes.iter().filter(|r| **r != s) {
+                records.push(pair(s, r, speed(s, r), speed(r, s)));
+            }
+        }
+        let m = node_matrix(&records, 8);
+        assert_eq!(m.nodes, nodes);
+        assert_eq!(m.cells.len(), 20);
+        assert_eq!(m.cells[&("a".to_string(), "b".to_string())], 3.0);
+        let f = matrix_findings(&m);
+        assert_eq!(f.median, Some(10.0));
+        assert_eq!(f.slow_nodes, [("c".to_string(), 8, 8)]);
+        assert_eq!(f.slow_paths, [("a".to_string(), "b".to_string())]);
+        assert_eq!(f.slow_pairs.len(), 9);
     }
 }

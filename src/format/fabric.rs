@@ -251,6 +251,47 @@ pub fn read_dir(
         .collect())
 }
 
+/// Whether `path` holds fabric results: a fabric record file, a directory of them (a state
+/// directory's `fabric/`, an `--out` directory), a state directory, or a directory of those
+/// (one per node, as collected from a fleet), looked for up to three levels down.
+pub fn holds_records(path: &Path) -> bool {
+    !find_files(path, 3).is_empty()
+}
+
+/// The fabric record files at or under `path` (up to `depth` levels of directories), sorted.
+/// A file counts when its name is `<run>__<peer>.json` and its first bytes say `"schema"`.
+pub fn find_files(path: &Path, depth: usize) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    collect(path, depth, &mut out);
+    out.sort();
+    out
+}
+
+fn collect(path: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+    if path.is_file() {
+        let named = path
+            .file_name()
+            .map(|n| n.to_string_lossy())
+            .is_some_and(|n| n.ends_with(".json") && n.contains("__") && !n.starts_with('.'));
+        let head = fs::read(path)
+            .ok()
+            .map(|b| String::from_utf8_lossy(&b[..b.len().min(64)]).into_owned());
+        if named && head.is_some_and(|h| h.contains("\"schema\"")) {
+            out.push(path.to_path_buf());
+        }
+        return;
+    }
+    if depth == 0 {
+        return;
+    }
+    let Ok(entries) = fs::read_dir(path) else {
+        return;
+    };
+    for e in entries.flatten() {
+        collect(&e.path(), depth - 1, out);
+    }
+}
+
 /// The records of `dir` grouped by peer, newest first within each.
 pub fn by_peer(records: Vec<FabricRecord>) -> BTreeMap<String, Vec<FabricRecord>> {
     let mut out: BTreeMap<String, Vec<FabricRecord>> = BTreeMap::new();

@@ -10,6 +10,7 @@
 
 pub mod basics;
 pub mod csv;
+pub mod fabric;
 pub mod heatmap;
 pub mod png;
 pub mod stdout;

@@ -266,3 +266,69 @@ fn rank_0_killed_mid_run_ends_the_run_on_the_other_rank() {
     );
     assert_eq!(records(&dir.path().join("b"))[0]["outcome"], "failed");
 }
+
+/// Five nodes' state directories as a fleet collects them: every pair both ways at 10 GB/s
+/// over two rails, but node n3 at 2 with everyone and the path n1 -> n2 at 3.
+#[test]
+fn chd_report_on_a_fleet_names_the_slow_node_and_the_slow_path() {
+    use chd::format::fabric::{self, FabricRecord, Outcome, RailRecord, Way, SCHEMA};
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = ["n1", "n2", "n3", "n4", "n5"];
+    let speed = |s: &str, r: &str| match (s, r) {
+        ("n3", _) | (_, "n3") => 2.0,
+        ("n1", "n2") => 3.0,
+        _ => 10.0,
+    };
+    let rail = |name: &str, way, gbps: f64| RailRecord {
+        rail: name.into(),
+        address: "10.0.0.1".into(),
+        peer_rail: Some(name.into()),
+        peer_address: Some("10.0.0.2".into()),
+        way,
+        gbps: Some(gbps),
+        bytes: 1 << 30,
+        streams: 4,
+        seconds: Some(1.0),
+        error: None,
+        slow: false,
+    };
+    for s in nodes {
+        for r in nodes.iter().filter(|r| **r != s) {
+            let record = FabricRecord {
+                schema: SCHEMA,
+                run: format!("run-{s}-{r}"),
+                node: s.into(),
+                peer: r.to_string(),
+                backend: "host".into(),
+                world_size: 2,
+                started: 1.0,
+                finished: 2.0,
+                outcome: Outcome::Ok,
+                error: None,
+                rails: vec![
+                    rail("eth1", Way::Send, speed(s, r) / 2.0),
+                    rail("eth2", Way::Send, speed(s, r) / 2.0),
+                    rail("eth1", Way::Receive, speed(r, s) / 2.0),
+                    rail("eth2", Way::Receive, speed(r, s) / 2.0),
+                ],
+            };
+            fabric::write(&fabric::dir_of(&dir.path().join(s)), &record).unwrap();
+        }
+    }
+    let out = dir.path().join("report");
+    let ran = crate::chd_process::run_chd(
+        &["report", dir.path().to_str().unwrap(), "--out", out.to_str().unwrap()],
+        &[],
+    );
+    let stdout = text(&ran.stdout);
+    assert!(ran.status.success(), "{stdout}{}", text(&ran.stderr));
+    let findings: Vec<&str> = stdout.lines().filter(|l| l.starts_with("finding:")).collect();
+    assert_eq!(findings.len(), 2, "{stdout}");
+    assert!(findings[0].contains("node n3 is slow with 8 of its 8"), "{stdout}");
+    assert!(findings[1].contains("n1 -> n2 carries 0.30 x the median pair"), "{stdout}");
+    let md = std::fs::read_to_string(out.join("fabric.md")).unwrap();
+    assert!(md.contains("| n1 | - | **3.000** | **2.000** | 10.000 | 10.000 |"), "{md}");
+    let csv = std::fs::read_to_string(out.join("fabric.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 20 * 4, "{csv}");
+    assert!(std::fs::metadata(out.join("fabric.png")).unwrap().len() > 1000);
+}
