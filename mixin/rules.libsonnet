@@ -12,6 +12,7 @@ local p = import 'lib/promql.libsonnet';
     local t = c.thresholds,
     local large = p.largeCopies(c),
     local fleet = p.group(c, ['name', 'size_bytes', 'direction']),
+    local fabricFleet = p.group(c, ['op', 'size_bytes']),
     groups+: [
       {
         name: 'chd-node.rules',
@@ -168,6 +169,39 @@ local p = import 'lib/promql.libsonnet';
                     name:chd_h2d_device_median:fleet_nodes >= %d
                 )
             ||| % [fleet, fleet, t.fleetMinNodes],
+          },
+        ],
+      },
+      {
+        // Between nodes: a node's collective over all ranks of its fabric runs (chd probe
+        // fabric) against the nodes of its group (groupLabels), per operation and size.
+        name: 'chd-fabric.rules',
+        rules: [
+          {
+            record: 'op_size:chd_fabric_collective_bus_gbps:fleet_median',
+            expr: |||
+              quantile by (%s) (0.5, chd_fabric_collective_bus_gbps)
+            ||| % fabricFleet,
+          },
+          {
+            record: 'op_size:chd_fabric_collective_bus_gbps:fleet_nodes',
+            expr: |||
+              count by (%s) (chd_fabric_collective_bus_gbps)
+            ||| % fabricFleet,
+          },
+          {
+            // A node's bus bandwidth over its group's median, for groups of at least
+            // fleetMinNodes nodes.
+            record: 'instance_op_size:chd_fabric_collective_bus_gbps:fleet_ratio',
+            expr: |||
+              chd_fabric_collective_bus_gbps
+              / on (%s) group_left ()
+                (
+                    op_size:chd_fabric_collective_bus_gbps:fleet_median
+                  and on (%s)
+                    op_size:chd_fabric_collective_bus_gbps:fleet_nodes >= %d
+                )
+            ||| % [fabricFleet, fabricFleet, t.fleetMinNodes],
           },
         ],
       },

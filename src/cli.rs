@@ -460,6 +460,13 @@ pub struct FabricArgs {
     /// Parallel TCP streams per transfer.
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub streams: u32,
+    /// The collectives over all ranks after the rails, a ring over TCP as NCCL's ring moves
+    /// data (bus bandwidth as nccl-tests defines it): allgather, allreduce, or none.
+    #[arg(long, value_name = "OPS", default_value = "allgather,allreduce")]
+    pub collectives: String,
+    /// Sizes of each collective (the whole buffer), e.g. 64MiB,1GiB.
+    #[arg(long, value_name = "SIZES", default_value = "64MiB,1GiB")]
+    pub collective_sizes: String,
     /// Seconds rank 0 waits for every rank (and a rank for rank 0).
     #[arg(long, value_name = "SECONDS", default_value_t = 120)]
     pub timeout: u64,
@@ -1100,6 +1107,8 @@ impl Cli {
                     rails: a.rails.clone(),
                     bytes: a.bytes.clone(),
                     streams: a.streams,
+                    collectives: a.collectives.clone(),
+                    collective_sizes: a.collective_sizes.clone(),
                     timeout: std::time::Duration::from_secs(a.timeout),
                     transfer_timeout: std::time::Duration::from_secs(a.transfer_timeout),
                     state_dir: a.state_dir.clone(),

@@ -34,6 +34,29 @@ local p = import '../lib/promql.libsonnet';
             |||),
           },
           {
+            alert: 'ChdFabricNodeBelowFleet',
+            // A node's collective over all ranks of its fabric runs below fleetRatio x the
+            // median of its group's nodes, groups of fleetMinNodes or more (the recording
+            // rule leaves smaller groups out): one alert per node, at its worst op and size.
+            expr: |||
+              min without (op, size_bytes) (
+                instance_op_size:chd_fabric_collective_bus_gbps:fleet_ratio
+              )
+              < %g
+            ||| % t.fleetRatio,
+            'for': c['for'].fabricRailSlow,
+            labels: { severity: c.severities.default },
+            annotations: a('ChdFabricNodeBelowFleet', 'A node\'s collectives between nodes are much slower than the other nodes\'.', |||
+              The collectives of {{ $labels.instance }}'s fabric runs reach {{ $value |
+              humanizePercentage }} of the median node of its group at their worst operation and
+              size (instance_op_size:chd_fabric_collective_bus_gbps:fleet_ratio, bus bandwidth as
+              nccl-tests defines it). With its rails fine against each other (no
+              ChdFabricRailSlow), the node as a whole is slow between nodes: its NICs' PCIe
+              links, the CPUs its ranks ran on, or its uplinks; its fabric result files name the
+              peers of each run.
+            |||),
+          },
+          {
             alert: 'ChdFabricStale',
             // The newest successful fabric run of a node that has run the fabric probe is
             // too old (nodes that never ran it have no series and stay silent).

@@ -69,6 +69,8 @@ pub struct FabricSummary {
     pub last_run: BTreeMap<&'static str, f64>,
     /// Runs kept per outcome (a run against several peers counts once).
     pub runs: BTreeMap<&'static str, usize>,
+    /// (op, bytes) -> median bus bandwidth (GB/s) of the collective over the last runs.
+    pub collectives: BTreeMap<(String, u64), f64>,
 }
 
 /// Summarize `records` (any order): the last `keep` runs of each peer count.
@@ -82,6 +84,26 @@ pub fn summarize(records: &[FabricRecord], keep: usize) -> FabricSummary {
         runs_seen.entry(o).or_default().insert(&r.run);
     }
     out.runs = runs_seen.into_iter().map(|(o, s)| (o, s.len())).collect();
+
+    // Each run's collectives once (every record of a run carries them), newest runs first.
+    let mut by_run: BTreeMap<&str, &FabricRecord> = BTreeMap::new();
+    for r in records.iter().filter(|r| r.outcome == Outcome::Ok) {
+        by_run.entry(&r.run).or_insert(r);
+    }
+    let mut runs: Vec<&FabricRecord> = by_run.into_values().collect();
+    runs.sort_by(|a, b| b.finished.total_cmp(&a.finished));
+    let mut bus: BTreeMap<(String, u64), Vec<f64>> = BTreeMap::new();
+    for run in runs.into_iter().take(keep) {
+        for c in &run.collectives {
+            if let Some(g) = c.bus_gbps {
+                bus.entry((c.op.clone(), c.bytes)).or_default().push(g);
+            }
+        }
+    }
+    out.collectives = bus
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, stats::median(&v)?)))
+        .collect();
 
     let mut by_peer: BTreeMap<&str, Vec<&FabricRecord>> = BTreeMap::new();
     for r in records.iter().filter(|r| r.outcome == Outcome::Ok) {
@@ -271,6 +293,7 @@ mod tests {
             outcome: Outcome::Ok,
             error: None,
             rails,
+            collectives: Vec::new(),
         }
     }
 

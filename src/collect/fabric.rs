@@ -11,6 +11,7 @@
 //! | `chd_fabric_rail_slowest_peer_gbps` | gauge | rail, direction, peer | the peer with the rail's lowest median, and that median |
 //! | `chd_fabric_last_run_timestamp_seconds` | gauge | outcome | when the newest run of each outcome (`ok`, `failed`) finished |
 //! | `chd_fabric_runs` | gauge | outcome | runs kept in the directory, by outcome |
+//! | `chd_fabric_collective_bus_gbps` | gauge | op, size_bytes | median bus bandwidth (nccl-tests' definition) of the collective over all ranks of the last runs |
 //!
 //! `direction` is `send` (this node to the peer) or `receive`. No directory is no series (the
 //! node never ran the fabric probe); a file that cannot be read or parsed costs only itself
@@ -31,6 +32,7 @@ const RATIO: &str = "chd_fabric_rail_ratio";
 const SLOWEST: &str = "chd_fabric_rail_slowest_peer_gbps";
 const LAST_RUN: &str = "chd_fabric_last_run_timestamp_seconds";
 const RUNS: &str = "chd_fabric_runs";
+const COLLECTIVE: &str = "chd_fabric_collective_bus_gbps";
 
 /// A file's identity for the parse cache.
 type Stamp = (Option<SystemTime>, u64);
@@ -145,6 +147,14 @@ impl SysCollector for FabricCollector {
                 r.slowest_peer.1,
             );
         }
+        for ((op, bytes), gbps) in &summary.collectives {
+            out.gauge(
+                COLLECTIVE,
+                "Median bus bandwidth (nccl-tests' definition) of the collective over all ranks of the last fabric runs",
+                [("op", op.as_str()), ("size_bytes", bytes.to_string().as_str())],
+                *gbps,
+            );
+        }
         for (outcome, t) in &summary.last_run {
             out.gauge(
                 LAST_RUN,
@@ -216,6 +226,7 @@ mod tests {
                     slow: false,
                 })
                 .collect(),
+            collectives: Vec::new(),
         }
     }
 

@@ -14,9 +14,10 @@ use chd::config::{Config, FALLBACK_STATE_DIR};
 use chd::fabric::launch::{self, Launch};
 use chd::fabric::plan::{self, RunFacts, Volume};
 use chd::fabric::rails;
+use chd::fabric::ring::Op;
 use chd::fabric::session::{self, RankOutcome, Settings};
 use chd::fabric::token::Token;
-use chd::fabric::wire::{RankInfo, Transfer};
+use chd::fabric::wire::{CollectiveStep, RankInfo, Transfer};
 use chd::format::fabric::{self as results, FabricRecord, Outcome};
 
 /// What `--format json` prints.
@@ -73,6 +74,7 @@ pub fn run(req: &FabricRequest) -> anyhow::Result<()> {
     if bytes == 0 {
         bail!("--bytes: a transfer must move at least one byte");
     }
+    let collectives = collective_plan(&req.collectives, &req.collective_sizes)?;
     let state_dir = match &req.state_dir {
         Some(d) => d.clone(),
         None => {
@@ -117,6 +119,7 @@ pub fn run(req: &FabricRequest) -> anyhow::Result<()> {
         rendezvous_timeout: req.timeout,
         transfer_timeout: req.transfer_timeout,
         backend: req.backend.clone(),
+        collectives,
     };
     let fabric_dir = results::dir_of(&state_dir);
     match session::run(&settings) {
@@ -165,6 +168,32 @@ pub fn run(req: &FabricRequest) -> anyhow::Result<()> {
             ))
         }
     }
+}
+
+/// `--collectives` x `--collective-sizes`, in that order.
+fn collective_plan(ops: &str, sizes: &str) -> anyhow::Result<Vec<CollectiveStep>> {
+    if ops.trim() == "none" {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    let sizes: Vec<u64> = sizes
+        .split(',')
+        .map(|s| {
+            chd::probe::plan::parse_size(s.trim()).map_err(|e| anyhow!("--collective-sizes: {e}"))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    if sizes.contains(&0) {
+        bail!("--collective-sizes: a collective moves at least one byte");
+    }
+    for op in ops.split(',').map(str::trim) {
+        let op = match op {
+            "allgather" => Op::AllGather,
+            "allreduce" => Op::AllReduce,
+            other => bail!("--collectives: {other:?} is not allgather, allreduce or none"),
+        };
+        out.extend(sizes.iter().map(|&bytes| CollectiveStep { op, bytes }));
+    }
+    Ok(out)
 }
 
 fn finish(
@@ -284,6 +313,29 @@ fn print_text(outcome: &RankOutcome, launch: &Launch, node: &str, files: &[Strin
                 rail.peer_rail.as_deref().unwrap_or("-"),
                 gbps
             );
+        }
+    }
+    if let Some(first) = outcome.records.first() {
+        if !first.collectives.is_empty() {
+            println!("\ncollectives over {} ranks:", first.collectives[0].ranks);
+            println!(
+                "{:<10} {:>12} {:>10} {:>10}",
+                "op", "bytes", "alg GB/s", "bus GB/s"
+            );
+            for c in &first.collectives {
+                let g = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
+                println!(
+                    "{:<10} {:>12} {:>10} {:>10}{}",
+                    c.op,
+                    c.bytes,
+                    g(c.alg_gbps),
+                    g(c.bus_gbps),
+                    c.error
+                        .as_deref()
+                        .map(|e| format!("  failed: {e}"))
+                        .unwrap_or_default()
+                );
+            }
         }
     }
     for f in files {

@@ -59,6 +59,9 @@ pub struct FabricRequest {
     pub rails: Option<String>,
     pub bytes: String,
     pub streams: u32,
+    /// `allgather,allreduce`, or `none`.
+    pub collectives: String,
+    pub collective_sizes: String,
     pub timeout: std::time::Duration,
     pub transfer_timeout: std::time::Duration,
     pub state_dir: Option<PathBuf>,

@@ -8,9 +8,9 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-use super::wire::{RankInfo, Step, Transfer};
+use super::wire::{CollectiveResult, RankInfo, Step, Transfer};
 use crate::analysis::fabric::judge;
-use crate::format::fabric::{FabricRecord, Outcome, RailRecord, Way, SCHEMA};
+use crate::format::fabric::{CollectiveRecord, FabricRecord, Outcome, RailRecord, Way, SCHEMA};
 
 /// How much each transfer moves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,8 +85,21 @@ pub fn records(
     me: u32,
     ranks: &[RankInfo],
     transfers: &[Transfer],
+    collectives: &[CollectiveResult],
     facts: &RunFacts,
 ) -> Vec<FabricRecord> {
+    let collectives: Vec<CollectiveRecord> = collectives
+        .iter()
+        .map(|c| CollectiveRecord {
+            op: c.step.op.as_str().to_string(),
+            bytes: c.step.bytes,
+            ranks: c.ranks,
+            seconds: c.seconds,
+            alg_gbps: c.alg_gbps(),
+            bus_gbps: c.bus_gbps(),
+            error: c.error.clone(),
+        })
+        .collect();
     let m = measuring(ranks);
     let Some(mine) = m.iter().find(|r| r.rank == me) else {
         return Vec::new();
@@ -155,6 +168,7 @@ pub fn records(
             outcome: Outcome::Ok,
             error: None,
             rails,
+            collectives: collectives.clone(),
         });
     }
     out
@@ -188,6 +202,7 @@ pub fn failed_records(
             outcome: Outcome::Failed,
             error: Some(why.to_string()),
             rails: Vec::new(),
+            collectives: Vec::new(),
         })
         .collect()
 }
@@ -216,6 +231,7 @@ mod tests {
             local_rank: local,
             node: node.into(),
             endpoints,
+            ring: None,
         }
     }
 
@@ -303,8 +319,8 @@ mod tests {
             started: 1.0,
             finished: 2.0,
         };
-        assert!(records(1, &ranks, &transfers, &facts).is_empty());
-        let a = records(0, &ranks, &transfers, &facts);
+        assert!(records(1, &ranks, &transfers, &[], &facts).is_empty());
+        let a = records(0, &ranks, &transfers, &[], &facts);
         assert_eq!(a.len(), 1);
         assert_eq!((a[0].node.as_str(), a[0].peer.as_str()), ("a", "b"));
         let rows: Vec<String> = a[0]
@@ -328,7 +344,7 @@ mod tests {
             .as_deref()
             .unwrap()
             .contains("b has no rail in 10.7.3.1/24"));
-        let b = records(2, &ranks, &transfers, &facts);
+        let b = records(2, &ranks, &transfers, &[], &facts);
         assert_eq!(b[0].rails.len(), 4);
         assert_eq!(b[0].rails[0].rail, "w1");
         assert_eq!(b[0].rails[0].way, Way::Send);

@@ -16,10 +16,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use super::launch::Launch;
 use super::plan::{self, RunFacts, Volume};
 use super::rails::Rail;
+use super::ring::{self, Links};
 use super::stream::{self, Listener};
 use super::token::{self, Token};
 use super::wire::{
-    self, Endpoint, FromRank, FromRoot, Measured, RankInfo, Step, Transfer, WireError,
+    self, CollectiveResult, CollectiveStep, Endpoint, FromRank, FromRoot, Measured, RankInfo, Step,
+    Transfer, WireError,
 };
 use crate::format::fabric::FabricRecord;
 
@@ -41,6 +43,8 @@ pub struct Settings {
     /// How long one transfer may run before it is cut.
     pub transfer_timeout: Duration,
     pub backend: String,
+    /// The collectives over all ranks, after the rails (none: rails only).
+    pub collectives: Vec<CollectiveStep>,
 }
 
 /// How a run ended for this rank.
@@ -107,6 +111,7 @@ pub fn run(settings: &Settings) -> Result<RankOutcome, (SessionError, FailureFac
         local_rank: settings.launch.local_rank,
         node: settings.node.clone(),
         endpoints,
+        ring: None,
     };
     let outcome = if me.rank == 0 {
         root(settings, me, started)
@@ -172,7 +177,7 @@ enum Arrival {
 
 fn root(
     settings: &Settings,
-    me: RankInfo,
+    mut me: RankInfo,
     started: f64,
 ) -> Result<RankOutcome, (SessionError, FailureFacts)> {
     let run = new_run_id(started);
@@ -262,8 +267,43 @@ fn root(
         tracing::warn!("rendezvous refused: {}", refused.join("; "));
     }
 
+    // Rank 0's ring listener, on the address the others reached it at.
+    let ring_listener = if settings.collectives.is_empty() {
+        None
+    } else {
+        let ip = members
+            .values()
+            .find_map(|m| m.conn.local_addr().ok())
+            .map(|a| a.ip())
+            .expect("a world of 2 or more has members");
+        match TcpListener::bind(SocketAddr::new(ip, 0)) {
+            Ok(l) => {
+                me.ring = l.local_addr().ok();
+                Some(l)
+            }
+            Err(source) => {
+                let why = format!("rank 0 cannot listen for the ring on {ip}: {source}");
+                abort_all(&mut members, &why);
+                return Err(fail(SessionError::Peer(why), &facts));
+            }
+        }
+    };
     let mut ranks: Vec<RankInfo> = vec![me.clone()];
     ranks.extend(members.values().map(|m| m.info.clone()));
+    let ring_addrs: Vec<SocketAddr> = ranks.iter().filter_map(|r| r.ring).collect();
+    if ring_listener.is_some() && ring_addrs.len() != ranks.len() {
+        let lacking: Vec<String> = ranks
+            .iter()
+            .filter(|r| r.ring.is_none())
+            .map(|r| r.rank.to_string())
+            .collect();
+        let why = format!(
+            "rank(s) {} have no ring listener: run every rank with the same --collective-sizes",
+            lacking.join(", ")
+        );
+        abort_all(&mut members, &why);
+        return Err(fail(SessionError::Peer(why), &facts));
+    }
     let steps = plan::steps(&ranks, settings.volume);
     tracing::info!(
         "run {run}: all {} ranks arrived; {} transfers planned",
@@ -275,6 +315,8 @@ fn root(
         let plan = FromRoot::Plan {
             run: run.clone(),
             steps: steps.clone(),
+            collectives: settings.collectives.clone(),
+            ring: ring_addrs.clone(),
         };
         if let Err(e) = wire::send(&mut m.conn, &plan) {
             let why = format!(
@@ -341,9 +383,75 @@ fn root(
             measured,
         });
     }
+    let mut collectives = Vec::with_capacity(settings.collectives.len());
+    let mut links: Option<Links> = None;
+    for (i, c) in settings.collectives.iter().enumerate() {
+        for (rank, m) in members.iter_mut() {
+            if let Err(e) = wire::send(&mut m.conn, &FromRoot::Collective { index: i }) {
+                let why = format!(
+                    "rank {rank} ({}) was lost at collective {}: {e}",
+                    m.info.node,
+                    i + 1
+                );
+                abort_all(&mut members, &why);
+                return Err(fail(SessionError::Peer(why), &facts));
+            }
+        }
+        let listener = ring_listener
+            .as_ref()
+            .expect("a listener when collectives are planned");
+        let mut times = Vec::new();
+        let mut errors = Vec::new();
+        match collective(
+            &mut links,
+            listener,
+            &ring_addrs,
+            0,
+            c,
+            settings.transfer_timeout,
+        ) {
+            Ok(t) => times.push(t),
+            Err(e) => errors.push(format!("rank 0: {e}")),
+        }
+        for (rank, m) in members.iter_mut() {
+            let _ = m.conn.set_read_timeout(Some(step_wait));
+            match wire::receive::<FromRank>(&mut m.conn) {
+                Ok(FromRank::Collective {
+                    index,
+                    seconds,
+                    error,
+                }) if index == i => {
+                    times.extend(seconds);
+                    errors.extend(error.map(|e| format!("rank {rank}: {e}")));
+                }
+                Ok(other) => errors.push(format!("rank {rank} sent {other:?}")),
+                Err(e) => {
+                    let why = format!(
+                        "rank {rank} ({}) died during the {} of {} bytes: {}",
+                        m.info.node,
+                        c.op.as_str(),
+                        c.bytes,
+                        lost(&e)
+                    );
+                    abort_all(&mut members, &why);
+                    return Err(fail(SessionError::Peer(why), &facts));
+                }
+            }
+        }
+        let complete = errors.is_empty() && times.len() == ranks.len();
+        collectives.push(CollectiveResult {
+            step: *c,
+            ranks: ranks.len() as u32,
+            seconds: complete.then(|| times.iter().copied().fold(0.0, f64::max)),
+            error: (!errors.is_empty()).then(|| errors.join("; ")),
+        });
+    }
+    drop(links);
+    drop(ring_listener);
     let done = FromRoot::Done {
         ranks: ranks.clone(),
         transfers: transfers.clone(),
+        collectives: collectives.clone(),
     };
     for (rank, m) in members.iter_mut() {
         if let Err(e) = wire::send(&mut m.conn, &done) {
@@ -355,6 +463,7 @@ fn root(
         0,
         &ranks,
         &transfers,
+        &collectives,
         &RunFacts {
             run: &run,
             backend: &settings.backend,
@@ -489,6 +598,26 @@ fn handshake(mut conn: TcpStream, from: SocketAddr, token: &Token, world: u32) -
     }
 }
 
+/// Run one collective as rank `me` of the ring `ring` (linking the ring at the first one).
+fn collective(
+    links: &mut Option<Links>,
+    listener: &TcpListener,
+    ring: &[SocketAddr],
+    me: usize,
+    step: &CollectiveStep,
+    timeout: Duration,
+) -> Result<f64, String> {
+    let n = ring.len();
+    if links.is_none() {
+        let next = ring[(me + 1) % n];
+        *links =
+            Some(ring::link(listener, next, timeout).map_err(|e| {
+                format!("linking the ring to rank {} at {next}: {e}", (me + 1) % n)
+            })?);
+    }
+    ring::run(links.as_mut().expect("linked"), step.op, step.bytes, me, n)
+}
+
 fn measure(step: &Step, timeout: Duration) -> Measured {
     stream::send(
         &step.rail,
@@ -502,7 +631,7 @@ fn measure(step: &Step, timeout: Duration) -> Measured {
 
 fn member(
     settings: &Settings,
-    me: RankInfo,
+    mut me: RankInfo,
     started: f64,
 ) -> Result<RankOutcome, (SessionError, FailureFacts)> {
     let mut facts = FailureFacts::new(started);
@@ -529,6 +658,25 @@ fn member(
                 facts,
             ))
         }
+    };
+    // The ring listener, on the address this rank reached rank 0 from.
+    let ring_listener = if settings.collectives.is_empty() {
+        None
+    } else {
+        let ip = conn.local_addr().map(|a| a.ip()).map_err(|e| {
+            (
+                SessionError::Rendezvous(format!("the rendezvous connection's address: {e}")),
+                facts.clone(),
+            )
+        })?;
+        let l = TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| {
+            (
+                SessionError::Rendezvous(format!("cannot listen for the ring on {ip}: {e}")),
+                facts.clone(),
+            )
+        })?;
+        me.ring = l.local_addr().ok();
+        Some(l)
     };
     let mine = token::challenge();
     let hello = FromRank::Hello {
@@ -586,8 +734,13 @@ fn member(
             }
         ))
     };
-    let (run, steps) = match wire::receive::<FromRoot>(&mut conn) {
-        Ok(FromRoot::Plan { run, steps }) => (run, steps),
+    let (run, steps, planned, ring_addrs) = match wire::receive::<FromRoot>(&mut conn) {
+        Ok(FromRoot::Plan {
+            run,
+            steps,
+            collectives,
+            ring,
+        }) => (run, steps, collectives, ring),
         Ok(FromRoot::Abort { why }) => return Err((SessionError::Aborted(why), facts)),
         Ok(other) => {
             return Err((
@@ -601,8 +754,40 @@ fn member(
     facts.run = Some(run.clone());
     tracing::info!("run {run}: the plan has {} transfers", steps.len());
     let _ = conn.set_read_timeout(Some(settings.transfer_timeout + HANDSHAKE * 2));
+    let mut links: Option<Links> = None;
     loop {
         match wire::receive::<FromRoot>(&mut conn) {
+            Ok(FromRoot::Collective { index }) => {
+                let (seconds, error) = match (planned.get(index), &ring_listener) {
+                    (Some(c), Some(listener)) if ring_addrs.len() > me.rank as usize => {
+                        match collective(
+                            &mut links,
+                            listener,
+                            &ring_addrs,
+                            me.rank as usize,
+                            c,
+                            settings.transfer_timeout,
+                        ) {
+                            Ok(t) => (Some(t), None),
+                            Err(e) => (None, Some(e)),
+                        }
+                    }
+                    _ => (
+                        None,
+                        Some(format!(
+                            "no collective {index} in the plan, or no ring listener here"
+                        )),
+                    ),
+                };
+                let reply = FromRank::Collective {
+                    index,
+                    seconds,
+                    error,
+                };
+                if let Err(e) = wire::send(&mut conn, &reply) {
+                    return Err((lost(e, &format!("after collective {}", index + 1)), facts));
+                }
+            }
             Ok(FromRoot::Go { step }) => {
                 let Some(s) = steps.get(step) else {
                     return Err((
@@ -620,11 +805,16 @@ fn member(
                     }
                 }
             }
-            Ok(FromRoot::Done { ranks, transfers }) => {
+            Ok(FromRoot::Done {
+                ranks,
+                transfers,
+                collectives,
+            }) => {
                 let records = plan::records(
                     me.rank,
                     &ranks,
                     &transfers,
+                    &collectives,
                     &RunFacts {
                         run: &run,
                         backend: &settings.backend,

@@ -29,6 +29,40 @@ pub struct RankInfo {
     pub local_rank: u32,
     pub node: String,
     pub endpoints: Vec<Endpoint>,
+    /// Where its ring listener for the collectives is (none when the run has none).
+    #[serde(default)]
+    pub ring: Option<SocketAddr>,
+}
+
+/// One collective of the plan: every rank in rank order, a ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CollectiveStep {
+    pub op: super::ring::Op,
+    pub bytes: u64,
+}
+
+/// A collective's outcome over all ranks: the slowest rank's time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CollectiveResult {
+    pub step: CollectiveStep,
+    pub ranks: u32,
+    pub seconds: Option<f64>,
+    pub error: Option<String>,
+}
+
+impl CollectiveResult {
+    /// Bytes over the time, GB/s.
+    pub fn alg_gbps(&self) -> Option<f64> {
+        self.seconds
+            .filter(|s| *s > 0.0)
+            .map(|s| self.step.bytes as f64 / s / 1e9)
+    }
+
+    /// Bus bandwidth as nccl-tests defines it.
+    pub fn bus_gbps(&self) -> Option<f64> {
+        self.alg_gbps()
+            .map(|a| a * self.step.op.bus_factor(self.ranks as usize))
+    }
 }
 
 /// One transfer of the plan: `sender` streams `bytes` over `streams` connections from its
@@ -89,6 +123,15 @@ pub enum FromRoot {
     Plan {
         run: String,
         steps: Vec<Step>,
+        #[serde(default)]
+        collectives: Vec<CollectiveStep>,
+        /// Every rank's ring listener, in rank order (empty without collectives).
+        #[serde(default)]
+        ring: Vec<SocketAddr>,
+    },
+    /// Collective `index` begins; every rank takes part.
+    Collective {
+        index: usize,
     },
     /// Step `step` begins; its sender runs it.
     Go {
@@ -97,6 +140,8 @@ pub enum FromRoot {
     Done {
         ranks: Vec<RankInfo>,
         transfers: Vec<Transfer>,
+        #[serde(default)]
+        collectives: Vec<CollectiveResult>,
     },
     Abort {
         why: String,
@@ -115,6 +160,12 @@ pub enum FromRank {
     Measured {
         step: usize,
         measured: Measured,
+    },
+    /// This rank's time of collective `index`, or why it failed.
+    Collective {
+        index: usize,
+        seconds: Option<f64>,
+        error: Option<String>,
     },
 }
 

@@ -104,6 +104,24 @@ pub struct FabricRecord {
     pub outcome: Outcome,
     pub error: Option<String>,
     pub rails: Vec<RailRecord>,
+    /// The collectives over all ranks of the run (the same in every record of the run).
+    #[serde(default)]
+    pub collectives: Vec<CollectiveRecord>,
+}
+
+/// One collective over all ranks of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CollectiveRecord {
+    /// `allgather` or `allreduce`.
+    pub op: String,
+    pub bytes: u64,
+    pub ranks: u32,
+    pub seconds: Option<f64>,
+    /// Bytes over time, and the bus bandwidth as nccl-tests defines it, GB/s.
+    pub alg_gbps: Option<f64>,
+    pub bus_gbps: Option<f64>,
+    pub error: Option<String>,
 }
 
 /// Why the fabric directory or one of its files could not be used.
@@ -333,6 +351,7 @@ mod tests {
                 error: None,
                 slow: false,
             }],
+            collectives: Vec::new(),
         }
     }
 

@@ -172,6 +172,8 @@ fn rank(
         "60",
         "--format",
         "json",
+        "--collective-sizes",
+        "8MiB",
     ])
     .arg("--state-dir")
     .arg(state)

@@ -38,6 +38,8 @@ fn srun_launches_two_ranks_that_rendezvous_from_slurms_own_environment() {
             "^lo$",
             "--bytes",
             "8MiB",
+            "--collective-sizes",
+            "4MiB",
             "--port",
             &port,
             "--timeout",

@@ -30,7 +30,14 @@ fn rank(rank: u32, port: u16, node: &str, state: &Path, token: &str, extra: &[&s
     c.args(["probe", "fabric", "--world-size", "2", "--rails", "^lo$"])
         .args(["--rank", &rank.to_string()])
         .args(["--rendezvous", &format!("127.0.0.1:{port}")])
-        .args(["--node", node, "--format", "json"])
+        .args([
+            "--node",
+            node,
+            "--format",
+            "json",
+            "--collective-sizes",
+            "4MiB",
+        ])
         .arg("--state-dir")
         .arg(state)
         .args(extra)
@@ -131,6 +138,28 @@ fn two_ranks_measure_loopback_both_ways_and_each_node_keeps_its_side() {
         assert_eq!(r["bytes"], 32 << 20, "{r}");
         assert!(r["gbps"].as_f64().unwrap() > 0.0, "{r}");
         assert_eq!(r["slow"], false, "one rail is never judged slow: {r}");
+    }
+    // The collectives over both ranks: allgather and allreduce of 4 MiB, bus bandwidth as
+    // nccl-tests defines it (2 ranks: allgather (n-1)/n of the algorithm bandwidth, allreduce
+    // 2(n-1)/n).
+    let collectives = result["collectives"].as_array().unwrap();
+    let ops: Vec<&str> = collectives
+        .iter()
+        .map(|c| c["op"].as_str().unwrap())
+        .collect();
+    assert_eq!(ops, ["allgather", "allreduce"], "{result}");
+    for c in collectives {
+        assert_eq!(
+            (c["bytes"].as_u64(), c["ranks"].as_u64()),
+            (Some(4 << 20), Some(2)),
+            "{c}"
+        );
+        let (alg, bus) = (
+            c["alg_gbps"].as_f64().unwrap(),
+            c["bus_gbps"].as_f64().unwrap(),
+        );
+        let factor = if c["op"] == "allgather" { 0.5 } else { 1.0 };
+        assert!((bus - alg * factor).abs() < 1e-9 && bus > 0.0, "{c}");
     }
     // Rank 1 sees the same two transfers from the other side.
     let p1: Value = serde_json::from_str(&stdout1).unwrap();
@@ -311,23 +340,41 @@ fn chd_report_on_a_fleet_names_the_slow_node_and_the_slow_path() {
                     rail("eth1", Way::Receive, speed(r, s) / 2.0),
                     rail("eth2", Way::Receive, speed(r, s) / 2.0),
                 ],
+                collectives: Vec::new(),
             };
             fabric::write(&fabric::dir_of(&dir.path().join(s)), &record).unwrap();
         }
     }
     let out = dir.path().join("report");
     let ran = crate::chd_process::run_chd(
-        &["report", dir.path().to_str().unwrap(), "--out", out.to_str().unwrap()],
+        &[
+            "report",
+            dir.path().to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
         &[],
     );
     let stdout = text(&ran.stdout);
     assert!(ran.status.success(), "{stdout}{}", text(&ran.stderr));
-    let findings: Vec<&str> = stdout.lines().filter(|l| l.starts_with("finding:")).collect();
+    let findings: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("finding:"))
+        .collect();
     assert_eq!(findings.len(), 2, "{stdout}");
-    assert!(findings[0].contains("node n3 is slow with 8 of its 8"), "{stdout}");
-    assert!(findings[1].contains("n1 -> n2 carries 0.30 x the median pair"), "{stdout}");
+    assert!(
+        findings[0].contains("node n3 is slow with 8 of its 8"),
+        "{stdout}"
+    );
+    assert!(
+        findings[1].contains("n1 -> n2 carries 0.30 x the median pair"),
+        "{stdout}"
+    );
     let md = std::fs::read_to_string(out.join("fabric.md")).unwrap();
-    assert!(md.contains("| n1 | - | **3.000** | **2.000** | 10.000 | 10.000 |"), "{md}");
+    assert!(
+        md.contains("| n1 | - | **3.000** | **2.000** | 10.000 | 10.000 |"),
+        "{md}"
+    );
     let csv = std::fs::read_to_string(out.join("fabric.csv")).unwrap();
     assert_eq!(csv.lines().count(), 1 + 20 * 4, "{csv}");
     assert!(std::fs::metadata(out.join("fabric.png")).unwrap().len() > 1000);
