@@ -124,5 +124,5 @@ echo "scripts/test-suites.sh: $alone ended (status $status) in $(($(date +%s) - 
 [ "$status" = 0 ] || failed+=("$alone (status $status)")
 
 if ((${#failed[@]})); then
-  fail "failed: $(printf '%s; ' "${failed[@]}")"
+  fail "failed: $(IFS=,; echo "${failed[*]}")"
 fi
