@@ -3,6 +3,12 @@
 //! of the exposition, the `/matrix` page and the report. A healthy copy reaches 0.8-0.9 of
 //! its link; a node whose every device is equally slow has column ratios near 1 and low
 //! efficiencies.
+//!
+//! A device with a column above its link's payload is not judged against the link at all
+//! (no efficiency, so `ChdH2DBelowLink` cannot page it): on Ascend, H2D and D2H may go over
+//! the HCCS plane rather than PCIe alone (the path is not PCIe-bound); on CUDA such a column
+//! is a measurement fault ([`super::limits`] flags its samples implausible). [`above_link`]
+//! names those devices for the report.
 
 use std::collections::BTreeMap;
 
@@ -27,9 +33,7 @@ pub fn efficiency(median: f64, link: &Link) -> Option<f64> {
     Some(median / link.current.payload_bytes_per_second()?)
 }
 
-/// Every device column of `matrices` whose device has a link in `links` with a known payload,
-/// by (device, size, direction).
-pub fn link_efficiencies(
+fn every_efficiency(
     matrices: &BTreeMap<MatrixKey, H2dMatrix>,
     links: &BTreeMap<String, Link>,
 ) -> Vec<LinkEfficiency> {
@@ -51,6 +55,50 @@ pub fn link_efficiencies(
         (&a.device, a.size_bytes, a.direction).cmp(&(&b.device, b.size_bytes, b.direction))
     });
     out
+}
+
+/// Every device column of `matrices` whose device has a link in `links` with a known payload,
+/// by (device, size, direction); none of a device with a column above its link's payload
+/// (see the module's doc).
+pub fn link_efficiencies(
+    matrices: &BTreeMap<MatrixKey, H2dMatrix>,
+    links: &BTreeMap<String, Link>,
+) -> Vec<LinkEfficiency> {
+    let all = every_efficiency(matrices, links);
+    let above: Vec<String> = above_link_of(&all).map(|e| e.device.clone()).collect();
+    all.into_iter()
+        .filter(|e| !above.contains(&e.device))
+        .collect()
+}
+
+fn above_link_of(all: &[LinkEfficiency]) -> impl Iterator<Item = &LinkEfficiency> {
+    let mut seen: Vec<&str> = Vec::new();
+    all.iter().filter(move |e| {
+        let first = e.ratio > 1.0 && !seen.contains(&e.device.as_str());
+        if first {
+            seen.push(&e.device);
+        }
+        first
+    })
+}
+
+/// Per device with a column above its link's payload, its highest such column (ratio above
+/// 1): the devices the link does not bound.
+pub fn above_link(
+    matrices: &BTreeMap<MatrixKey, H2dMatrix>,
+    links: &BTreeMap<String, Link>,
+) -> Vec<LinkEfficiency> {
+    let all = every_efficiency(matrices, links);
+    let devices: Vec<String> = above_link_of(&all).map(|e| e.device.clone()).collect();
+    devices
+        .iter()
+        .filter_map(|d| {
+            all.iter()
+                .filter(|e| &e.device == d)
+                .max_by(|a, b| a.ratio.total_cmp(&b.ratio))
+                .cloned()
+        })
+        .collect()
 }
 
 /// The efficiency a table shows beside a device: its largest size, h2d preferred (as the
@@ -127,5 +175,51 @@ mod tests {
         let x8 = headline(&all, "1").unwrap();
         assert!((x8.ratio - 0.3).abs() < 1e-3, "{}", x8.ratio);
         assert_eq!(headline(&all, "2"), None);
+        assert!(above_link(&matrices, &links).is_empty());
+    }
+
+    #[test]
+    fn a_device_above_its_link_is_not_judged_against_it() {
+        // An Ascend device whose H2D (over HCCS) reads 50 GB/s on a Gen4 x16 link (31.5 GB/s
+        // of payload) while its D2H, at 12 GB/s, would look below its link.
+        let cell = |device, gbps: f64| Cell {
+            cpu: 0,
+            peer_cpu: None,
+            device,
+            value: Some(gbps * 1e9),
+            samples: 1,
+            failed: 0,
+            last_error: None,
+            sampled_at: None,
+        };
+        let mut matrices = BTreeMap::new();
+        let size = 64 << 20;
+        matrices.insert(
+            (size, Direction::H2d),
+            H2dMatrix::of(&[cell("0", 50.0), cell("1", 25.0)], &NumaMap::new()),
+        );
+        matrices.insert(
+            (size, Direction::D2h),
+            H2dMatrix::of(&[cell("0", 12.0), cell("1", 25.0)], &NumaMap::new()),
+        );
+        let gen4 = LinkState {
+            width: 16,
+            transfers_per_second: 16_000_000_000,
+        };
+        let link = Link {
+            current: gen4,
+            max: gen4,
+        };
+        let links = BTreeMap::from([("0".to_string(), link), ("1".to_string(), link)]);
+        let judged = link_efficiencies(&matrices, &links);
+        assert!(judged.iter().all(|e| e.device == "1"), "{judged:?}");
+        assert_eq!(judged.len(), 2);
+        let above = above_link(&matrices, &links);
+        assert_eq!(above.len(), 1);
+        assert_eq!(
+            (above[0].device.as_str(), above[0].direction),
+            ("0", Direction::H2d)
+        );
+        assert!((above[0].ratio - 50.0 / 31.507_692_307).abs() < 1e-6);
     }
 }

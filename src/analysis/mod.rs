@@ -9,6 +9,7 @@
 //! - [`live`]: a `Store`'s cells as that input, and the whole store's analysis.
 //! - [`h2d`]: device columns with their ratio to the typical device, NUMA segments.
 //! - [`ranks`]: CPUs ranked by how they feed the devices, the slowest cells.
+//! - [`limits`]: the most each path of a device can carry, and the samples above it.
 //! - [`link`]: each device column over the payload of its PCIe link.
 //! - [`measured_node`]: the NUMA node that feeds each device best.
 //! - [`best_cpus`]: the CPUs within 5 % of each device's best cell.
@@ -33,6 +34,7 @@ pub mod failures;
 pub mod findings;
 pub mod h2d;
 pub mod heatmap;
+pub mod limits;
 pub mod link;
 pub mod live;
 pub mod load_delta;

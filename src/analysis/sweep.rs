@@ -18,9 +18,24 @@
 //!   [`BASELINES`] setting, else the first), and whether it exceeds the points' spread (the
 //!   larger of the two points' own spreads; for points of one sample, the larger of the two
 //!   curves' plateau scatter, (max - min) / median over the plateau's points).
+//! - **Implausible**: a point whose median is above its path's limit
+//!   ([`super::limits::PathLimits`]): a measurement fault, flagged with the limit beside it
+//!   and left out of the maximum, the plateau, the dips' neighbours and the setting
+//!   comparisons.
+//! - **Large-size plateau**: the smallest size from which every steady point (not a dip, not
+//!   implausible) stays within [`PLATEAU_BAND`] of the maximum of those points; it needs two
+//!   points at least.
+//! - **Cache-resident**: a run of two or more adjacent steady points before the large-size
+//!   plateau, each above [`CACHE_RESIDENT_RATIO`] x the large-size plateau's median: the
+//!   copies stayed in a cache (CPU caches on the host backend, an on-chip cache on a device)
+//!   and measure it, not the path. A curve with a cache-resident region has the large-size
+//!   plateau as its plateau, and its maximum leaves the region out.
+//! - **Matrix sizes**: the sizes a matrix should use, from the plateau on, outside
+//!   cache-resident sizes, dips and implausible points ([`Curve::matrix_sizes`]).
 
 use std::collections::BTreeMap;
 
+use super::limits::{PathLimit, PathLimits};
 use crate::stats;
 use crate::topology::natural::natural_key;
 
@@ -30,6 +45,8 @@ pub const REMEASURE_SPREAD: f64 = 0.10;
 pub const PLATEAU_BAND: f64 = 0.05;
 /// A dip: below this fraction of the curve on both sides.
 pub const DIP_RATIO: f64 = 0.8;
+/// Cache-resident: above this multiple of the large-size plateau.
+pub const CACHE_RESIDENT_RATIO: f64 = 1.5;
 /// The start of the message of a failure whose reason is `unsupported`
 /// (`runtime::ProbeError::Unsupported`'s text).
 const UNSUPPORTED_PREFIX: &str = "not supported:";
@@ -86,6 +103,19 @@ pub struct Point {
     pub remeasure: bool,
     /// See the module's definition.
     pub dip: bool,
+    /// The limit of the point's path, when its median is above it (see the module's
+    /// definition).
+    pub implausible: Option<PathLimit>,
+    /// In a cache-resident region (see the module's definition).
+    pub cache_resident: bool,
+}
+
+impl Point {
+    /// Measured, not a dip, not implausible: what a maximum and a plateau are made of.
+    fn steady(&self) -> Option<f64> {
+        self.median
+            .filter(|_| !self.dip && self.implausible.is_none())
+    }
 }
 
 /// One operation's curve on one device, sizes ascending.
@@ -96,9 +126,11 @@ pub struct Curve {
     /// See [`PointInput::setting`].
     pub setting: String,
     pub points: Vec<Point>,
-    /// Highest median among the points that are not dips.
+    /// Highest median among the steady points (not dips, not implausible), cache-resident
+    /// points aside.
     pub max: Option<f64>,
-    /// See the module's definition.
+    /// See the module's definition; the large-size plateau when the curve has a
+    /// cache-resident region.
     pub plateau: Option<u64>,
 }
 
@@ -133,6 +165,42 @@ impl Curve {
         self.points.iter().filter(|p| p.dip)
     }
 
+    /// Points above their path's limit.
+    pub fn implausible(&self) -> impl Iterator<Item = &Point> {
+        self.points.iter().filter(|p| p.implausible.is_some())
+    }
+
+    /// Points in a cache-resident region.
+    pub fn cache_resident(&self) -> impl Iterator<Item = &Point> {
+        self.points.iter().filter(|p| p.cache_resident)
+    }
+
+    /// Median of the plateau's steady points.
+    pub fn plateau_level(&self) -> Option<f64> {
+        let from = self.plateau?;
+        let values: Vec<f64> = self
+            .points
+            .iter()
+            .filter(|p| p.size_bytes >= from)
+            .filter_map(Point::steady)
+            .collect();
+        stats::median(&values)
+    }
+
+    /// The sizes a matrix should use: measured from the plateau on, none of them a dip,
+    /// implausible or cache-resident. Empty without a plateau.
+    pub fn matrix_sizes(&self) -> Vec<u64> {
+        let Some(from) = self.plateau else {
+            return Vec::new();
+        };
+        self.points
+            .iter()
+            .filter(|p| p.size_bytes >= from && !p.cache_resident)
+            .filter(|p| p.steady().is_some())
+            .map(|p| p.size_bytes)
+            .collect()
+    }
+
     pub fn to_remeasure(&self) -> impl Iterator<Item = &Point> {
         self.points.iter().filter(|p| p.remeasure)
     }
@@ -148,7 +216,8 @@ impl Curve {
     /// at larger sizes (what a dip is compared with).
     pub fn around(&self, size_bytes: u64) -> (Option<f64>, Option<f64>) {
         let best = |it: &mut dyn Iterator<Item = &Point>| {
-            it.filter_map(|p| p.median)
+            it.filter(|p| p.implausible.is_none())
+                .filter_map(|p| p.median)
                 .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
         };
         (
@@ -169,6 +238,11 @@ fn op_rank(op: &str) -> usize {
 /// The curves of `points`, by operation (h2d, d2h, d2d, allgather, then others by name) and
 /// device (natural order). Points of one (operation, device, size) are merged.
 pub fn curves(points: &[PointInput]) -> Vec<Curve> {
+    curves_within(points, &PathLimits::default())
+}
+
+/// [`curves`], each point judged against its path's limit in `limits`.
+pub fn curves_within(points: &[PointInput], limits: &PathLimits) -> Vec<Curve> {
     /// (operation rank, operation, device, setting).
     type Key<'a> = (usize, &'a str, &'a str, &'a str);
     /// Size -> (samples, failure messages).
@@ -190,9 +264,10 @@ pub fn curves(points: &[PointInput]) -> Vec<Curve> {
                 .into_iter()
                 .map(|(size_bytes, (samples, errors))| {
                     let spread = spread(&samples);
+                    let median = stats::median(&samples);
                     Point {
                         size_bytes,
-                        median: stats::median(&samples),
+                        median,
                         spread,
                         samples: samples.len(),
                         failed: errors.len(),
@@ -202,6 +277,8 @@ pub fn curves(points: &[PointInput]) -> Vec<Curve> {
                             && errors.iter().all(|e| is_unsupported(e)),
                         remeasure: spread.is_some_and(|s| s > REMEASURE_SPREAD),
                         dip: false,
+                        implausible: median.and_then(|m| limits.exceeded(device, op, m)).cloned(),
+                        cache_resident: false,
                     }
                 })
                 .collect();
@@ -290,6 +367,9 @@ pub fn setting_differences(curves: &[Curve]) -> Vec<SettingComparison> {
                 .iter()
                 .filter_map(|p| {
                     let q = other.points.iter().find(|q| q.size_bytes == p.size_bytes)?;
+                    if p.implausible.is_some() || q.implausible.is_some() {
+                        return None;
+                    }
                     let (b, v) = (p.median.filter(|b| *b > 0.0)?, q.median?);
                     let spread = match (p.spread, q.spread) {
                         (Some(a), Some(b)) => Some(a.max(b)),
@@ -316,9 +396,13 @@ pub fn setting_differences(curves: &[Curve]) -> Vec<SettingComparison> {
     out
 }
 
-/// Mark the dips and find the maximum and the plateau of points sorted by size.
+/// Mark the dips and the cache-resident region, find the maximum and the plateau of points
+/// sorted by size.
 fn shape(op: &str, device: &str, mut points: Vec<Point>) -> Curve {
-    let medians: Vec<Option<f64>> = points.iter().map(|p| p.median).collect();
+    let medians: Vec<Option<f64>> = points
+        .iter()
+        .map(|p| p.median.filter(|_| p.implausible.is_none()))
+        .collect();
     let best = |range: &[Option<f64>]| {
         range
             .iter()
@@ -327,29 +411,34 @@ fn shape(op: &str, device: &str, mut points: Vec<Point>) -> Curve {
             .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
     };
     for (i, p) in points.iter_mut().enumerate() {
-        let Some(v) = p.median else { continue };
+        let Some(v) = medians[i] else { continue };
         if let (Some(before), Some(after)) = (best(&medians[..i]), best(&medians[i + 1..])) {
             p.dip = v < DIP_RATIO * before.min(after);
         }
     }
+    mark_cache_resident(&mut points);
     let steady: Vec<(u64, f64)> = points
         .iter()
-        .filter(|p| !p.dip)
-        .filter_map(|p| p.median.map(|m| (p.size_bytes, m)))
+        .filter(|p| !p.cache_resident)
+        .filter_map(|p| p.steady().map(|m| (p.size_bytes, m)))
         .collect();
     let max = steady
         .iter()
         .map(|s| s.1)
         .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
-    let plateau = max.and_then(|max| {
-        let floor = (1.0 - PLATEAU_BAND) * max;
-        steady
-            .iter()
-            .rev()
-            .take_while(|(_, v)| *v >= floor)
-            .last()
-            .map(|(size, _)| *size)
-    });
+    let plateau = if points.iter().any(|p| p.cache_resident) {
+        large_plateau(&points).map(|(size, _)| size)
+    } else {
+        max.and_then(|max| {
+            let floor = (1.0 - PLATEAU_BAND) * max;
+            steady
+                .iter()
+                .rev()
+                .take_while(|(_, v)| *v >= floor)
+                .last()
+                .map(|(size, _)| *size)
+        })
+    };
     Curve {
         op: op.to_string(),
         device: device.to_string(),
@@ -357,6 +446,54 @@ fn shape(op: &str, device: &str, mut points: Vec<Point>) -> Curve {
         points,
         max,
         plateau,
+    }
+}
+
+/// The large-size plateau of `points` (see the module's definition): its first size and the
+/// median of its points; none with fewer than two steady points in it.
+fn large_plateau(points: &[Point]) -> Option<(u64, f64)> {
+    let steady: Vec<(u64, f64)> = points
+        .iter()
+        .filter_map(|p| p.steady().map(|m| (p.size_bytes, m)))
+        .collect();
+    let (mut hi, mut lo) = (f64::NEG_INFINITY, f64::INFINITY);
+    let mut taken = 0;
+    for (_, v) in steady.iter().rev() {
+        let (h, l) = (hi.max(*v), lo.min(*v));
+        if l < (1.0 - PLATEAU_BAND) * h {
+            break;
+        }
+        (hi, lo, taken) = (h, l, taken + 1);
+    }
+    if taken < 2 {
+        return None;
+    }
+    let tail = &steady[steady.len() - taken..];
+    let values: Vec<f64> = tail.iter().map(|t| t.1).collect();
+    Some((tail[0].0, stats::median(&values)?))
+}
+
+/// Mark every run of two or more adjacent steady points before the large-size plateau that
+/// are each above [`CACHE_RESIDENT_RATIO`] x its median.
+fn mark_cache_resident(points: &mut [Point]) {
+    let Some((from, level)) = large_plateau(points) else {
+        return;
+    };
+    let above: Vec<bool> = points
+        .iter()
+        .map(|p| {
+            p.size_bytes < from && p.steady().is_some_and(|v| v > CACHE_RESIDENT_RATIO * level)
+        })
+        .collect();
+    let mut i = 0;
+    while i < points.len() {
+        let run = above[i..].iter().take_while(|a| **a).count();
+        if run >= 2 {
+            for p in &mut points[i..i + run] {
+                p.cache_resident = true;
+            }
+        }
+        i += run.max(1);
     }
 }
 
@@ -435,6 +572,87 @@ mod tests {
         let c = &curves(&points)[0];
         assert_eq!(c.dips().count(), 0);
         assert_eq!(c.plateau, None);
+    }
+
+    fn gbps_curve(values: &[f64]) -> Vec<Vec<f64>> {
+        values.iter().map(|v| vec![v * 1e9; 3]).collect()
+    }
+
+    #[test]
+    fn cpu_caches_are_a_cache_resident_region_and_memory_the_plateau() {
+        // The 2-core VM: ~57 GB/s at 128-256 KiB, a dip at 512 KiB, ~11 GB/s from
+        // 32 MiB. Before, the plateau was none (the maximum was the cache).
+        const KIB: u64 = 1 << 10;
+        let values = [
+            56.0, 57.0, 9.0, 30.0, 15.0, 14.0, 12.5, 12.0, 11.6, 11.0, 11.2, 11.1, 10.9, 11.0,
+        ];
+        let samples = gbps_curve(&values);
+        let points: Vec<PointInput> = samples
+            .iter()
+            .enumerate()
+            .map(|(i, s)| input("h2d", "numa0", (128 * KIB) << i, s, &[]))
+            .collect();
+        let c = &curves(&points)[0];
+        let cached: Vec<u64> = c.cache_resident().map(|p| p.size_bytes).collect();
+        assert_eq!(cached, [128 * KIB, 256 * KIB]);
+        assert_eq!(
+            c.dips().map(|p| p.size_bytes).collect::<Vec<_>>(),
+            [512 * KIB]
+        );
+        // From 64 MiB every point is within 5 % of the largest of them (11.2); 11.6 at 32 MiB
+        // is not (10.9 < 0.95 x 11.6).
+        assert_eq!(c.plateau, Some(64 * MIB));
+        assert!((c.plateau_level().unwrap() - 11.0e9).abs() < 1e-3);
+        // The maximum leaves the cache out: 30 GB/s at 1 MiB (above 1.5 x 11, but alone
+        // between a dip and 15 GB/s, so not a region of two).
+        assert_eq!(c.max, Some(30e9));
+        assert_eq!(
+            c.matrix_sizes(),
+            [64 * MIB, 128 * MIB, 256 * MIB, 512 * MIB, 1024 * MIB]
+        );
+        // A curve without a region keeps the old plateau rule.
+        assert!(curves(&points[5..])[0].cache_resident().next().is_none());
+    }
+
+    #[test]
+    fn implausible_points_are_flagged_and_left_out_of_max_and_plateau() {
+        use crate::analysis::limits::{DeviceFacts, MemoryBus};
+        // The engineers' A3 sweep: same-device D2D 1.3-2.2 TB/s at 16-64 MiB, ~600 GB/s from
+        // 128 MiB, on a device whose memory gives 1.6 TB/s (a copy: 0.8 TB/s).
+        let values = [300.0, 500.0, 1300.0, 2200.0, 1800.0, 600.0, 610.0, 605.0];
+        let samples = gbps_curve(&values);
+        let points: Vec<PointInput> = samples
+            .iter()
+            .enumerate()
+            .map(|(i, s)| input("d2d", "0", (4 * MIB) << i, s, &[]))
+            .collect();
+        let limits = PathLimits::build(
+            &[DeviceFacts {
+                device: "0".into(),
+                memory: Some(MemoryBus {
+                    bus_width_bits: 4096,
+                    max_clock_mhz: 1600,
+                }),
+                ..DeviceFacts::default()
+            }],
+            &BTreeMap::new(),
+        );
+        let c = &curves_within(&points, &limits)[0];
+        let flagged: Vec<u64> = c.implausible().map(|p| p.size_bytes).collect();
+        assert_eq!(flagged, [16 * MIB, 32 * MIB, 64 * MIB]);
+        let limit = c.points[3].implausible.as_ref().unwrap();
+        assert!((limit.bytes_per_second - 819.2e9).abs() < 1.0);
+        assert_eq!(c.max, Some(610e9));
+        assert_eq!(c.plateau, Some(128 * MIB));
+        assert_eq!(c.dips().count(), 0);
+        assert_eq!(c.matrix_sizes(), [128 * MIB, 256 * MIB, 512 * MIB]);
+        // Without a limit the shape rule alone names the region cache-resident.
+        let c = &curves(&points)[0];
+        assert_eq!(c.implausible().count(), 0);
+        let cached: Vec<u64> = c.cache_resident().map(|p| p.size_bytes).collect();
+        assert_eq!(cached, [16 * MIB, 32 * MIB, 64 * MIB]);
+        assert_eq!(c.plateau, Some(128 * MIB));
+        assert_eq!(c.max, Some(610e9));
     }
 
     #[test]

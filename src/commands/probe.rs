@@ -75,6 +75,8 @@ fn machine(layer: &Layer, topology: &Topology, opened: &Opened) -> Machine {
                 pci_bus_id: d.pci_bus_id.clone(),
                 numa_node: d.numa_node,
                 link: None,
+                memory: None,
+                limits_gbps: Default::default(),
             })
             .collect(),
         numa_nodes: topology

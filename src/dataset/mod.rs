@@ -16,6 +16,7 @@ pub use input::{load, load_all, LoadError};
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::analysis::limits::{self, DeviceFacts, MemoryBus, PathLimits};
 use crate::format::cluster_health::{self, RecordedCpu, Recording, Rejected};
 use crate::format::run_dir::{DeviceMeta, MatrixKind, RunFile, SampleRecord};
 use crate::probe::kind::{Layout, MatrixFacts};
@@ -86,6 +87,8 @@ pub struct Dataset {
     /// NUMA node -> CPUs.
     pub numa_nodes: BTreeMap<u32, Vec<u32>>,
     pub devices: Vec<DeviceMeta>,
+    /// The backend's name (`cuda`, `acl`, `host`) where the input records it, else empty.
+    pub backend: String,
     pub cells: Vec<CellResult>,
     /// Affinity verdicts (cpu, bindable), when an affinity probe ran.
     pub affinity: Vec<(u32, bool)>,
@@ -218,6 +221,40 @@ pub fn device_link(meta: &DeviceMeta) -> Option<Link> {
 }
 
 impl Dataset {
+    /// The limits of each device's paths the input records ([`crate::analysis::limits`]):
+    /// its configured table, its memory as NVML gave it, its PCIe link where the backend's
+    /// host copies go over PCIe alone.
+    pub fn path_limits(&self) -> PathLimits {
+        let facts: Vec<DeviceFacts> = self
+            .devices
+            .iter()
+            .map(|d| DeviceFacts {
+                device: d.id.clone(),
+                model: d.name.clone(),
+                link: device_link(d),
+                memory: d.memory.map(|m| MemoryBus {
+                    bus_width_bits: m.bus_width_bits,
+                    max_clock_mhz: m.max_clock_mhz,
+                }),
+                pcie_host_path: limits::pcie_host_path(&self.backend),
+            })
+            .collect();
+        let models: BTreeMap<String, limits::ModelLimits> = self
+            .devices
+            .iter()
+            .filter(|d| !d.limits_gbps.is_empty())
+            .map(|d| {
+                let bytes = d
+                    .limits_gbps
+                    .iter()
+                    .map(|(op, g)| (op.clone(), g * 1e9))
+                    .collect();
+                (d.name.clone(), bytes)
+            })
+            .collect();
+        PathLimits::build(&facts, &models)
+    }
+
     /// A chd run: its plan and machine from `run.json`, its samples from `cells.jsonl`.
     pub fn from_run(run: &RunFile, records: &[SampleRecord]) -> Dataset {
         let plan = &run.plan;
@@ -275,6 +312,7 @@ impl Dataset {
             meta,
             numa_nodes: m.numa_nodes.clone(),
             devices: m.devices.clone(),
+            backend: m.backend.clone(),
             basics_unavailable: plan
                 .unavailable
                 .iter()
@@ -320,6 +358,8 @@ impl Dataset {
                     pci_bus_id: String::new(),
                     numa_node: None,
                     link: None,
+                    memory: None,
+                    limits_gbps: Default::default(),
                 })
                 .collect(),
             affinity: rec
@@ -331,6 +371,7 @@ impl Dataset {
             rejected: rec.rejected,
             partial: rec.partial,
             notes: rec.notes,
+            backend: String::new(),
             cells: Vec::new(),
             basics_unavailable: Vec::new(),
             p2p_paths: BTreeMap::new(),

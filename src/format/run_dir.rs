@@ -124,7 +124,7 @@ impl RunPlan {
 }
 
 /// One device as the run saw it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeviceMeta {
     pub id: String,
     #[serde(default)]
@@ -139,6 +139,21 @@ pub struct DeviceMeta {
     /// device (absent for devices without one, and in runs of chd before issue 15).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link: Option<LinkRecord>,
+    /// Device memory as NVML reports it (CUDA; absent elsewhere and in runs before issue 28).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryRecord>,
+    /// The configured limits of the device's model (`[limits."MODEL"]`), GB/s by operation
+    /// (`h2d`, `d2h`, `d2d`), as the run was started with.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub limits_gbps: BTreeMap<String, f64>,
+}
+
+/// Device memory: NVML's memory bus width and maximum memory clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryRecord {
+    pub bus_width_bits: u32,
+    pub max_clock_mhz: u32,
 }
 
 /// A PCIe link's width (lanes) and speed (transfers per second per lane), now and at most.

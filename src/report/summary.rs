@@ -8,9 +8,9 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::analysis::link;
 use crate::analysis::p2p::{P2pMatrix, SLOW_PAIR_RATIO};
 use crate::analysis::ranks::SLOWEST_CELLS;
+use crate::analysis::{limits, link};
 use crate::analysis::{
     CellRanks, D2dDevices, Failure, H2dMatrix, NumaMap, PairMatrix, EXTREME_CELL_RATIO,
     SLOW_CPU_RATIO, SLOW_DEVICE_RATIO, SLOW_SEGMENT_RATIO,
@@ -86,6 +86,34 @@ fn ranked(items: &[(u32, f64)]) -> String {
 /// The findings: one line each, most important first. A device slow in several matrices
 /// (sizes, directions, loads) is one line naming its worst matrix; so are a device's slow
 /// NUMA segments.
+/// One line per device column of `a` above its PCIe link's payload: on CUDA a measurement
+/// fault, elsewhere (Ascend: H2D and D2H may go over HCCS) a path that is not PCIe-bound,
+/// which chd does not judge against its link.
+fn above_link_findings(ds: &Dataset, a: &H2dMatrix, title: &str) -> Vec<String> {
+    a.devices
+        .iter()
+        .filter_map(|d| {
+            let link = device_link(ds.devices.iter().find(|m| m.id == d.device)?)?;
+            let payload = link.current.payload_bytes_per_second()?;
+            let e = link::efficiency(d.summary.median, &link).filter(|e| *e > 1.0)?;
+            let what = if limits::pcie_host_path(&ds.backend) {
+                "implausible: a measurement fault, no copy over that link can be faster"
+            } else {
+                "the path is not PCIe-bound (on Ascend H2D and D2H may go over the HCCS \
+                 plane), so the device is not judged against its PCIe link"
+            };
+            Some(format!(
+                "device {} reads {} GB/s, {e:.2} x the payload of its PCIe link ({} GB/s, {}): \
+                 {what} ({title})",
+                d.device,
+                gbps(d.summary.median),
+                gbps(payload),
+                link.current.describe(),
+            ))
+        })
+        .collect()
+}
+
 pub fn findings(ds: &Dataset) -> Vec<String> {
     let numa = ds.numa_map();
     let mut devices: BTreeMap<String, Seen> = BTreeMap::new();
@@ -101,6 +129,7 @@ pub fn findings(ds: &Dataset) -> Vec<String> {
                 let cells = crate::dataset::cells::cells(&cells);
                 let a = H2dMatrix::of(&cells, &numa);
                 let ranks = CellRanks::of(&cells, &numa, &a);
+                rest.extend(above_link_findings(ds, &a, &title));
                 for d in a.slow_devices() {
                     devices.entry(d.device.clone()).or_default().push((
                         d.ratio.unwrap_or(f64::NAN),
@@ -159,7 +188,8 @@ pub fn findings(ds: &Dataset) -> Vec<String> {
                 }
             }
             Layout::Devices => {
-                let a = D2dDevices::of(&crate::dataset::cells::cells(&cells));
+                let a =
+                    D2dDevices::within(&crate::dataset::cells::cells(&cells), &ds.path_limits());
                 rest.extend(super::summary_d2d::findings(&title, &a));
             }
             Layout::CpuPairs => {
@@ -304,7 +334,11 @@ fn h2d_section(
             let link = meta.and_then(device_link);
             let efficiency = link
                 .and_then(|l| link::efficiency(d.summary.median, &l))
-                .map(|e| format!("{e:.2}"));
+                .map(|e| match e > 1.0 {
+                    true if limits::pcie_host_path(&ds.backend) => format!("{e:.2} implausible"),
+                    true => format!("{e:.2} not PCIe-bound"),
+                    false => format!("{e:.2}"),
+                });
             let _ = write!(
                 s,
                 " {} | {} |",
@@ -713,7 +747,8 @@ pub fn render(ds: &Dataset, pictures: &BTreeMap<MatrixId, String>) -> String {
                 pair_section(&mut s, id, &a, picture)
             }
             Layout::Devices => {
-                let a = D2dDevices::of(&crate::dataset::cells::cells(&cells));
+                let a =
+                    D2dDevices::within(&crate::dataset::cells::cells(&cells), &ds.path_limits());
                 super::summary_d2d::section(&mut s, ds, id, &numa, &a)
             }
             Layout::SourceByDestination => {

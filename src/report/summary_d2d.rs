@@ -1,6 +1,7 @@
 //! The same-device copy (D2D) part of `summary.md`: per device its median GB/s, the CPU it
 //! was measured from, its ratio to the node's typical device (as `chd_d2d_device_ratio`),
-//! slow devices flagged; and the findings they give.
+//! slow devices flagged, devices above their memory's limit flagged implausible (and left out
+//! of the typical device); and the findings they give.
 
 use std::fmt::Write;
 
@@ -11,22 +12,42 @@ fn gbps(v: f64) -> String {
     crate::vocab::Bandwidth::from_bytes_per_second(v).to_string()
 }
 
-/// The findings of one D2D matrix: each slow device, then the devices that failed.
+/// The findings of one D2D matrix: each implausible device, each slow device, then the
+/// devices that failed.
 pub fn findings(title: &str, a: &D2dDevices) -> Vec<String> {
     let typical = a.typical.map(gbps).unwrap_or_default();
     let mut out: Vec<String> = a
-        .slow()
+        .implausible()
         .iter()
-        .map(|d| {
-            format!(
-                "device {} is slow at same-device copies: {:.2} x the typical device \
-                 ({typical} GB/s), median {} GB/s ({title})",
+        .filter_map(|d| {
+            let limit = d.implausible.as_ref()?;
+            Some(format!(
+                "device {} reads {} GB/s at same-device copies, above its path's limit of {} \
+                 GB/s ({}): implausible, a measurement fault (a copy that stayed in a cache); \
+                 left out of the typical device and the ratios ({title})",
                 d.device,
-                d.ratio.unwrap_or(f64::NAN),
-                d.value.map(gbps).unwrap_or_default()
-            )
+                d.value.map(gbps).unwrap_or_default(),
+                gbps(limit.bytes_per_second),
+                limit.source
+            ))
         })
         .collect();
+    let implausible = out.len();
+    if implausible > 0 {
+        out.push(format!(
+            "{implausible} of {} devices implausible at same-device copies ({title})",
+            a.devices.len()
+        ));
+    }
+    out.extend(a.slow().iter().map(|d| {
+        format!(
+            "device {} is slow at same-device copies: {:.2} x the typical device \
+                 ({typical} GB/s), median {} GB/s ({title})",
+            d.device,
+            d.ratio.unwrap_or(f64::NAN),
+            d.value.map(gbps).unwrap_or_default()
+        )
+    }));
     let failed = a.devices.iter().filter(|d| d.failed > 0).count();
     if failed > 0 {
         out.push(format!(
@@ -45,7 +66,9 @@ pub fn section(s: &mut String, ds: &Dataset, id: &MatrixId, numa: &NumaMap, a: &
         "## {}\n\n{measured} of {} devices measured, each from one CPU of its NUMA node. \
          Typical device (median over the devices): {} GB/s. Ratio = the device's median / \
          the typical device's (as `chd_d2d_device_ratio`); below {SLOW_D2D_DEVICE_RATIO} is \
-         slow.\n\n| device | name | CPU | NUMA | samples | failed | median GB/s | ratio | |\n\
+         slow. A device above its path's limit (half its memory's bandwidth, or the run's \
+         configured `[limits]`) is **implausible**, without a ratio and left out of the \
+         typical device.\n\n| device | name | CPU | NUMA | samples | failed | median GB/s | ratio | |\n\
          |---|---|---|---|---|---|---|---|---|",
         Dataset::matrix_title(id),
         a.devices.len(),
@@ -74,12 +97,11 @@ pub fn section(s: &mut String, ds: &Dataset, id: &MatrixId, numa: &NumaMap, a: &
             d.ratio
                 .map(|r| format!("{r:.2}"))
                 .unwrap_or_else(|| "-".into()),
-            if slow {
-                "**slow**"
-            } else if d.value.is_none() {
-                "**failed**"
-            } else {
-                ""
+            match &d.implausible {
+                Some(l) => format!("**implausible** (limit {} GB/s)", gbps(l.bytes_per_second)),
+                None if slow => "**slow**".to_string(),
+                None if d.value.is_none() => "**failed**".to_string(),
+                None => String::new(),
             }
         );
     }

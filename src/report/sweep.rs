@@ -1,13 +1,16 @@
 //! The size curves of a `chd probe sweep` run in the report: the dataset's sweep cells as
 //! [`crate::analysis::sweep`] curves, rendered as `sweep.csv` (one row per operation, device
 //! and size), the "Size curves" section of `summary.md` and its findings. The picture is
-//! [`super::sweep_png`].
+//! [`super::sweep_png`]. Points are judged against the limits the run recorded for their
+//! paths ([`Dataset::path_limits`]): implausible points and cache-resident regions are
+//! flagged, counted and explained, and each curve says which sizes a matrix should use.
 
 use std::fmt::Write;
 
 use super::csv::field;
 use crate::analysis::sweep::{
-    self, Curve, Point, PointInput, SettingComparison, DIP_RATIO, PLATEAU_BAND, REMEASURE_SPREAD,
+    self, Curve, Point, PointInput, SettingComparison, CACHE_RESIDENT_RATIO, DIP_RATIO,
+    PLATEAU_BAND, REMEASURE_SPREAD,
 };
 use crate::dataset::{size_label, Dataset};
 use crate::probe::kind::Layout;
@@ -18,8 +21,7 @@ pub const SWEEP_CSV: &str = "sweep.csv";
 pub const SWEEP_PNG: &str = "sweep.png";
 
 /// The header line of `sweep.csv`.
-pub const COLUMNS: &str =
-    "op,device,size,size_bytes,gbps,bytes_per_second,spread,samples,failed,flags,last_error";
+pub const COLUMNS: &str = "op,device,size,size_bytes,gbps,bytes_per_second,spread,samples,failed,flags,limit_gbps,last_error";
 
 /// The curves of the dataset's sweep cells (empty for other runs).
 pub fn curves(ds: &Dataset) -> Vec<Curve> {
@@ -36,7 +38,7 @@ pub fn curves(ds: &Dataset) -> Vec<Curve> {
             errors: &c.errors,
         })
         .collect();
-    sweep::curves(&points)
+    sweep::curves_within(&points, &ds.path_limits())
 }
 
 fn gbps(v: f64) -> String {
@@ -47,9 +49,16 @@ fn percent(v: f64) -> String {
     format!("{:.1}%", v * 100.0)
 }
 
-/// A point's flags, space-separated: `dip`, `re-measure`, `unsupported`, `failed`.
+/// A point's flags, space-separated: `implausible`, `cache-resident`, `dip`, `re-measure`,
+/// `unsupported`, `failed`.
 pub fn flags(p: &Point) -> String {
     let mut f = Vec::new();
+    if p.implausible.is_some() {
+        f.push("implausible");
+    }
+    if p.cache_resident {
+        f.push("cache-resident");
+    }
     if p.dip {
         f.push("dip");
     }
@@ -72,7 +81,7 @@ pub fn render_csv(curves: &[Curve]) -> String {
         for p in &c.points {
             let _ = writeln!(
                 out,
-                "{},{},{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{},{},{}",
                 field(&c.op),
                 field(&c.label()),
                 size_label(p.size_bytes),
@@ -85,6 +94,13 @@ pub fn render_csv(curves: &[Curve]) -> String {
                 p.samples,
                 p.failed,
                 flags(p),
+                p.implausible
+                    .as_ref()
+                    .map(|l| format!(
+                        "{:.3}",
+                        crate::vocab::Bandwidth::from_bytes_per_second(l.bytes_per_second)
+                    ))
+                    .unwrap_or_default(),
                 p.last_error.as_deref().map(field).unwrap_or_default(),
             );
         }
@@ -97,11 +113,77 @@ fn name(c: &Curve) -> String {
     format!("{} device {}", c.op, c.label())
 }
 
-/// One line per dip, per curve with points to re-measure, per operation the backend cannot
-/// do, and per curve with failed points.
+/// `16MiB, 32MiB` of `points`.
+fn size_list<'a>(points: impl Iterator<Item = &'a Point>) -> String {
+    let v: Vec<String> = points.map(|p| size_label(p.size_bytes)).collect();
+    v.join(", ")
+}
+
+/// The range of the points' medians in GB/s: `1.30-2.20 TB/s` reads `1300.00-2200.00`.
+fn value_range<'a>(points: impl Iterator<Item = &'a Point>) -> String {
+    let v: Vec<f64> = points.filter_map(|p| p.median).collect();
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if v.len() == 1 || lo == hi {
+        gbps(lo)
+    } else {
+        format!("{}-{}", gbps(lo), gbps(hi))
+    }
+}
+
+/// The lines of one curve's physics and shape: its implausible points (each with its limit)
+/// and its cache-resident region with the sizes a matrix should use.
+fn shape_findings(c: &Curve) -> Vec<String> {
+    let mut out = Vec::new();
+    let implausible: Vec<&Point> = c.implausible().collect();
+    if let Some(limit) = implausible.iter().find_map(|p| p.implausible.as_ref()) {
+        out.push(format!(
+            "{}: {} implausible point{} at {} ({} GB/s), above the path's limit of {} GB/s \
+             ({}): a measurement fault, not a fast device; left out of the maximum, the \
+             plateau and the comparisons",
+            name(c),
+            implausible.len(),
+            if implausible.len() == 1 { "" } else { "s" },
+            size_list(implausible.iter().copied()),
+            value_range(implausible.iter().copied()),
+            gbps(limit.bytes_per_second),
+            limit.source,
+        ));
+    }
+    let cached: Vec<&Point> = c.cache_resident().collect();
+    if !cached.is_empty() {
+        out.push(format!(
+            "{}: cache-resident at {} ({} GB/s, above {CACHE_RESIDENT_RATIO} x the large-size \
+             plateau of {} GB/s from {}): the copies stayed in a cache and measure it, not \
+             the path; a matrix should use {}",
+            name(c),
+            size_list(cached.iter().copied()),
+            value_range(cached.iter().copied()),
+            c.plateau_level().map(gbps).unwrap_or_default(),
+            c.plateau.map(size_label).unwrap_or_default(),
+            matrix_sizes(c),
+        ));
+    }
+    out
+}
+
+/// The sizes a matrix should use, for people: `128MiB, 256MiB` or `no size (no plateau)`.
+fn matrix_sizes(c: &Curve) -> String {
+    let sizes = c.matrix_sizes();
+    if sizes.is_empty() {
+        "no size yet (no plateau: extend --to or re-measure)".to_string()
+    } else {
+        let v: Vec<String> = sizes.into_iter().map(size_label).collect();
+        v.join(", ")
+    }
+}
+
+/// One line per implausible set of points, cache-resident region, dip, per curve with points
+/// to re-measure, per operation the backend cannot do, and per curve with failed points.
 pub fn findings(curves: &[Curve]) -> Vec<String> {
     let mut out = Vec::new();
     for c in curves {
+        out.extend(shape_findings(c));
         for p in c.dips() {
             let (before, after) = c.around(p.size_bytes);
             out.push(format!(
@@ -388,12 +470,21 @@ pub fn section(ds: &Dataset, curves: &[Curve], picture: &str) -> String {
          A point's value is the median of its samples; its spread is (max - min) / median of \
          them, and a spread above {} flags it **re-measure**. A **dip** is a point below \
          {DIP_RATIO} x the best point on each side of it. The **plateau** is the smallest size \
-         from which the curve (dips aside) stays within {} of its maximum.\n",
+         from which the curve (dips aside) stays within {} of its maximum. A point above its \
+         path's limit (the PCIe link's payload on CUDA, half the device memory's bandwidth \
+         from NVML for a same-device copy, or the run's configured `[limits]`) is \
+         **implausible**: a measurement fault, left out of the maximum, the plateau and the \
+         comparisons. Two or more adjacent points above {CACHE_RESIDENT_RATIO} x the \
+         large-size plateau (the largest sizes within {} of each other) are \
+         **cache-resident**: the copies stayed in a cache; the plateau is then the large-size \
+         one and the maximum leaves them out. **Matrix sizes**: from the plateau on, outside \
+         cache-resident sizes, dips and implausible points.\n",
         percent(REMEASURE_SPREAD),
+        percent(PLATEAU_BAND),
         percent(PLATEAU_BAND)
     );
     s.push_str(
-        "| op | device | plateau from | max GB/s | dips | re-measure | failed |\n|---|---|---|---|---|---|---|\n",
+        "| op | device | plateau from | max GB/s | dips | re-measure | failed | cache-resident | implausible | matrix sizes |\n|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let sizes = |it: &mut dyn Iterator<Item = &Point>| {
         let v: Vec<String> = it.map(|p| size_label(p.size_bytes)).collect();
@@ -407,7 +498,7 @@ pub fn section(ds: &Dataset, curves: &[Curve], picture: &str) -> String {
         if c.unsupported() {
             let _ = writeln!(
                 s,
-                "| {} | {} | not supported | - | - | - | - |",
+                "| {} | {} | not supported | - | - | - | - | - | - | - |",
                 c.op,
                 c.label()
             );
@@ -415,7 +506,7 @@ pub fn section(ds: &Dataset, curves: &[Curve], picture: &str) -> String {
         }
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             c.op,
             c.label(),
             c.plateau.map(size_label).unwrap_or_else(|| "none".into()),
@@ -423,6 +514,16 @@ pub fn section(ds: &Dataset, curves: &[Curve], picture: &str) -> String {
             sizes(&mut c.dips()),
             sizes(&mut c.to_remeasure()),
             sizes(&mut c.failed()),
+            sizes(&mut c.cache_resident()),
+            sizes(&mut c.implausible()),
+            {
+                let m: Vec<String> = c.matrix_sizes().into_iter().map(size_label).collect();
+                if m.is_empty() {
+                    "-".to_string()
+                } else {
+                    m.join(", ")
+                }
+            },
         );
     }
     s.push('\n');
@@ -545,10 +646,10 @@ mod tests {
         assert_eq!(lines[0], COLUMNS);
         assert_eq!(
             lines[3],
-            "h2d,0,4MiB,4194304,1.000,1000000000,0.0000,2,0,dip,"
+            "h2d,0,4MiB,4194304,1.000,1000000000,0.0000,2,0,dip,,"
         );
         assert!(
-            lines[5].starts_with("d2d,0,1MiB,1048576,,,,0,1,unsupported,"),
+            lines[5].starts_with("d2d,0,1MiB,1048576,,,,0,1,unsupported,,"),
             "{csv}"
         );
         let found = findings(&curves);

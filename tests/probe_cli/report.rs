@@ -226,3 +226,75 @@ fn nothing_to_report_says_why() {
         "{stderr}"
     );
 }
+
+/// Issue 28 part 3: a sweep run of two H100 PCIe devices (NVML: 5120-bit memory bus at
+/// 1593 MHz, so a same-device copy carries at most 1.02 TB/s) where device 0 reads an
+/// impossible 1.9 TB/s at 32 MiB and device 1 stays in a cache at 16-64 MiB (~1 TB/s over a
+/// ~424 GB/s large-size plateau): flagged, left out of maximum and plateau, explained.
+#[test]
+fn an_impossible_d2d_point_and_a_cache_resident_sweep_are_flagged_excluded_and_explained() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = report(&fixture("sweep-physics"), dir.path());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary = read(&dir.path().join("summary.md"));
+    for row in [
+        "| d2d | 0 | 64MiB | 941.88 | - | - | - | - | 32MiB | 64MiB, 128MiB, 256MiB, 512MiB |",
+        "| d2d | 1 | 128MiB | 501.00 | - | - | - | 16MiB, 32MiB, 64MiB | - | 128MiB, 256MiB, 512MiB |",
+        "d2d device 0: 1 implausible point at 32MiB (1903.80 GB/s), above the path's limit of \
+         1019.52 GB/s (device memory (NVML: 5120-bit bus at 1593 MHz) halved",
+        "d2d device 1: cache-resident at 16MiB, 32MiB, 64MiB (981.96-1002.00 GB/s, above 1.5 x \
+         the large-size plateau of 423.85 GB/s from 128MiB)",
+        "a matrix should use 128MiB, 256MiB, 512MiB",
+    ] {
+        assert!(summary.contains(row), "missing {row:?}:\n{summary}");
+    }
+    assert!(stdout.contains("1 implausible point at 32MiB"), "{stdout}");
+    let csv = read(&dir.path().join("sweep.csv"));
+    assert!(
+        csv.contains(
+            "d2d,0,32MiB,33554432,1903.800,1903800000000,0.0040,2,0,implausible,1019.520,"
+        ),
+        "{csv}"
+    );
+    assert!(
+        csv.contains("d2d,1,32MiB,33554432,1002.000,1002000000000,0.0040,2,0,cache-resident,,"),
+        "{csv}"
+    );
+}
+
+/// The same-device copy run chd wrote before issue 28 (`run-dirs/d2d`: three fake devices at
+/// ~400 GB/s), with a small memory recorded for device 1 (256-bit bus at 1000 MHz: a copy at
+/// most 32 GB/s): device 1 is implausible, has no ratio, and the typical device leaves it out.
+#[test]
+fn a_d2d_device_above_its_memory_is_implausible_and_out_of_the_typical_device() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/run-dirs/d2d");
+    let run_dir = tempfile::tempdir().unwrap();
+    let mut run: serde_json::Value = serde_json::from_str(&read(&src.join("run.json"))).unwrap();
+    let devices = run["machine"]["devices"].as_array_mut().unwrap();
+    let d1 = devices.iter_mut().find(|d| d["id"] == "1").unwrap();
+    d1["memory"] = serde_json::json!({"bus_width_bits": 256, "max_clock_mhz": 1000});
+    std::fs::write(run_dir.path().join("run.json"), run.to_string()).unwrap();
+    std::fs::copy(src.join("cells.jsonl"), run_dir.path().join("cells.jsonl")).unwrap();
+    let before = tempfile::tempdir().unwrap();
+    report(&src, before.path());
+    let plain = read(&before.path().join("summary.md"));
+    let dir = tempfile::tempdir().unwrap();
+    report(run_dir.path(), dir.path());
+    let summary = read(&dir.path().join("summary.md"));
+    assert!(!plain.contains("**implausible** ("), "{plain}");
+    assert!(
+        summary.contains("**implausible** (limit 32.00 GB/s)"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("device 1 reads ")
+            && summary.contains("above its path's limit of 32.00 GB/s"),
+        "{summary}"
+    );
+    assert!(summary.contains("1 of 3 devices implausible"), "{summary}");
+    let row = summary
+        .lines()
+        .find(|l| l.starts_with("| 1 |") && l.contains("implausible"))
+        .unwrap_or_else(|| panic!("{summary}"));
+    assert!(row.contains("| - | **implausible**"), "no ratio: {row}");
+}

@@ -78,10 +78,10 @@ fn csv_rows(dir: &Path) -> Vec<Vec<String>> {
     let mut lines = text.lines();
     assert_eq!(
         lines.next(),
-        Some("op,device,size,size_bytes,gbps,bytes_per_second,spread,samples,failed,flags,last_error")
+        Some("op,device,size,size_bytes,gbps,bytes_per_second,spread,samples,failed,flags,limit_gbps,last_error")
     );
     lines
-        .map(|l| l.splitn(11, ',').map(String::from).collect())
+        .map(|l| l.splitn(12, ',').map(String::from).collect())
         .collect()
 }
 
