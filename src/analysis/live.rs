@@ -10,6 +10,7 @@ use super::cell::{Cell, NumaMap};
 use super::d2d::D2dDevices;
 use super::h2d::H2dMatrix;
 use super::measured_node::measured_nodes;
+use super::p2p::P2pMatrix;
 use super::pair::PairMatrix;
 use crate::store::{self, CellKey, Store};
 use crate::topology::Topology;
@@ -89,6 +90,22 @@ pub fn d2d_devices(store: &Store) -> BTreeMap<u64, D2dDevices> {
         .into_iter()
         .map(|(size, cells)| (size, D2dDevices::of(&cells)))
         .collect()
+}
+
+/// The peer copy cells of `store` as one ordered device x device matrix, each pair in its
+/// PCIe path class of `classes` and with its method of `methods` (both keyed `SRC>DST`; a pair
+/// missing from `classes` is `unknown`).
+pub fn p2p_matrix(
+    store: &Store,
+    classes: &BTreeMap<String, String>,
+    methods: &BTreeMap<String, String>,
+) -> P2pMatrix {
+    let cells: Vec<Cell<'_>> = store
+        .p2p()
+        .iter()
+        .map(|(k, c)| live(0, None, k.as_str(), c))
+        .collect();
+    P2pMatrix::of(&cells, classes, methods)
 }
 
 /// Everything derived from a store's matrices.

@@ -3,7 +3,9 @@
 //! which findings make a node unusable (`failed`: a device slow from every CPU, or one whose
 //! every cell fails) and which make it usable with care (`degraded`: a slow NUMA segment, a
 //! slow core of a pair, a PCIe link trained below its maximum, CPUs that cannot be bound, an
-//! RDMA port that is not ACTIVE). A device the telemetry reports lost (fallen off the bus) is
+//! RDMA port that is not ACTIVE, a device slow at copying within its own memory
+//! (`analysis::d2d`), an ordered device pair whose peer copies fall below
+//! [`SLOW_PAIR_RATIO`] x the median of its PCIe path class (`analysis::p2p`)). A device the telemetry reports lost (fallen off the bus) is
 //! `failed` too, whatever its old cells say.
 //! Each cause has a stable id, so a scheduler-facing layer can hold a verdict steady across
 //! windows (`schedule::verdict`'s hysteresis).
@@ -13,8 +15,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use super::cell::NumaMap;
+use super::d2d::D2dDevices;
+use super::findings::SLOW_D2D_DEVICE_RATIO;
 use super::h2d::H2dMatrix;
 use super::live::{self, MatrixKey, StoreAnalysis};
+use super::p2p::{P2pMatrix, SLOW_PAIR_RATIO};
 use crate::store::Store;
 use crate::topology::cpulist;
 use crate::topology::natural::natural_key;
@@ -75,6 +80,10 @@ pub struct Inputs<'a> {
     pub lost_devices: &'a [String],
     /// Devices quarantined now: a copy cell's work on them did not finish in time.
     pub hung_devices: &'a [String],
+    /// The same-device copy cells by size (`analysis::live::d2d_devices`).
+    pub d2d: BTreeMap<u64, D2dDevices>,
+    /// The peer copy matrix with its path classes (`analysis::live::p2p_matrix`).
+    pub p2p: Option<P2pMatrix>,
 }
 
 /// What a running node observes besides its store, at the verdict's time: nothing for a
@@ -89,6 +98,20 @@ pub struct Observed {
     /// Devices quarantined because a copy cell's work on them did not finish within
     /// `probe.cell_timeout` (`runtime::stuck_work`).
     pub hung_devices: Vec<String>,
+    /// Each ordered device pair's PCIe path class (`SRC>DST` -> `PIX` ... `SYS`), read from
+    /// sysfs at start; a pair not named is `unknown` (a recording's pairs, judged in one class).
+    pub p2p_paths: BTreeMap<String, String>,
+}
+
+/// The same-device copy sizes judged: those of at least [`JUDGED_SIZE_BYTES`], else the
+/// largest (as the core x device matrices).
+fn judged_d2d(d2d: &BTreeMap<u64, D2dDevices>) -> Vec<&D2dDevices> {
+    let large: Vec<&D2dDevices> = d2d.range(JUDGED_SIZE_BYTES..).map(|(_, d)| d).collect();
+    if large.is_empty() {
+        d2d.values().next_back().into_iter().collect()
+    } else {
+        large
+    }
 }
 
 /// The matrices judged: sizes of at least [`JUDGED_SIZE_BYTES`]; a source with none of those
@@ -187,6 +210,35 @@ pub fn causes(analysis: &StoreAnalysis, inputs: &Inputs<'_>) -> Vec<Cause> {
             );
         }
     }
+    for devices in judged_d2d(&inputs.d2d) {
+        for d in devices.slow() {
+            add(
+                format!("slow_d2d_device:{}", d.device),
+                Level::Degraded,
+                format!(
+                    "device {} slow copying within its own memory ({:.2} x the typical \
+                     device, below {SLOW_D2D_DEVICE_RATIO})",
+                    d.device,
+                    d.ratio.unwrap_or_default()
+                ),
+                Some(&d.device),
+            );
+        }
+    }
+    for pair in inputs.p2p.iter().flat_map(P2pMatrix::slow_pairs) {
+        add(
+            format!("slow_p2p_pair:{}", pair.label()),
+            Level::Degraded,
+            format!(
+                "peer copy {} slow ({:.2} x the median of its path class {}, below \
+                 {SLOW_PAIR_RATIO})",
+                pair.label(),
+                pair.ratio.unwrap_or_default(),
+                pair.class
+            ),
+            None,
+        );
+    }
     for (device, link) in &inputs.links {
         if link.degraded() {
             add(
@@ -246,7 +298,8 @@ pub fn causes(analysis: &StoreAnalysis, inputs: &Inputs<'_>) -> Vec<Cause> {
 }
 
 /// Every cause in what `store` holds: its matrices analysed as the exposition analyses them
-/// (`pairs`: the configured pair labels), the links its windows read, its unbindable CPUs,
+/// (`pairs`: the configured pair labels), its same-device and peer copy cells (the latter in
+/// `observed`'s path classes), the links its windows read, its unbindable CPUs,
 /// and what the node `observed` now; with the NUMA node measured best for each device.
 pub fn causes_of_store(
     store: &Store,
@@ -269,6 +322,9 @@ pub fn causes_of_store(
         rdma_down: &observed.rdma_down,
         lost_devices: &observed.lost_devices,
         hung_devices: &observed.hung_devices,
+        d2d: live::d2d_devices(store),
+        p2p: (!store.p2p().is_empty())
+            .then(|| live::p2p_matrix(store, &observed.p2p_paths, &BTreeMap::new())),
     };
     (causes(&analysis, &inputs), analysis.measured_nodes)
 }
@@ -482,6 +538,7 @@ mod tests {
             rdma_down: &["mlx5_1/1".to_string()],
             lost_devices: &["3".to_string()],
             hung_devices: &["1".to_string()],
+            ..Inputs::default()
         };
         let found = causes(&a, &inputs);
         let got: Vec<(&str, Level, &str)> = found
@@ -525,6 +582,89 @@ mod tests {
                 ("unbindable_cpus", Level::Degraded, "CPUs 5-7 not bindable"),
             ],
             "{found:#?}"
+        );
+    }
+
+    #[test]
+    fn a_slow_d2d_device_and_a_slow_peer_pair_degrade_the_node() {
+        use crate::store::{D2dKey, Sample, Store};
+        let mut store = Store::default();
+        let sample = |gbps: f64| Sample {
+            bytes_per_second: gbps * 1e9,
+            at: 1.0,
+        };
+        // Same-device copies: device 2 at 0.3 x the typical device at 64 MiB; device 1 slow
+        // only at 16 MiB, which is not judged next to a 64 MiB size.
+        for (device, big, small) in [
+            ("0", 400.0, 300.0),
+            ("1", 410.0, 90.0),
+            ("2", 120.0, 300.0),
+            ("3", 390.0, 310.0),
+        ] {
+            for (size, g) in [(64u64 << 20, big), (16 << 20, small)] {
+                let key = D2dKey {
+                    device: device.into(),
+                    size_bytes: size,
+                };
+                store.record_sample(key, sample(g), 3);
+            }
+        }
+        // Peer copies: PIX pairs at ~20 GB/s but 1>0 at 12 (0.6 x); SYS pairs at ~6 GB/s,
+        // which is slow next to PIX and not next to their own class.
+        let mut paths = BTreeMap::new();
+        for (label, class, g) in [
+            ("0>1", "PIX", 20.0),
+            ("1>0", "PIX", 12.0),
+            ("2>3", "PIX", 21.0),
+            ("3>2", "PIX", 20.5),
+            ("0>2", "SYS", 6.0),
+            ("2>0", "SYS", 6.2),
+            ("1>3", "SYS", 5.8),
+        ] {
+            let key: crate::store::P2pKey = label.parse().unwrap();
+            store.record_sample(key, sample(g), 3);
+            paths.insert(label.to_string(), class.to_string());
+        }
+        let observed = Observed {
+            p2p_paths: paths,
+            ..Observed::default()
+        };
+        let (found, _) = causes_of_store(&store, &NumaMap::new(), &[], &observed);
+        let got: Vec<(&str, Level, Option<&str>)> = found
+            .iter()
+            .map(|c| (c.id.as_str(), c.level, c.device.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("slow_d2d_device:2", Level::Degraded, Some("2")),
+                ("slow_p2p_pair:1>0", Level::Degraded, None),
+            ],
+            "{found:#?}"
+        );
+        assert!(
+            found[0].text.contains("0.30 x the typical device"),
+            "{}",
+            found[0].text
+        );
+        assert!(
+            found[1].text.contains("of its path class PIX"),
+            "{}",
+            found[1].text
+        );
+        assert_eq!(level(&found), Level::Degraded);
+        // Without path classes every pair is `unknown`: one class, and the SYS pairs are
+        // then the slow ones.
+        let (found, _) = causes_of_store(&store, &NumaMap::new(), &[], &Observed::default());
+        let ids: Vec<&str> = found.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "slow_d2d_device:2",
+                "slow_p2p_pair:0>2",
+                "slow_p2p_pair:1>3",
+                "slow_p2p_pair:2>0"
+            ]
         );
     }
 }

@@ -157,6 +157,16 @@ fn export_cells(config: &Config, planned: usize) -> bool {
     decision.on
 }
 
+/// Each ordered pair's path class by name, as the verdict and the ledger read them.
+fn path_names(
+    paths: &BTreeMap<P2pKey, chd::topology::pci_path::PathClass>,
+) -> BTreeMap<String, String> {
+    paths
+        .iter()
+        .map(|(k, c)| (k.to_string(), c.as_str().to_string()))
+        .collect()
+}
+
 /// The `/matrix` page: the store's heatmaps, rendered under a read lock when asked for.
 fn matrix_page(
     store: &SharedStore,
@@ -496,6 +506,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         verdict,
         nfd,
         hcas: config.collectors.hcas(),
+        p2p_paths: path_names(&p2p_paths),
     };
     let prober = tokio::spawn(scheduler.run(shutdown_rx));
 

@@ -79,6 +79,9 @@ pub struct Scheduler {
     pub nfd: Option<NfdFile>,
     /// The HCAs whose ports count in the verdict (the rdma collector's filter).
     pub hcas: NameFilter,
+    /// Each ordered device pair's PCIe path class (`SRC>DST` -> `PIX` ...), read once at
+    /// start: the verdict judges a peer copy against its class.
+    pub p2p_paths: std::collections::BTreeMap<String, String>,
 }
 
 /// Pair cells planned per pair and window (the budget decides how many run).
@@ -164,6 +167,7 @@ impl Scheduler {
     fn judge(&self, tracker: &mut VerdictTracker) {
         let numa = crate::analysis::live::numa_map(&self.topology);
         let observed = Observed {
+            p2p_paths: self.p2p_paths.clone(),
             hung_devices: self.backend.stuck().devices.into_iter().collect(),
             rdma_down: crate::collect::rdma::ports_not_active(&self.roots.sysfs, &self.hcas),
             lost_devices: self
