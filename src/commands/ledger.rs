@@ -117,6 +117,10 @@ pub fn ledger_of(
         load_profile_delta: &replay.load_profile_delta,
         now,
         verdict: None,
+        p2p_paths: &replay.p2p_paths,
+        p2p_methods: &replay.p2p_methods,
+        curves: &replay.curves,
+        basics: replay.basics.as_ref(),
     }))
 }
 
@@ -170,6 +174,12 @@ pub struct CalibrationPage {
     pub load_profile_delta: BTreeMap<String, BTreeMap<String, f64>>,
     /// `chd serve`'s verdict, held across windows; `None` (a replay): judged as a snapshot.
     pub verdict: Option<SharedVerdict>,
+    /// Path classes and methods of the peer copy pairs (`SRC>DST`).
+    pub p2p_paths: BTreeMap<String, String>,
+    pub p2p_methods: BTreeMap<String, String>,
+    /// A replayed run's size curves and basics table.
+    pub curves: Vec<chd::analysis::sweep::Curve>,
+    pub basics: Option<chd::analysis::basics::BasicsTable>,
 }
 
 impl CalibrationPage {
@@ -197,6 +207,10 @@ impl CalibrationPage {
                 load_profile_delta: &self.load_profile_delta,
                 now: unix_now(),
                 verdict: held.as_ref(),
+                p2p_paths: &self.p2p_paths,
+                p2p_methods: &self.p2p_methods,
+                curves: &self.curves,
+                basics: self.basics.as_ref(),
             }))
         })
     }

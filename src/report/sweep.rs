@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 use super::csv::field;
 use crate::analysis::sweep::{
-    self, Curve, Point, PointInput, SettingComparison, DIP_RATIO, PLATEAU_BAND, REMEASURE_SPREAD,
+    self, Curve, Point, SettingComparison, DIP_RATIO, PLATEAU_BAND, REMEASURE_SPREAD,
 };
 use crate::dataset::{size_label, Dataset};
 use crate::probe::kind::Layout;
@@ -21,22 +21,9 @@ pub const SWEEP_PNG: &str = "sweep.png";
 pub const COLUMNS: &str =
     "op,device,size,size_bytes,gbps,bytes_per_second,spread,samples,failed,flags,last_error";
 
-/// The curves of the dataset's sweep cells (empty for other runs).
+/// The curves of the dataset's sweep cells (empty for other runs; `dataset::cells::sweep_curves`).
 pub fn curves(ds: &Dataset) -> Vec<Curve> {
-    let points: Vec<PointInput> = ds
-        .cells
-        .iter()
-        .filter(|c| layout(c.matrix.kind) == Layout::Curves)
-        .map(|c| PointInput {
-            op: &c.matrix.direction,
-            device: &c.device,
-            setting: &c.matrix.load,
-            size_bytes: c.matrix.size_bytes,
-            samples: &c.samples,
-            errors: &c.errors,
-        })
-        .collect();
-    sweep::curves(&points)
+    crate::dataset::cells::sweep_curves(ds)
 }
 
 fn gbps(v: f64) -> String {
