@@ -8,11 +8,12 @@ use anyhow::Context;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
-use super::ledger::CalibrationPage;
 use chd::analysis::verdict::{causes_of_store, Observed};
 use chd::collect::{self, PciDeviceRef};
 use chd::config::{Config, FALLBACK_STATE_DIR};
+use chd::exposition::calibration_page::CalibrationPage;
 use chd::exposition::connections::ServerMetrics;
+use chd::exposition::page_cache::Page;
 use chd::exposition::pair_probe_collector::PairProbeView;
 use chd::exposition::scrape::Exposition;
 use chd::exposition::server;
@@ -178,7 +179,9 @@ fn matrix_page(
         let store = store
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        chd::report::svg::matrix_page(&store, &topology, &devices)
+        Arc::new(Page::new(chd::report::svg::matrix_page(
+            &store, &topology, &devices,
+        )))
     })
 }
 

@@ -102,7 +102,7 @@ pub struct P2pPair {
     pub gbps: Option<f64>,
     pub samples: u64,
     pub failed: u64,
-    /// `gbps` / the median of its path class (`chd_p2p_path_ratio`).
+    /// `gbps` / the median of its path class (`ChdP2PPairSlow`'s ratio).
     pub ratio: Option<f64>,
 }
 
