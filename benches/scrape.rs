@@ -36,6 +36,7 @@ use std::time::Duration;
 use criterion::Criterion;
 use prometheus_client::registry::Registry;
 
+use chd::exposition::calibration_page::CalibrationPage;
 use chd::exposition::connections::ServerMetrics;
 use chd::exposition::content_coding::{gzip, gzip_at, Acceptable, GZIP_LEVEL};
 use chd::exposition::scrape::Exposition;
@@ -162,6 +163,10 @@ struct Fixture {
     /// Cells exported, the store's part cached (what `chd serve` runs).
     cached: Exposition,
     cached_no_cells: Exposition,
+    /// The same store, for `/api/v1/calibration`.
+    store: SharedStore,
+    topology: Arc<Topology>,
+    devices: Vec<DeviceInfo>,
 }
 
 /// The registry `serve::run` builds before the store's view, with some probe activity.
@@ -244,7 +249,59 @@ fn fixture() -> Fixture {
         registry_no_cells: uncached(false),
         cached: Exposition::with_store(probe_registry(), view(true)),
         cached_no_cells: Exposition::with_store(probe_registry(), view(false)),
+        store: store.clone(),
+        topology: topology.clone(),
+        devices: devices.clone(),
     }
+}
+
+/// `/api/v1/calibration` on the same store: the page kept per store generation and held
+/// verdict (what `chd serve` runs) and, interleaved in the same rounds, built afresh (what
+/// every request paid before issue 28, and what the first request after a probe window pays).
+fn report_ledger(fx: &Fixture, rounds: usize) {
+    let page = || CalibrationPage {
+        store: fx.store.clone(),
+        topology: fx.topology.clone(),
+        devices: fx.devices.clone(),
+        host: "seed-a3".into(),
+        backend: "cuda".into(),
+        description: "chd serve".into(),
+        pairs: Vec::new(),
+        recorded_links: Default::default(),
+        recorded_bindable: Vec::new(),
+        load_profile_delta: Default::default(),
+        verdict: Some(Arc::default()),
+        p2p_paths: Default::default(),
+        p2p_methods: Default::default(),
+        curves: Vec::new(),
+        basics: None,
+    };
+    let cached = page().renderer();
+    let fresh = page();
+    let bytes = cached().body().len();
+    assert_eq!(
+        bytes,
+        fresh.rebuilt().len(),
+        "the kept page is the built one"
+    );
+    let (mut kept, mut built) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        kept.push(median_ms(1, || {
+            black_box(cached());
+        }));
+        built.push(median_ms(1, || {
+            black_box(fresh.rebuilt());
+        }));
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (kept, built) = (median(kept), median(built));
+    println!(
+        "scrape: ledger cached_ms={kept:.3} rebuilt_ms={built:.1} bytes={bytes} ratio={:.0}",
+        built / kept
+    );
 }
 
 /// An exposition served by `exposition::server` on 127.0.0.1 in a runtime of its own.
@@ -341,6 +398,7 @@ fn report_http(fx: Fixture, rounds: usize) {
         registry_no_cells,
         cached,
         cached_no_cells,
+        ..
     } = fx;
     let servers = [
         ("cached cells_on", serve(cached, &runtime)),
@@ -537,6 +595,7 @@ fn main() {
         group.finish();
     }
     c.final_summary();
+    report_ledger(&fx, 15);
     let rounds = std::env::var("CHD_BENCH_HTTP_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -47,6 +47,9 @@
       slowCpuRatio: 0.7,
       // analysis::SLOW_D2D_DEVICE_RATIO.
       slowD2dDeviceRatio: 0.6,
+      // A peer copy pair below this x the median of its PCIe path class's pairs on the node
+      // (ChdP2PPairSlow); analysis::p2p::SLOW_PAIR_RATIO.
+      slowP2pPairRatio: 0.7,
       // A column's median below this share of the payload its PCIe link carries.
       linkEfficiencyRatio: 0.5,
       // A column's median below this share of its own 7-day baseline.

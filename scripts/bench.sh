@@ -12,7 +12,9 @@
 #      (benches/scrape.rs): GET /metrics over HTTP to the real server in process, plain and
 #      gzip, served from the per-window cache (what chd serve runs) and, interleaved in the
 #      same rounds, encoded afresh at every scrape (before the cache; also what the first
-#      scrape after a probe window pays): median time, bytes, series, and the ratio. Plus
+#      scrape after a probe window pays): median time, bytes, series, and the ratio; the same
+#      for the /api/v1/calibration ledger of that store (kept per generation vs built per
+#      request, in process, 15 interleaved rounds). Plus
 #      (benches/connections.rs) RSS and /healthz under 10,000 half-open connections, and
 #      (benches/login_flood.rs) valid scrapes with basic auth at bcrypt cost 10, unloaded and
 #      while 30 clients loop wrong passwords, and their ratio.
@@ -116,6 +118,17 @@ for cells in on off; do
       "$(awk -v a="$before" -v b="$ms" 'BEGIN {printf "%.0f", a/b}') x the cached time, same rounds"
   done
 done
+read -r ledger_cached ledger_rebuilt ledger_bytes ledger_ratio <<<"$(sed -n \
+  's/^scrape: ledger cached_ms=\([0-9.]*\) rebuilt_ms=\([0-9.]*\) bytes=\([0-9]*\) ratio=\([0-9]*\)$/\1 \2 \3 \4/p' \
+  "$out/scrape.txt" | head -1)"
+if [ -z "$ledger_cached" ]; then
+  echo "scripts/bench.sh: no ledger figures in $out/scrape.txt" >&2
+  exit 1
+fi
+row "/api/v1/calibration, kept per store generation (median)" "$ledger_cached ms" \
+  "$ledger_bytes bytes, same store; target < 5 ms"
+row "/api/v1/calibration, built per request (median)" "$ledger_rebuilt ms" \
+  "$ledger_ratio x the kept page's time, same rounds"
 row "RSS after building the store and registry" "$(($(fig rss_after_build_kib) / 1024)) MiB" \
   "benches/scrape.rs process"
 

@@ -52,7 +52,7 @@ pub enum Command {
     /// every finding at once; chd serve's own verdict (chd_node_verdict, --url) waits for a
     /// finding to show in two windows.
     Check(CheckArgs),
-    /// Print the node's calibration ledger: one JSON document (schema chd.calibration/v1,
+    /// Print the node's calibration ledger: one JSON document (schema chd.calibration/v2,
     /// docs/calibration.schema.json) with the node's identity and topology, every
     /// core x device and core-pair cell (GB/s, samples, age), the affinity verdicts, the
     /// load-profile delta, and the device ratios, NUMA segments, measured NUMA nodes, best

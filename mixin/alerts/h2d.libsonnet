@@ -75,6 +75,34 @@ local p = import '../lib/promql.libsonnet';
             ||| % p.human(c['for'].column)),
           },
           {
+            alert: 'ChdP2PPairSlow',
+            // A peer copy is judged against the pairs of its own PCIe path class on the node
+            // (PIX pairs against PIX pairs, SYS against SYS): a pair far below them is slower
+            // than its place in the PCI tree promises (a degraded switch port or link,
+            // peer access refused and the copies staged through the host).
+            // The class median is the median of the node's measured pairs of the same path
+            // (quantile 0.5, as analysis::p2p's median), so no ratio series is exported: one
+            // per ordered pair would add 240 series at 16 devices to the node's budget.
+            expr: |||
+              chd_p2p_bandwidth_bytes_per_second
+                / ignoring (src, dst) group_left
+                  quantile without (src, dst) (0.5, chd_p2p_bandwidth_bytes_per_second)
+              < %g
+            ||| % t.slowP2pPairRatio,
+            'for': c['for'].column,
+            labels: { severity: c.severities.default },
+            annotations: a('ChdP2PPairSlow', 'Peer copies between two devices are much slower than their path class.', |||
+              Peer copies from device {{ $labels.src }} to device {{ $labels.dst }} on
+              {{ $labels.instance }} run at {{ $value | humanizePercentage }} of the median of
+              the node's {{ $labels.path }} pairs, {{ with printf
+              `min(chd_p2p_bandwidth_bytes_per_second{@SEL@,src=%%q,dst=%%q})` @ARGS@ $labels.src
+              $labels.dst | query }}{{ . | first | value | humanize }}B/s{{ else }}unknown{{ end }},
+              for %s. Pairs of one path class cross the same kind of PCIe path, so the slow one's
+              own path is: a switch port or link trained low, or peer access refused
+              (chd_pair_probe_info method copy-staged).
+            ||| % p.human(c['for'].column)),
+          },
+          {
             alert: 'ChdH2DBelowLink',
             // Physics: the column's median over the payload its PCIe link carries (as read
             // right after chd's copies). A node whose every device is slow for one reason

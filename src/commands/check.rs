@@ -232,7 +232,10 @@ fn judge(source: &CheckSource, samples_per_cell: usize) -> Result<NodeVerdict, S
             &replay.store,
             &numa_map(&replay.topology),
             &replay.pairs,
-            &Observed::default(),
+            &Observed {
+                p2p_paths: replay.p2p_paths.clone(),
+                ..Observed::default()
+            },
         );
     Ok(NodeVerdict::immediate(causes, best_numa))
 }

@@ -1,22 +1,16 @@
 //! `chd ledger`: the node's calibration ledger (`chd::ledger`) from a recording or a state
 //! directory, printed or written to a file; `--merge` makes one fleet file of several
-//! ledgers. Also the `/api/v1/calibration` page of `chd serve` (live and replay).
+//! ledgers. (`/api/v1/calibration` of `chd serve` is `chd::exposition::calibration_page`.)
 
-use chd::schedule::verdict::SharedVerdict;
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use anyhow::Context;
 
-use chd::exposition::server::PageRenderer;
 use chd::format::calibration::Ledger;
 use chd::ledger::{self, Source};
 use chd::replay::Replay;
-use chd::runtime::DeviceInfo;
-use chd::store::{persist, unix_now, SharedStore};
-use chd::topology::pci_link::Link;
-use chd::topology::{Roots, Topology};
+use chd::store::{persist, unix_now};
+use chd::topology::Roots;
 
 /// Where a ledger's measurements come from.
 #[derive(Debug, Clone)]
@@ -117,6 +111,10 @@ pub fn ledger_of(
         load_profile_delta: &replay.load_profile_delta,
         now,
         verdict: None,
+        p2p_paths: &replay.p2p_paths,
+        p2p_methods: &replay.p2p_methods,
+        curves: &replay.curves,
+        basics: replay.basics.as_ref(),
     }))
 }
 
@@ -154,50 +152,4 @@ pub fn run(request: &LedgerRequest) -> anyhow::Result<()> {
         unix_now(),
     )?;
     write(request.out.as_deref(), &ledger::to_json(&ledger))
-}
-
-/// What `/api/v1/calibration` is made from, besides the store.
-pub struct CalibrationPage {
-    pub store: SharedStore,
-    pub topology: Arc<Topology>,
-    pub devices: Vec<DeviceInfo>,
-    pub host: String,
-    pub backend: String,
-    pub description: String,
-    pub pairs: Vec<chd::vocab::DevicePair>,
-    pub recorded_links: BTreeMap<String, Link>,
-    pub recorded_bindable: Vec<(u32, bool)>,
-    pub load_profile_delta: BTreeMap<String, BTreeMap<String, f64>>,
-    /// `chd serve`'s verdict, held across windows; `None` (a replay): judged as a snapshot.
-    pub verdict: Option<SharedVerdict>,
-}
-
-impl CalibrationPage {
-    /// The page, rendered under a read lock of the store when asked for.
-    pub fn renderer(self) -> PageRenderer {
-        Arc::new(move || {
-            let held = self
-                .verdict
-                .as_ref()
-                .map(|v| v.read().unwrap_or_else(|p| p.into_inner()).clone());
-            let store = self
-                .store
-                .read()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            ledger::to_json(&ledger::build(&Source {
-                host: &self.host,
-                backend: &self.backend,
-                description: &self.description,
-                topology: &self.topology,
-                devices: &self.devices,
-                store: &store,
-                pairs: &self.pairs,
-                recorded_links: &self.recorded_links,
-                recorded_bindable: &self.recorded_bindable,
-                load_profile_delta: &self.load_profile_delta,
-                now: unix_now(),
-                verdict: held.as_ref(),
-            }))
-        })
-    }
 }

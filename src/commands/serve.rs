@@ -8,11 +8,12 @@ use anyhow::Context;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
-use super::ledger::CalibrationPage;
 use chd::analysis::verdict::{causes_of_store, Observed};
 use chd::collect::{self, PciDeviceRef};
 use chd::config::{Config, FALLBACK_STATE_DIR};
+use chd::exposition::calibration_page::CalibrationPage;
 use chd::exposition::connections::ServerMetrics;
+use chd::exposition::page_cache::Page;
 use chd::exposition::pair_probe_collector::PairProbeView;
 use chd::exposition::scrape::Exposition;
 use chd::exposition::server;
@@ -178,7 +179,9 @@ fn matrix_page(
         let store = store
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        chd::report::svg::matrix_page(&store, &topology, &devices)
+        Arc::new(Page::new(chd::report::svg::matrix_page(
+            &store, &topology, &devices,
+        )))
     })
 }
 
@@ -211,6 +214,18 @@ async fn run_replay(
         replay.load_profile_delta,
         replay.affinity,
     );
+    let (p2p_paths, p2p_methods, curves, basics) = (
+        replay.p2p_paths,
+        replay.p2p_methods,
+        replay.curves,
+        replay.basics,
+    );
+    // The path classes a `chd probe p2p` run recorded (its devices are not this machine's
+    // PCI tree); a pair it does not name is `unknown`.
+    let recorded_paths: BTreeMap<P2pKey, chd::topology::pci_path::PathClass> = p2p_paths
+        .iter()
+        .filter_map(|(k, c)| Some((k.parse().ok()?, c.parse().ok()?)))
+        .collect();
     let mut registry = Registry::default();
     let metrics = ProbeMetrics::register(&mut registry);
     let http = ServerMetrics::register(&mut registry, config.server.max_connections);
@@ -229,7 +244,10 @@ async fn run_replay(
         &replay.store,
         &chd::analysis::live::numa_map(&topology),
         &replay.pairs,
-        &Observed::default(),
+        &Observed {
+            p2p_paths: p2p_paths.clone(),
+            ..Observed::default()
+        },
     );
     let verdict = NodeVerdict::immediate(causes, best_numa);
     tracing::info!("replay verdict: {}", verdict.line());
@@ -251,9 +269,7 @@ async fn run_replay(
             cells,
             pairs: replay.pairs.clone(),
             pair_cells: config.exposition.pair_cells,
-            // A recording's devices are not this machine's PCI tree: its pairs' paths are
-            // not known here.
-            p2p_paths: Default::default(),
+            p2p_paths: Arc::new(recorded_paths),
         },
     );
     let pages = server::Pages {
@@ -271,6 +287,10 @@ async fn run_replay(
                 recorded_bindable,
                 load_profile_delta,
                 verdict: None,
+                p2p_paths,
+                p2p_methods,
+                curves,
+                basics,
             }
             .renderer(),
         ),
@@ -472,6 +492,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 recorded_bindable: Vec::new(),
                 load_profile_delta: Default::default(),
                 verdict: Some(verdict.clone()),
+                p2p_paths: path_names(&p2p_paths),
+                p2p_methods: Default::default(),
+                curves: Vec::new(),
+                basics: None,
             }
             .renderer(),
         ),

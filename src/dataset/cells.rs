@@ -1,15 +1,20 @@
 //! A report's cells as the input of [`crate::analysis`], where the matrix math lives (device
 //! ratios, NUMA segments, slow cores and cells, pair CPUs, failures, thresholds); the report
-//! only renders what it computes.
+//! only renders what it computes. The size curves and the basics table of a run are here too,
+//! for the report and for a recording's ledger (`replay`).
 
 use std::borrow::Cow;
 
 use std::collections::BTreeMap;
 
 use super::{CellResult, Dataset};
+use crate::analysis::basics::{BasicsTable, Entry, Op};
 use crate::analysis::live::MatrixKey;
+use crate::analysis::sweep::{Curve, PointInput};
 use crate::analysis::{Cell, H2dMatrix};
 use crate::probe::kind::Layout;
+use crate::probe::kinds::layout;
+use crate::topology::natural::natural_key;
 
 /// `cells` as analysis cells, in the same order.
 pub fn cells<'a>(cells: &[&'a CellResult]) -> Vec<Cell<'a>> {
@@ -53,6 +58,89 @@ pub fn h2d_by_load(ds: &Dataset) -> BTreeMap<String, BTreeMap<MatrixKey, H2dMatr
             .insert(key, H2dMatrix::of(&cells(&group), &numa));
     }
     out
+}
+
+/// Load profiles in the order their cells first appear (the run's order).
+pub fn basics_loads(ds: &Dataset) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for c in ds
+        .cells
+        .iter()
+        .filter(|c| layout(c.matrix.kind) == Layout::Table)
+    {
+        if !out.contains(&c.matrix.load) {
+            out.push(c.matrix.load.clone());
+        }
+    }
+    out
+}
+
+/// The dataset's basics cells with their measurement: by load profile (run order),
+/// measurement (table order), device (natural order).
+pub fn basics_cells(ds: &Dataset) -> Vec<(Op, &CellResult)> {
+    let loads = basics_loads(ds);
+    let mut out: Vec<(Op, &CellResult)> = ds
+        .cells
+        .iter()
+        .filter(|c| layout(c.matrix.kind) == Layout::Table)
+        .filter_map(|c| Some((c.matrix.direction.parse().ok()?, c)))
+        .collect();
+    out.sort_by(|(a_op, a), (b_op, b)| {
+        let load = |c: &CellResult| loads.iter().position(|l| *l == c.matrix.load);
+        (load(a), a_op, natural_key(&a.device)).cmp(&(load(b), b_op, natural_key(&b.device)))
+    });
+    out
+}
+
+/// The devices a cell is about: its device, or both devices of an allgather's pair.
+pub fn basics_devices_of(c: &CellResult) -> Vec<&str> {
+    c.device.split(',').collect()
+}
+
+/// The table of `ds`, or none when it holds no basics run.
+pub fn basics_table(ds: &Dataset) -> Option<BasicsTable> {
+    let cells = basics_cells(ds);
+    if cells.is_empty() && ds.basics_unavailable.is_empty() {
+        return None;
+    }
+    let entries: Vec<Entry<'_>> = cells
+        .iter()
+        .flat_map(|(op, c)| {
+            let value = c.value();
+            let error = c.errors.last().map(String::as_str);
+            basics_devices_of(c).into_iter().map(move |device| Entry {
+                load: &c.matrix.load,
+                op: *op,
+                device,
+                value,
+                error,
+            })
+        })
+        .collect();
+    let unavailable: Vec<(Op, String)> = ds
+        .basics_unavailable
+        .iter()
+        .filter_map(|(op, why)| Some((op.parse().ok()?, why.clone())))
+        .collect();
+    Some(BasicsTable::of(&entries, &basics_loads(ds), &unavailable))
+}
+
+/// The curves of the dataset's sweep cells (empty for other runs).
+pub fn sweep_curves(ds: &Dataset) -> Vec<Curve> {
+    let points: Vec<PointInput> = ds
+        .cells
+        .iter()
+        .filter(|c| layout(c.matrix.kind) == Layout::Curves)
+        .map(|c| PointInput {
+            op: &c.matrix.direction,
+            device: &c.device,
+            setting: &c.matrix.load,
+            size_bytes: c.matrix.size_bytes,
+            samples: &c.samples,
+            errors: &c.errors,
+        })
+        .collect();
+    crate::analysis::sweep::curves_within(&points, &ds.path_limits())
 }
 
 #[cfg(test)]

@@ -75,6 +75,8 @@ enum Fate {
     OtherPairSize,
     /// A same-device copy cell.
     D2d,
+    /// A peer copy cell (`SRC>DST`).
+    P2p(crate::vocab::OrderedPair),
 }
 
 /// Everything a report shows.
@@ -580,6 +582,10 @@ impl Dataset {
                         (Layout::CpuPairs, Some(_)) => Fate::OtherPairSize,
                         (Layout::CpuPairs, None) => Fate::OtherDirection,
                         (Layout::Devices, _) => Fate::D2d,
+                        (Layout::SourceByDestination, _) => match c.device.parse() {
+                            Ok(pair) => Fate::P2p(pair),
+                            Err(_) => Fate::OtherKind(c.matrix.kind),
+                        },
                         _ => Fate::OtherKind(c.matrix.kind),
                     }
                 };
@@ -592,7 +598,7 @@ impl Dataset {
     pub fn served_cells(&self) -> impl Iterator<Item = &CellResult> {
         self.fates()
             .into_iter()
-            .filter(|(_, f)| matches!(f, Fate::H2d(_) | Fate::Pair(..) | Fate::D2d))
+            .filter(|(_, f)| matches!(f, Fate::H2d(_) | Fate::Pair(..) | Fate::D2d | Fate::P2p(_)))
             .map(|(c, _)| c)
     }
 
@@ -620,7 +626,7 @@ impl Dataset {
                         .or_default() += 1
                 }
                 Fate::NoPair => no_pair += 1,
-                Fate::H2d(_) | Fate::Pair(..) | Fate::D2d => {}
+                Fate::H2d(_) | Fate::Pair(..) | Fate::D2d | Fate::P2p(_) => {}
             }
         }
         let mut out = Vec::new();
@@ -718,6 +724,14 @@ impl Dataset {
                         store.record_sample(key.clone(), sample(v), keep);
                     }
                 }
+                Fate::P2p(key) => {
+                    if c.samples.is_empty() {
+                        store.record_error(key.clone(), at);
+                    }
+                    for &v in &c.samples {
+                        store.record_sample(key.clone(), sample(v), keep);
+                    }
+                }
                 Fate::OtherLoad
                 | Fate::OtherDirection
                 | Fate::OtherPairSize
@@ -733,6 +747,9 @@ impl Dataset {
         }
         if store.d2d().values().any(|c| !c.samples.is_empty()) {
             store.record_success("d2d", at);
+        }
+        if store.p2p().values().any(|c| !c.samples.is_empty()) {
+            store.record_success("p2p", at);
         }
         store
     }

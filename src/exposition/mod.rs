@@ -2,16 +2,19 @@
 //! store and pair-probe views) and its encoding in the Prometheus 0.0.4 text format (default) or OpenMetrics
 //! (when the scraper's Accept header asks for it). A scrape (`scrape`) joins what is encoded
 //! at every scrape with the store's families, which `matrix_cache` encodes once per store
-//! generation. `server` serves it over HTTP, gzipped when asked (`content_coding`), within
+//! generation. `page_cache` keeps a rendered page (the calibration ledger, `calibration_page`) per generation
+//! likewise. `server` serves it over HTTP, gzipped when asked (`content_coding`), within
 //! the connection bounds of `connections`, with TLS and basic auth from the exporters' web
 //! config file (`web_config`, reloaded by `web_settings`, passwords checked by `basic_auth` on
 //! the thread of `bcrypt_worker`).
 
 pub mod basic_auth;
 pub mod bcrypt_worker;
+pub mod calibration_page;
 pub mod connections;
 pub mod content_coding;
 pub mod matrix_cache;
+pub mod page_cache;
 pub mod pair_probe_collector;
 pub mod scrape;
 pub mod server;

@@ -41,6 +41,7 @@ use tokio::sync::watch;
 use super::basic_auth::{BasicAuth, Refusal};
 use super::connections::{Busy, Limit, ServerMetrics, Ticket};
 use super::content_coding::{self, Acceptable, Coding};
+use super::page_cache::Page;
 use super::scrape::Exposition;
 use super::web_settings::WebSettings;
 use super::Format;
@@ -183,9 +184,9 @@ fn plain(status: StatusCode, content_type: &str, body: &'static str) -> Response
 /// them).
 pub const MAX_BUF_BYTES: usize = 16 * 1024;
 
-/// Renders a page on demand (`/matrix`'s HTML, the ledger's JSON); called on the blocking
-/// pool.
-pub type PageRenderer = Arc<dyn Fn() -> String + Send + Sync>;
+/// Renders a page on demand (`/matrix`'s HTML, the ledger's JSON), or hands back the one it
+/// kept (`page_cache`); called on the blocking pool.
+pub type PageRenderer = Arc<dyn Fn() -> Arc<Page> + Send + Sync>;
 
 /// Requests encoded or rendered on the blocking pool at once (`/metrics`, `/matrix`); more
 /// wait for a turn holding no thread. Without the bound a burst of concurrent scrapes (up to
@@ -237,13 +238,29 @@ async fn rendered(
         return plain(StatusCode::NOT_FOUND, TEXT, "not found\n");
     };
     let work = move || {
-        reply(
-            StatusCode::OK,
-            content_type,
-            render().into_bytes(),
-            accept,
-            "Accept-Encoding",
-        )
+        let page = render();
+        let body = page.body();
+        match accept.choose(body.len()) {
+            None => plain(
+                StatusCode::NOT_ACCEPTABLE,
+                TEXT,
+                "neither gzip nor identity is acceptable\n",
+            ),
+            Some(Coding::Gzip) => coded(
+                StatusCode::OK,
+                content_type,
+                Chunks::one(page.gzip()),
+                Coding::Gzip,
+                "Accept-Encoding",
+            ),
+            Some(Coding::Identity) => coded(
+                StatusCode::OK,
+                content_type,
+                Chunks::one(body),
+                Coding::Identity,
+                "Accept-Encoding",
+            ),
+        }
     };
     match site.render(work).await {
         Ok(r) => r,

@@ -1,14 +1,22 @@
 //! The calibration ledger (`chd ledger`, `GET /api/v1/calibration`): one JSON document per
-//! node, `"schema": "chd.calibration/v1"`, and the fleet file `chd ledger --merge` makes of
+//! node, `"schema": "chd.calibration/v2"`, and the fleet file `chd ledger --merge` makes of
 //! several (`"schema": "chd.calibration-fleet/v1"`). Plain records only; their JSON Schema
 //! (draft 2020-12) is `docs/calibration.schema.json`, which `tests/fleet/ledger.rs` validates real
 //! outputs against. Lists are in natural order (CPUs ascending, devices `0, 1, ... 10`), so two
 //! ledgers of one node diff cleanly; bandwidths are decimal GB/s.
+//!
+//! Versions: v2 (issue 28) added `d2d`, `p2p`, `sweeps`, `basics` and the findings and
+//! thresholds of the first two; a v1 document still reads (those fields empty). Forward: a
+//! newer document's fields this chd does not know are ignored, the verdict's included (its
+//! records once refused them), so an older chd reads a newer ledger as far as it knows it;
+//! only a schema of another major name (`chd.calibration/v3`) is refused.
 
 use serde::{Deserialize, Serialize};
 
 /// The `schema` of a node's ledger.
-pub const SCHEMA: &str = "chd.calibration/v1";
+pub const SCHEMA: &str = "chd.calibration/v2";
+/// The `schema` of the ledgers this chd still reads (their missing fields are empty).
+pub const READABLE_SCHEMAS: [&str; 2] = [SCHEMA, "chd.calibration/v1"];
 /// The `schema` of a fleet file.
 pub const FLEET_SCHEMA: &str = "chd.calibration-fleet/v1";
 
@@ -37,11 +45,163 @@ pub struct Ledger {
     /// The node's verdict (`analysis::verdict`); absent in ledgers of chd before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict: Option<Verdict>,
+    /// Same-device copies (device memory to device memory of one device), one entry per
+    /// size (v2).
+    #[serde(default)]
+    pub d2d: Vec<D2dSize>,
+    /// The ordered device x device peer copy matrix with its PCIe path classes (v2).
+    #[serde(default)]
+    pub p2p: P2p,
+    /// Size curves (`chd probe sweep`) with their plateau and dips (v2; a store holds none:
+    /// only a recorded run's ledger has them).
+    #[serde(default)]
+    pub sweeps: Vec<SweepCurve>,
+    /// The basic validation table (`chd probe basics`; v2, a recorded run's only).
+    #[serde(default)]
+    pub basics: Basics,
+}
+
+/// The same-device copy cells of one size.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct D2dSize {
+    pub size_bytes: u64,
+    /// Median over the devices' values: the node's typical device.
+    pub typical_gbps: Option<f64>,
+    /// In natural order.
+    pub devices: Vec<D2dDevice>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct D2dDevice {
+    pub device: String,
+    /// Median of its recent samples; `null` when every attempt failed.
+    pub gbps: Option<f64>,
+    pub samples: u64,
+    pub failed: u64,
+    /// `gbps` / `typical_gbps` (`chd_d2d_device_ratio`).
+    pub ratio: Option<f64>,
+}
+
+/// The peer copy matrix.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct P2p {
+    /// In natural order of source, then destination.
+    pub pairs: Vec<P2pPair>,
+    /// Nearest class first (`PIX`, `PXB`, `PHB`, `NODE`, `SYS`, then `unknown`).
+    pub classes: Vec<P2pClass>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct P2pPair {
+    pub src: String,
+    pub dst: String,
+    /// The pair's PCIe path class, `unknown` where not read.
+    pub path: String,
+    /// `copy`, `copy-staged`, where known.
+    pub method: Option<String>,
+    pub gbps: Option<f64>,
+    pub samples: u64,
+    pub failed: u64,
+    /// `gbps` / the median of its path class (`ChdP2PPairSlow`'s ratio).
+    pub ratio: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct P2pClass {
+    pub path: String,
+    pub pairs: u64,
+    pub measured: u64,
+    pub median_gbps: Option<f64>,
+    pub min_gbps: Option<f64>,
+    pub max_gbps: Option<f64>,
+}
+
+/// One operation's size curve on one device under one setting.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepCurve {
+    /// `h2d`, `d2h`, `d2d`, `allgather`.
+    pub op: String,
+    pub device: String,
+    /// What it was measured under (a load profile, `HCCL_BUFFSIZE=32`).
+    pub setting: String,
+    /// Highest median among the points that are not dips.
+    pub max_gbps: Option<f64>,
+    /// The smallest size from which every point that is not a dip stays within
+    /// `plateau_band` of `max_gbps`; `null` when the curve falls at its end.
+    pub plateau_bytes: Option<u64>,
+    /// (max - min) / median of the plateau's points.
+    pub plateau_scatter: Option<f64>,
+    /// `analysis::sweep::PLATEAU_BAND`.
+    pub plateau_band: f64,
+    /// `analysis::sweep::DIP_RATIO`: a dip is below it on both sides.
+    pub dip_ratio: f64,
+    /// Sizes ascending.
+    pub points: Vec<SweepPoint>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepPoint {
+    pub size_bytes: u64,
+    pub gbps: Option<f64>,
+    /// (max - min) / median of its samples.
+    pub spread: Option<f64>,
+    pub samples: u64,
+    pub failed: u64,
+    pub dip: bool,
+    /// The spread is above `analysis::sweep::REMEASURE_SPREAD`.
+    pub remeasure: bool,
+    /// Every sample failed as unsupported by the backend.
+    pub unsupported: bool,
+    pub last_error: Option<String>,
+}
+
+/// The basic validation table: per measurement and load profile, the slowest and the fastest
+/// device.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Basics {
+    pub rows: Vec<BasicsRow>,
+    /// Measurements the run could not make at all, and why.
+    pub unavailable: Vec<BasicsUnavailable>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BasicsRow {
+    /// `h2d`, `d2h`, `d2d`, `matmul`, `allgather`, ...
+    pub measurement: String,
+    /// The unit of the values (`GB/s`, `TFLOP/s`).
+    pub unit: String,
+    pub load: String,
+    pub slowest: Option<BasicsValue>,
+    pub fastest: Option<BasicsValue>,
+    /// Slowest over fastest.
+    pub slowest_over_fastest: Option<f64>,
+    /// The slowest is below `analysis::basics::WEAK_DEVICE_RATIO` x the fastest.
+    pub weak: bool,
+    pub measured: u64,
+    pub failed: Vec<BasicsFailure>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BasicsValue {
+    pub device: String,
+    /// In `unit`.
+    pub value: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BasicsFailure {
+    pub device: String,
+    pub error: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BasicsUnavailable {
+    pub measurement: String,
+    pub why: String,
 }
 
 /// The node's verdict and the causes it names.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Verdict {
     /// `ok`, `degraded`, `failed`.
     pub level: String,
@@ -61,7 +221,6 @@ pub struct Verdict {
 
 /// One kind of change of a held verdict and how often it happened.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct VerdictChange {
     pub from: String,
     pub to: String,
@@ -70,7 +229,6 @@ pub struct VerdictChange {
 
 /// One cause of a verdict.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct VerdictCause {
     /// Stable while the same thing is wrong: `slow_device:0`, `link_degraded:1`.
     pub id: String,
@@ -262,6 +420,27 @@ pub struct Findings {
     pub slow_cores: Vec<SlowCore>,
     pub extreme_cells: Vec<ExtremeCell>,
     pub slow_pair_cpus: Vec<SlowPairCpu>,
+    /// Same-device copies below `thresholds.slow_d2d_device_ratio` of the typical device (v2).
+    #[serde(default)]
+    pub slow_d2d_devices: Vec<SlowD2dDevice>,
+    /// Peer copies below `thresholds.slow_p2p_pair_ratio` of their path class median (v2).
+    #[serde(default)]
+    pub slow_p2p_pairs: Vec<SlowP2pPair>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SlowD2dDevice {
+    pub size_bytes: u64,
+    pub device: String,
+    pub ratio: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SlowP2pPair {
+    pub src: String,
+    pub dst: String,
+    pub path: String,
+    pub ratio: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -270,6 +449,24 @@ pub struct Thresholds {
     pub slow_segment_ratio: f64,
     pub slow_cpu_ratio: f64,
     pub extreme_cell_ratio: f64,
+    /// v2; a v1 document was judged by the same constant.
+    #[serde(default = "slow_d2d_device_ratio")]
+    pub slow_d2d_device_ratio: f64,
+    #[serde(default = "slow_p2p_pair_ratio")]
+    pub slow_p2p_pair_ratio: f64,
+}
+
+/// The thresholds a v1 document's (absent) d2d and p2p findings would have been judged by:
+/// `analysis`'s constants then (`ledger`'s tests hold them equal to today's).
+pub const V1_SLOW_D2D_DEVICE_RATIO: f64 = 0.6;
+pub const V1_SLOW_P2P_PAIR_RATIO: f64 = 0.7;
+
+fn slow_d2d_device_ratio() -> f64 {
+    V1_SLOW_D2D_DEVICE_RATIO
+}
+
+fn slow_p2p_pair_ratio() -> f64 {
+    V1_SLOW_P2P_PAIR_RATIO
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -360,8 +557,8 @@ pub enum CalibrationError {
         error: serde_json::Error,
     },
     #[error(
-        "{source_name}: schema {found:?} is not {SCHEMA:?} (a ledger of another chd version; \
-         make it again with this chd)"
+        "{source_name}: schema {found:?} is not {SCHEMA:?} or an older one this chd reads \
+         (a ledger of another chd version; make it again with this chd)"
     )]
     Version { source_name: String, found: String },
     #[error("{source_name}: not a chd calibration ledger: {error}")]
@@ -371,7 +568,8 @@ pub enum CalibrationError {
     },
 }
 
-/// Parse one node's ledger, refusing another schema version by name before its shape.
+/// Parse one node's ledger of [`READABLE_SCHEMAS`] (as [`SCHEMA`]), refusing another schema
+/// version by name before its shape.
 pub fn parse(source_name: &str, text: &str) -> Result<Ledger, CalibrationError> {
     let value: serde_json::Value =
         serde_json::from_str(text).map_err(|error| CalibrationError::Json {
@@ -382,16 +580,21 @@ pub fn parse(source_name: &str, text: &str) -> Result<Ledger, CalibrationError> 
         .get("schema")
         .and_then(|s| s.as_str())
         .unwrap_or("(none)");
-    if found != SCHEMA {
+    if !READABLE_SCHEMAS.contains(&found) {
         return Err(CalibrationError::Version {
             source_name: source_name.to_string(),
             found: found.to_string(),
         });
     }
-    serde_json::from_value(value).map_err(|error| CalibrationError::Shape {
-        source_name: source_name.to_string(),
-        error,
-    })
+    let mut ledger: Ledger =
+        serde_json::from_value(value).map_err(|error| CalibrationError::Shape {
+            source_name: source_name.to_string(),
+            error,
+        })?;
+    // An older document is read as this version: its missing fields are empty, and it is
+    // written back (a fleet file of it) in this version's shape.
+    ledger.schema = SCHEMA.to_string();
+    Ok(ledger)
 }
 
 #[cfg(test)]
@@ -411,11 +614,41 @@ mod tests {
     }
 
     #[test]
+    fn a_v1_ledger_reads_with_empty_v2_fields_and_a_newer_verdict_field_is_ignored() {
+        let text = include_str!("../../tests/fixtures/ledger/v1-advise.json");
+        let ledger = parse("v1-advise.json", text).unwrap();
+        assert_eq!(ledger.schema, SCHEMA);
+        assert!(ledger.d2d.is_empty() && ledger.sweeps.is_empty());
+        assert_eq!(
+            (ledger.p2p.clone(), ledger.basics.clone()),
+            Default::default()
+        );
+        assert_eq!(ledger.findings.thresholds.slow_d2d_device_ratio, 0.6);
+        assert!(!ledger.h2d_gbps_by_core_device.is_empty());
+        let verdict = ledger.verdict.as_ref().unwrap();
+        assert!(
+            !verdict.causes.is_empty(),
+            "the fixture's verdict names causes"
+        );
+        // A later chd's verdict, causes and top-level fields this one does not know.
+        let mut newer: serde_json::Value = serde_json::from_str(text).unwrap();
+        newer["verdict"]["confidence"] = 0.9.into();
+        newer["verdict"]["causes"][0]["since"] = "2026-01-01T00:00:00Z".into();
+        newer["thermals"] = serde_json::json!({"0": 71});
+        let read = parse("newer.json", &newer.to_string()).unwrap();
+        assert_eq!(read.verdict, ledger.verdict);
+    }
+
+    #[test]
     fn another_version_is_refused_by_name() {
         let e = parse("a.json", r#"{"schema": "chd.calibration/v0"}"#).unwrap_err();
         assert!(e.to_string().contains("chd.calibration/v0"), "{e}");
-        let e = parse("a.json", r#"{"schema": "chd.calibration/v1"}"#).unwrap_err();
-        assert!(matches!(e, CalibrationError::Shape { .. }), "{e}");
+        let e = parse("a.json", r#"{"schema": "chd.calibration/v3"}"#).unwrap_err();
+        assert!(e.to_string().contains("chd.calibration/v3"), "{e}");
+        for readable in READABLE_SCHEMAS {
+            let e = parse("a.json", &format!(r#"{{"schema": "{readable}"}}"#)).unwrap_err();
+            assert!(matches!(e, CalibrationError::Shape { .. }), "{e}");
+        }
         assert!(parse("a.json", "nope").is_err());
     }
 }

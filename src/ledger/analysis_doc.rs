@@ -4,7 +4,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::analysis::findings::SLOW_D2D_DEVICE_RATIO;
 use crate::analysis::live::MatrixKey;
+use crate::analysis::p2p::SLOW_PAIR_RATIO;
 use crate::analysis::{
     Cell, CellRanks, NumaMap, StoreAnalysis, EXTREME_CELL_RATIO, SLOW_CPU_RATIO, SLOW_DEVICE_RATIO,
     SLOW_SEGMENT_RATIO,
@@ -77,7 +79,8 @@ pub fn analysis(a: &StoreAnalysis) -> doc::Analysis {
     out
 }
 
-/// `findings` of the document: `analysis::findings` of every matrix.
+/// `findings` of the document: `analysis::findings` of every matrix (the d2d and p2p lists
+/// empty: `super::kinds` fills them).
 pub fn findings(
     a: &StoreAnalysis,
     h2d_cells: &BTreeMap<MatrixKey, Vec<&Cell>>,
@@ -89,12 +92,16 @@ pub fn findings(
             slow_segment_ratio: SLOW_SEGMENT_RATIO,
             slow_cpu_ratio: SLOW_CPU_RATIO,
             extreme_cell_ratio: EXTREME_CELL_RATIO,
+            slow_d2d_device_ratio: SLOW_D2D_DEVICE_RATIO,
+            slow_p2p_pair_ratio: SLOW_PAIR_RATIO,
         },
         slow_devices: Vec::new(),
         slow_segments: Vec::new(),
         slow_cores: Vec::new(),
         extreme_cells: Vec::new(),
         slow_pair_cpus: Vec::new(),
+        slow_d2d_devices: Vec::new(),
+        slow_p2p_pairs: Vec::new(),
     };
     for (key, m) in &a.h2d {
         let (size_bytes, direction) = (key.0, key.1.as_str().to_string());

@@ -8,6 +8,7 @@
 //! - [`node`]: identity, topology, devices.
 //! - [`matrices`]: the measured cells and affinity verdicts.
 //! - [`analysis_doc`]: the analysis and findings as records.
+//! - [`kinds`]: same-device and peer copies, size curves, the basics table.
 //! - [`fleet`]: merging ledgers into one fleet file.
 //! - [`advice`]: `chd advise`'s best CPUs and bindings per device.
 //! - [`score`]: `chd advise --map`: a launch map scored against the ledger.
@@ -15,6 +16,7 @@
 pub mod advice;
 pub mod analysis_doc;
 pub mod fleet;
+pub mod kinds;
 pub mod matrices;
 pub mod node;
 pub mod score;
@@ -50,6 +52,11 @@ pub fn build(src: &Source) -> Ledger {
         })
         .collect();
     delta.sort_by(|a, b| natural_cmp(&a.0, &b.0));
+    let d2d = live::d2d_devices(src.store);
+    let p2p = live::p2p_matrix(src.store, src.p2p_paths, src.p2p_methods);
+    let mut findings = analysis_doc::findings(&analysis, &by_matrix, &numa);
+    findings.slow_d2d_devices = kinds::slow_d2d(&d2d);
+    findings.slow_p2p_pairs = kinds::slow_p2p(&p2p);
     Ledger {
         schema: doc::SCHEMA.to_string(),
         generated_at: src.now,
@@ -64,8 +71,12 @@ pub fn build(src: &Source) -> Ledger {
         ),
         load_profile_delta: NaturalMap(delta),
         analysis: analysis_doc::analysis(&analysis),
-        findings: analysis_doc::findings(&analysis, &by_matrix, &numa),
+        findings,
         verdict: Some(verdict_doc(src, &numa)),
+        d2d: kinds::d2d(&d2d),
+        p2p: kinds::p2p(&p2p),
+        sweeps: kinds::sweeps(src.curves),
+        basics: src.basics.map(kinds::basics).unwrap_or_default(),
     }
 }
 
@@ -76,7 +87,11 @@ fn verdict_doc(src: &Source, numa: &crate::analysis::NumaMap) -> doc::Verdict {
     let (verdict, held) = match src.verdict {
         Some(v) => (v, true),
         None => {
-            let (causes, best) = causes_of_store(src.store, numa, src.pairs, &Observed::default());
+            let observed = Observed {
+                p2p_paths: src.p2p_paths.clone(),
+                ..Observed::default()
+            };
+            let (causes, best) = causes_of_store(src.store, numa, src.pairs, &observed);
             snapshot = NodeVerdict::immediate(causes, best);
             (&snapshot, false)
         }
@@ -210,6 +225,10 @@ mod tests {
             load_profile_delta: &delta,
             now: 100.0,
             verdict: None,
+            p2p_paths: &BTreeMap::new(),
+            p2p_methods: &BTreeMap::new(),
+            curves: &[],
+            basics: None,
         });
         let ids: Vec<&str> = ledger.node.devices.iter().map(|d| d.id.as_str()).collect();
         assert_eq!(ids, ["0", "2", "10"]);

@@ -1,7 +1,10 @@
 //! What a ledger is made from: a node's store (live, or a recording read into one) with its
 //! topology, devices and the facts a store does not hold (host, backend, links a run
-//! recorded, the load-profile delta of a run with several profiles).
+//! recorded, the load-profile delta of a run with several profiles, the peer copies' path
+//! classes, a recorded run's size curves and basics table).
 
+use crate::analysis::basics::BasicsTable;
+use crate::analysis::sweep::Curve;
 use crate::analysis::verdict::NodeVerdict;
 use std::collections::BTreeMap;
 
@@ -35,4 +38,13 @@ pub struct Source<'a> {
     pub now: f64,
     /// `chd serve`'s verdict, held across windows; `None`: judge the store as a snapshot.
     pub verdict: Option<&'a NodeVerdict>,
+    /// Each ordered device pair's PCIe path class (`SRC>DST` -> `PIX` ...), for the store's
+    /// peer copy cells: read from sysfs by `chd serve`, recorded by a `chd probe p2p` run.
+    pub p2p_paths: &'a BTreeMap<String, String>,
+    /// How each pair's peer copies went (`copy`, `copy-staged`), where known.
+    pub p2p_methods: &'a BTreeMap<String, String>,
+    /// A recorded run's size curves (a store holds none).
+    pub curves: &'a [Curve],
+    /// A recorded run's basic validation table.
+    pub basics: Option<&'a BasicsTable>,
 }

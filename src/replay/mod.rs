@@ -59,6 +59,13 @@ pub struct Replay {
     /// The affinity verdicts a recording holds (cpu, bindable); not in `/metrics` (a replay
     /// probes nothing), in the ledger.
     pub affinity: Vec<(u32, bool)>,
+    /// A peer copy run's path classes and methods (`run.json`), keyed `SRC>DST`.
+    pub p2p_paths: BTreeMap<String, String>,
+    pub p2p_methods: BTreeMap<String, String>,
+    /// A sweep run's size curves: not in a store, so not served, in the ledger.
+    pub curves: Vec<crate::analysis::sweep::Curve>,
+    /// A basics run's table: likewise the ledger's only.
+    pub basics: Option<crate::analysis::basics::BasicsTable>,
 }
 
 /// The devices of a replay: listed for `chd_device_info`, never measured.
@@ -185,6 +192,14 @@ fn from_dataset(ds: crate::dataset::Dataset, keep: usize) -> Replay {
         store.pairs().len(),
         errors.len()
     );
+    for (n, what) in [
+        (store.d2d().len(), "same-device cells"),
+        (store.p2p().len(), "peer copy cells"),
+    ] {
+        if n > 0 {
+            description.push_str(&format!(", {n} {what}"));
+        }
+    }
     if ds.partial.is_some() {
         description.push_str(", partial recording (the run did not finish)");
     }
@@ -234,6 +249,10 @@ fn from_dataset(ds: crate::dataset::Dataset, keep: usize) -> Replay {
         links,
         load_profile_delta,
         affinity: ds.affinity.clone(),
+        p2p_paths: ds.p2p_paths.clone(),
+        p2p_methods: ds.p2p_methods.clone(),
+        curves: crate::dataset::cells::sweep_curves(&ds),
+        basics: crate::dataset::cells::basics_table(&ds),
     }
 }
 
@@ -278,6 +297,10 @@ fn from_state(mut store: Store) -> Replay {
         links: BTreeMap::new(),
         load_profile_delta: BTreeMap::new(),
         affinity: Vec::new(),
+        p2p_paths: BTreeMap::new(),
+        p2p_methods: BTreeMap::new(),
+        curves: Vec::new(),
+        basics: None,
     }
 }
 
@@ -305,7 +328,12 @@ pub fn load(path: &Path, keep: usize) -> Result<Replay, ReplayError> {
         return Err(format("no matrix cells to replay".into()));
     }
     let replay = from_dataset(ds, keep.max(1));
-    if replay.store.h2d().is_empty() && replay.store.pairs().is_empty() {
+    let store = &replay.store;
+    let no_cells = store.h2d().is_empty()
+        && store.pairs().is_empty()
+        && store.d2d().is_empty()
+        && store.p2p().is_empty();
+    if no_cells && replay.curves.is_empty() && replay.basics.is_none() {
         return Err(format(format!(
             "no matrix cells to replay: {}",
             replay.warnings.join("; ")

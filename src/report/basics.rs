@@ -8,10 +8,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::csv::field;
-use crate::analysis::basics::{BasicsTable, Entry, Op};
-use crate::dataset::{CellResult, Dataset};
-use crate::probe::kind::Layout;
-use crate::probe::kinds::layout;
+use crate::analysis::basics::{BasicsTable, Op};
+use crate::dataset::Dataset;
 use crate::topology::natural::natural_key;
 
 /// The basics CSV file.
@@ -21,69 +19,13 @@ pub const CSV_FILE: &str = "basics.csv";
 pub const COLUMNS: &str =
     "load,measurement,unit,device,cpu,numa_node,value,samples,failed,last_error";
 
-/// Load profiles in the order their cells first appear (the run's order).
-fn loads(ds: &Dataset) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for c in ds
-        .cells
-        .iter()
-        .filter(|c| layout(c.matrix.kind) == Layout::Table)
-    {
-        if !out.contains(&c.matrix.load) {
-            out.push(c.matrix.load.clone());
-        }
-    }
-    out
-}
+use crate::dataset::cells::{
+    basics_cells as cells, basics_devices_of as devices_of, basics_loads as loads,
+};
 
-/// The dataset's basics cells with their measurement: by load profile (run order),
-/// measurement (table order), device (natural order).
-fn cells(ds: &Dataset) -> Vec<(Op, &CellResult)> {
-    let loads = loads(ds);
-    let mut out: Vec<(Op, &CellResult)> = ds
-        .cells
-        .iter()
-        .filter(|c| layout(c.matrix.kind) == Layout::Table)
-        .filter_map(|c| Some((c.matrix.direction.parse().ok()?, c)))
-        .collect();
-    out.sort_by(|(a_op, a), (b_op, b)| {
-        let load = |c: &CellResult| loads.iter().position(|l| *l == c.matrix.load);
-        (load(a), a_op, natural_key(&a.device)).cmp(&(load(b), b_op, natural_key(&b.device)))
-    });
-    out
-}
-
-/// The devices a cell is about: its device, or both devices of an allgather's pair.
-fn devices_of(c: &CellResult) -> Vec<&str> {
-    c.device.split(',').collect()
-}
-
-/// The table of `ds`, or none when it holds no basics run.
+/// The table of `ds`, or none when it holds no basics run (`dataset::cells::basics_table`).
 pub fn table(ds: &Dataset) -> Option<BasicsTable> {
-    let cells = cells(ds);
-    if cells.is_empty() && ds.basics_unavailable.is_empty() {
-        return None;
-    }
-    let entries: Vec<Entry<'_>> = cells
-        .iter()
-        .flat_map(|(op, c)| {
-            let value = c.value();
-            let error = c.errors.last().map(String::as_str);
-            devices_of(c).into_iter().map(move |device| Entry {
-                load: &c.matrix.load,
-                op: *op,
-                device,
-                value,
-                error,
-            })
-        })
-        .collect();
-    let unavailable: Vec<(Op, String)> = ds
-        .basics_unavailable
-        .iter()
-        .filter_map(|(op, why)| Some((op.parse().ok()?, why.clone())))
-        .collect();
-    Some(BasicsTable::of(&entries, &loads(ds), &unavailable))
+    crate::dataset::cells::basics_table(ds)
 }
 
 fn value(op: Op, v: f64) -> String {
@@ -228,7 +170,7 @@ pub fn csv(ds: &Dataset) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dataset::MatrixId;
+    use crate::dataset::{CellResult, MatrixId};
 
     fn cell(op: &str, load: &str, device: &str, v: Option<f64>) -> CellResult {
         CellResult {

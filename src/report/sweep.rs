@@ -9,8 +9,8 @@ use std::fmt::Write;
 
 use super::csv::field;
 use crate::analysis::sweep::{
-    self, Curve, Point, PointInput, SettingComparison, CACHE_RESIDENT_RATIO, DIP_RATIO,
-    PLATEAU_BAND, REMEASURE_SPREAD,
+    self, Curve, Point, SettingComparison, CACHE_RESIDENT_RATIO, DIP_RATIO, PLATEAU_BAND,
+    REMEASURE_SPREAD,
 };
 use crate::dataset::{size_label, Dataset};
 use crate::probe::kind::Layout;
@@ -23,22 +23,9 @@ pub const SWEEP_PNG: &str = "sweep.png";
 /// The header line of `sweep.csv`.
 pub const COLUMNS: &str = "op,device,size,size_bytes,gbps,bytes_per_second,spread,samples,failed,flags,limit_gbps,last_error";
 
-/// The curves of the dataset's sweep cells (empty for other runs).
+/// The curves of the dataset's sweep cells (empty for other runs; `dataset::cells::sweep_curves`).
 pub fn curves(ds: &Dataset) -> Vec<Curve> {
-    let points: Vec<PointInput> = ds
-        .cells
-        .iter()
-        .filter(|c| layout(c.matrix.kind) == Layout::Curves)
-        .map(|c| PointInput {
-            op: &c.matrix.direction,
-            device: &c.device,
-            setting: &c.matrix.load,
-            size_bytes: c.matrix.size_bytes,
-            samples: &c.samples,
-            errors: &c.errors,
-        })
-        .collect();
-    sweep::curves_within(&points, &ds.path_limits())
+    crate::dataset::cells::sweep_curves(ds)
 }
 
 fn gbps(v: f64) -> String {

@@ -67,7 +67,7 @@ fn every_replayable_recording_gives_a_valid_ledger() {
             continue;
         }
         let (path, doc) = ledger(&["--replay", rec.to_str().unwrap()], dir.path(), &name, &[]);
-        assert_eq!(doc["schema"], "chd.calibration/v1");
+        assert_eq!(doc["schema"], "chd.calibration/v2");
         written.push(path);
     }
     assert_eq!(written.len(), 8);
@@ -130,7 +130,7 @@ fn documents_that_violate_the_schema_are_refused() {
         &[],
     );
     type Mutation = (&'static str, fn(&mut Value));
-    let mutations: [Mutation; 6] = [
+    let mutations: [Mutation; 8] = [
         ("a cell's value as text", |d| {
             d["h2d_gbps_by_core_device"][0]["cells"][0]["gbps"] = "fast".into()
         }),
@@ -138,9 +138,20 @@ fn documents_that_violate_the_schema_are_refused() {
             d.as_object_mut().unwrap().remove("findings");
         }),
         ("another schema version", |d| {
-            d["schema"] = "chd.calibration/v2".into()
+            d["schema"] = "chd.calibration/v1".into()
         }),
         ("an unknown field", |d| d["node"]["colour"] = "blue".into()),
+        ("no p2p section", |d| {
+            d.as_object_mut().unwrap().remove("p2p");
+        }),
+        ("a sweep point without its dip flag", |d| {
+            d["sweeps"] = serde_json::json!([{"op": "h2d", "device": "0", "setting": "idle",
+                "max_gbps": 20.0, "plateau_bytes": null, "plateau_scatter": null,
+                "plateau_band": 0.05, "dip_ratio": 0.8,
+                "points": [{"size_bytes": 1, "gbps": 1.0, "spread": null, "samples": 1,
+                            "failed": 0, "remeasure": false, "unsupported": false,
+                            "last_error": null}]}])
+        }),
         ("a cpulist that is not one", |d| {
             d["node"]["cpus"] = "0-3,x".into()
         }),
@@ -516,7 +527,7 @@ fn a_cluster_health_workbook_gives_a_valid_ledger() {
         "wb.json",
         &[],
     );
-    assert_eq!(doc["schema"], "chd.calibration/v1");
+    assert_eq!(doc["schema"], "chd.calibration/v2");
     assert_valid(&[&path]);
     // 7 CPUs with a row (CPU 7 failed every sample) x 4 devices, less the empty and the nan
     // cell, at each of the two sizes; NPU 1 is the slow column; CPU 7 cannot be bound.
@@ -527,4 +538,95 @@ fn a_cluster_health_workbook_gives_a_valid_ledger() {
     }
     assert_eq!(doc["affinity_bindable_cpus"]["not_bindable"], "7");
     assert_eq!(doc["verdict"]["causes"][0]["id"], "slow_device:1");
+}
+
+/// One `chd probe` run directory of each kind besides h2d and pair (tests/fixtures/run-dirs,
+/// written by chd itself) gives a ledger with its section, and every one validates; a v1
+/// ledger of an earlier chd (tests/fixtures/ledger) merges into a valid v2 fleet file.
+#[test]
+fn every_kind_has_its_section_and_an_old_ledger_still_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut paths = Vec::new();
+    for kind in ["d2d", "p2p", "sweep", "basics"] {
+        let run = fixture(&format!("run-dirs/{kind}"));
+        let (path, doc) = ledger(
+            &["--replay", run.to_str().unwrap()],
+            dir.path(),
+            &format!("{kind}.json"),
+            &[],
+        );
+        match kind {
+            "d2d" => {
+                let size = &doc["d2d"][0];
+                assert_eq!(size["size_bytes"], 1 << 20);
+                let devices: Vec<&str> = size["devices"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|d| d["device"].as_str().unwrap())
+                    .collect();
+                assert_eq!(devices, ["0", "1", "2"]);
+                // Device 2's cells were planned on CPU 2, which failed to bind.
+                assert_eq!(size["devices"][2]["gbps"], Value::Null);
+                assert_eq!(size["devices"][0]["ratio"], 1.0);
+            }
+            "p2p" => {
+                let pairs = doc["p2p"]["pairs"].as_array().unwrap();
+                assert!(!pairs.is_empty());
+                let classes: Vec<&str> = doc["p2p"]["classes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|c| c["path"].as_str().unwrap())
+                    .collect();
+                assert_eq!(classes, ["PIX", "SYS"], "the run's recorded path classes");
+                assert_eq!(pairs[0]["src"], "0");
+                assert_eq!(pairs[0]["dst"], "1");
+                assert_eq!(pairs[0]["path"], "PIX");
+            }
+            "sweep" => {
+                let curves = doc["sweeps"].as_array().unwrap();
+                let ops: std::collections::BTreeSet<&str> =
+                    curves.iter().map(|c| c["op"].as_str().unwrap()).collect();
+                assert!(ops.contains("h2d") && ops.contains("d2d"), "{ops:?}");
+                let points = curves[0]["points"].as_array().unwrap();
+                assert_eq!(points.len(), 3, "128, 256 and 512 KiB");
+                assert_eq!(points[0]["size_bytes"], 128 << 10);
+            }
+            "basics" => {
+                let rows = doc["basics"]["rows"].as_array().unwrap();
+                let matmul = rows.iter().find(|r| r["measurement"] == "matmul").unwrap();
+                assert_eq!(matmul["unit"], "TFLOPS");
+                assert_eq!(matmul["failed"][0]["device"], "2");
+            }
+            _ => unreachable!(),
+        }
+        paths.push(path);
+    }
+    let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
+    assert_valid(&refs);
+
+    let fleet = dir.path().join("fleet.json");
+    let merged = run_chd(
+        &[
+            "ledger",
+            "--merge",
+            fixture("ledger/v1-advise.json").to_str().unwrap(),
+            paths[0].to_str().unwrap(),
+            "--out",
+            fleet.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(merged.status.success(), "{}", text(&merged.stderr));
+    assert_valid(&[&fleet]);
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&fleet).unwrap()).unwrap();
+    let old = doc["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node"]["host"] == "fixture-v1")
+        .expect("the v1 ledger is in the fleet file");
+    assert_eq!(old["schema"], "chd.calibration/v2");
+    assert_eq!(old["d2d"], serde_json::json!([]));
 }

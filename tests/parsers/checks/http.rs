@@ -89,8 +89,11 @@ fn server() -> SocketAddr {
             header_timeout: Duration::from_secs(2),
             web_config_file: None,
         };
-        let matrix: server::PageRenderer =
-            Arc::new(|| "<html><body>matrix</body></html>\n".repeat(64));
+        let matrix: server::PageRenderer = Arc::new(|| {
+            Arc::new(chd::exposition::page_cache::Page::new(
+                "<html><body>matrix</body></html>\n".repeat(64),
+            ))
+        });
         let (keep, shutdown) = tokio::sync::watch::channel(false);
         std::thread::spawn(move || {
             let _keep = keep;
