@@ -117,26 +117,8 @@ pub fn derive(
     env: &dyn Fn(&str) -> Option<String>,
     flags: &Overrides,
 ) -> Result<Launch, LaunchError> {
-    let number = |name: &str| -> Result<Option<u32>, LaunchError> {
-        env(name)
-            .map(|v| {
-                v.trim().parse().map_err(|_| LaunchError::NotANumber {
-                    name: name.to_string(),
-                    value: v,
-                })
-            })
-            .transpose()
-    };
-    let port_var = |name: &str| -> Result<Option<u16>, LaunchError> {
-        env(name)
-            .map(|v| {
-                v.trim().parse().map_err(|_| LaunchError::NotANumber {
-                    name: name.to_string(),
-                    value: v,
-                })
-            })
-            .transpose()
-    };
+    let number = |name: &str| parsed::<u32>(env, name);
+    let port_var = |name: &str| parsed::<u16>(env, name);
     let generic_rendezvous = env("CHD_FABRIC_RENDEZVOUS");
     let generic_world = number("CHD_FABRIC_WORLD_SIZE")?;
 
@@ -277,6 +259,21 @@ pub fn derive(
         rendezvous: Rendezvous { host, port },
         rank0_here,
     })
+}
+
+/// The variable `name` as a number, if set; a value that is not one is an error naming it.
+fn parsed<T: std::str::FromStr>(
+    env: &dyn Fn(&str) -> Option<String>,
+    name: &str,
+) -> Result<Option<T>, LaunchError> {
+    env(name)
+        .map(|v| {
+            v.trim().parse().map_err(|_| LaunchError::NotANumber {
+                name: name.to_string(),
+                value: v,
+            })
+        })
+        .transpose()
 }
 
 /// `host`, `host:port`, `[v6]:port` or a bare IPv6 address.

@@ -311,38 +311,25 @@ fn root(
         steps.len()
     );
     facts.peers = peers_of(0, &ranks);
-    for (rank, m) in members.iter_mut() {
-        let plan = FromRoot::Plan {
-            run: run.clone(),
-            steps: steps.clone(),
-            collectives: settings.collectives.clone(),
-            ring: ring_addrs.clone(),
-        };
-        if let Err(e) = wire::send(&mut m.conn, &plan) {
-            let why = format!(
-                "rank {rank} ({}) was lost before the plan reached it: {e}",
-                m.info.node
-            );
-            abort_all(&mut members, &why);
-            return Err(fail(SessionError::Peer(why), &facts));
-        }
-    }
+    let plan = FromRoot::Plan {
+        run: run.clone(),
+        steps: steps.clone(),
+        collectives: settings.collectives.clone(),
+        ring: ring_addrs.clone(),
+    };
+    broadcast(&mut members, &plan, "before the plan reached it")
+        .map_err(|why| fail(SessionError::Peer(why), &facts))?;
 
     let step_wait = settings.transfer_timeout + HANDSHAKE;
     let mut transfers = Vec::with_capacity(steps.len());
     for (i, step) in steps.iter().enumerate() {
         // Everyone hears each step begin: their wait for the next message is one step long.
-        for (rank, m) in members.iter_mut() {
-            if let Err(e) = wire::send(&mut m.conn, &FromRoot::Go { step: i }) {
-                let why = format!(
-                    "rank {rank} ({}) was lost at step {}: {e}",
-                    m.info.node,
-                    i + 1
-                );
-                abort_all(&mut members, &why);
-                return Err(fail(SessionError::Peer(why), &facts));
-            }
-        }
+        broadcast(
+            &mut members,
+            &FromRoot::Go { step: i },
+            &format!("at step {}", i + 1),
+        )
+        .map_err(|why| fail(SessionError::Peer(why), &facts))?;
         let measured = if step.sender == 0 {
             measure(step, settings.transfer_timeout)
         } else {
@@ -386,17 +373,9 @@ fn root(
     let mut collectives = Vec::with_capacity(settings.collectives.len());
     let mut links: Option<Links> = None;
     for (i, c) in settings.collectives.iter().enumerate() {
-        for (rank, m) in members.iter_mut() {
-            if let Err(e) = wire::send(&mut m.conn, &FromRoot::Collective { index: i }) {
-                let why = format!(
-                    "rank {rank} ({}) was lost at collective {}: {e}",
-                    m.info.node,
-                    i + 1
-                );
-                abort_all(&mut members, &why);
-                return Err(fail(SessionError::Peer(why), &facts));
-            }
-        }
+        let begin = FromRoot::Collective { index: i };
+        broadcast(&mut members, &begin, &format!("at collective {}", i + 1))
+            .map_err(|why| fail(SessionError::Peer(why), &facts))?;
         let listener = ring_listener
             .as_ref()
             .expect("a listener when collectives are planned");
@@ -506,6 +485,26 @@ fn lost(e: &WireError) -> String {
         WireError::Closed => "its connection closed".into(),
         WireError::TimedOut => "no answer within the step's deadline".into(),
         other => other.to_string(),
+    }
+}
+
+/// Send `msg` to every member; when one is lost, tell the others why (abort) and return it.
+fn broadcast(
+    members: &mut BTreeMap<u32, Member>,
+    msg: &FromRoot,
+    when: &str,
+) -> Result<(), String> {
+    let lost = members.iter_mut().find_map(|(rank, m)| {
+        wire::send(&mut m.conn, msg)
+            .err()
+            .map(|e| format!("rank {rank} ({}) was lost {when}: {e}", m.info.node))
+    });
+    match lost {
+        Some(why) => {
+            abort_all(members, &why);
+            Err(why)
+        }
+        None => Ok(()),
     }
 }
 
