@@ -275,6 +275,7 @@ fn report_ledger(fx: &Fixture, rounds: usize) {
         p2p_methods: Default::default(),
         curves: Vec::new(),
         basics: None,
+        fabric: None,
     };
     let cached = page().renderer();
     let fresh = page();

@@ -59,17 +59,26 @@ local p = import '../lib/promql.libsonnet';
           {
             alert: 'ChdFabricStale',
             // The newest successful fabric run of a node that has run the fabric probe is
-            // too old (nodes that never ran it have no series and stay silent).
+            // too old, or every run the node keeps failed (its rails are unmeasured). Nodes
+            // that never ran it have no series and stay silent.
             expr: |||
-              time() - chd_fabric_last_run_timestamp_seconds{outcome="ok"} > %d
+              (time() - chd_fabric_last_run_timestamp_seconds{outcome="ok"} > %d)
+              or
+              (
+                time() - chd_fabric_last_run_timestamp_seconds{outcome="failed"}
+                unless on (job, instance) chd_fabric_last_run_timestamp_seconds{outcome="ok"}
+              )
             ||| % t.fabricStaleSeconds,
             labels: { severity: c.severities.default },
             annotations: a('ChdFabricStale', 'A node\'s fabric calibration is out of date.', |||
-              The newest successful fabric run of {{ $labels.instance }} finished {{ $value |
-              humanizeDuration }} ago (chd_fabric_last_run_timestamp_seconds{outcome="ok"}), so
-              its rail figures describe the past. The schedule that launches chd probe fabric
-              (the sbatch round or the CronJob) has stopped reaching the node, or its runs
-              fail (chd_fabric_runs{outcome="failed"}).
+              {{ if eq $labels.outcome "ok" }}The newest successful fabric run of {{ $labels.instance }}
+              finished {{ $value | humanizeDuration }} ago
+              (chd_fabric_last_run_timestamp_seconds{outcome="ok"}), so its rail figures describe
+              the past.{{ else }}Every fabric run {{ $labels.instance }} keeps failed (the newest
+              {{ $value | humanizeDuration }} ago), so its rails are unmeasured: the errors are in
+              its fabric result files and on the runs' stderr.{{ end }} The schedule that
+              launches chd probe fabric (the sbatch round or the CronJob) has stopped reaching
+              the node, or its runs fail (chd_fabric_runs{outcome="failed"}).
             |||),
           },
         ],

@@ -5,8 +5,10 @@
 //! slow core of a pair, a PCIe link trained below its maximum, CPUs that cannot be bound, an
 //! RDMA port that is not ACTIVE, a device slow at copying within its own memory
 //! (`analysis::d2d`), an ordered device pair whose peer copies fall below
-//! [`SLOW_PAIR_RATIO`] x the median of its PCIe path class (`analysis::p2p`)). A device the telemetry reports lost (fallen off the bus) is
-//! `failed` too, whatever its old cells say.
+//! [`SLOW_PAIR_RATIO`] x the median of its PCIe path class (`analysis::p2p`), a fabric rail
+//! below [`RAIL_SLOW_RATIO`] x the node's other rails to the same peers (`analysis::fabric`,
+//! from `chd probe fabric`'s results)). A device the telemetry reports lost (fallen off the
+//! bus) is `failed` too, whatever its old cells say.
 //! Each cause has a stable id, so a scheduler-facing layer can hold a verdict steady across
 //! windows (`schedule::verdict`'s hysteresis).
 
@@ -16,6 +18,7 @@ use std::fmt;
 
 use super::cell::NumaMap;
 use super::d2d::D2dDevices;
+use super::fabric::{RailSummary, RAIL_SLOW_RATIO};
 use super::findings::SLOW_D2D_DEVICE_RATIO;
 use super::h2d::H2dMatrix;
 use super::live::{self, MatrixKey, StoreAnalysis};
@@ -84,11 +87,13 @@ pub struct Inputs<'a> {
     pub d2d: BTreeMap<u64, D2dDevices>,
     /// The peer copy matrix with its path classes (`analysis::live::p2p_matrix`).
     pub p2p: Option<P2pMatrix>,
+    /// The fabric's rails over the runs the node keeps (`analysis::fabric::summarize`).
+    pub fabric_rails: &'a [RailSummary],
 }
 
 /// What a running node observes besides its store, at the verdict's time: nothing for a
 /// recording or a state file.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Observed {
     /// RDMA ports (`hca/port`) that are not ACTIVE.
     pub rdma_down: Vec<String>,
@@ -101,6 +106,9 @@ pub struct Observed {
     /// Each ordered device pair's PCIe path class (`SRC>DST` -> `PIX` ... `SYS`), read from
     /// sysfs at start; a pair not named is `unknown` (a recording's pairs, judged in one class).
     pub p2p_paths: BTreeMap<String, String>,
+    /// The fabric's rails as the node's fabric results give them (`chd probe fabric`'s files
+    /// in the state directory, summarized by `analysis::fabric::summarize`).
+    pub fabric_rails: Vec<RailSummary>,
 }
 
 /// The same-device copy sizes judged: those of at least [`JUDGED_SIZE_BYTES`], else the
@@ -272,6 +280,24 @@ pub fn causes(analysis: &StoreAnalysis, inputs: &Inputs<'_>) -> Vec<Cause> {
             Some(device),
         );
     }
+    for rail in inputs.fabric_rails {
+        let Some(ratio) = rail.ratio.filter(|r| *r < RAIL_SLOW_RATIO) else {
+            continue;
+        };
+        add(
+            format!("slow_fabric_rail:{}:{}", rail.rail, rail.way.as_str()),
+            Level::Degraded,
+            format!(
+                "fabric rail {} ({}) slow: {ratio:.2} x the node's other rails to the same \
+                 peers, below {RAIL_SLOW_RATIO} (slowest peer {} at {:.3} GB/s)",
+                rail.rail,
+                rail.way.as_str(),
+                rail.slowest_peer.0,
+                rail.slowest_peer.1
+            ),
+            None,
+        );
+    }
     for port in inputs.rdma_down {
         add(
             format!("rdma_port_down:{port}"),
@@ -325,6 +351,7 @@ pub fn causes_of_store(
         d2d: live::d2d_devices(store),
         p2p: (!store.p2p().is_empty())
             .then(|| live::p2p_matrix(store, &observed.p2p_paths, &BTreeMap::new())),
+        fabric_rails: &observed.fabric_rails,
     };
     (causes(&analysis, &inputs), analysis.measured_nodes)
 }
@@ -666,5 +693,85 @@ mod tests {
                 "slow_p2p_pair:2>0"
             ]
         );
+    }
+
+    #[test]
+    fn a_slow_fabric_rail_degrades_the_node_and_a_dead_one_too() {
+        use crate::analysis::fabric::summarize;
+        use crate::format::fabric::{FabricRecord, Outcome, RailRecord, Way, SCHEMA};
+        let rail = |name: &str, way: Way, gbps: Option<f64>| RailRecord {
+            rail: name.into(),
+            address: "10.0.0.1".into(),
+            peer_rail: Some(name.into()),
+            peer_address: Some("10.0.0.2".into()),
+            way,
+            gbps,
+            bytes: 1 << 30,
+            streams: 4,
+            seconds: gbps.map(|g| 1.0 / g),
+            error: gbps.is_none().then(|| "timed out".to_string()),
+            slow: false,
+        };
+        let record = |run: &str, peer: &str, rails: Vec<RailRecord>| FabricRecord {
+            schema: SCHEMA,
+            run: run.into(),
+            node: "a".into(),
+            peer: peer.into(),
+            backend: "host".into(),
+            world_size: 2,
+            started: 1.0,
+            finished: 2.0,
+            outcome: Outcome::Ok,
+            error: None,
+            rails,
+            collectives: Vec::new(),
+        };
+        // Rail eth2 sends at a tenth of the others to both peers; eth3 carries nothing out;
+        // every rail receives alike.
+        let records: Vec<FabricRecord> = ["b", "c"]
+            .iter()
+            .enumerate()
+            .map(|(i, peer)| {
+                let mut rails = vec![
+                    rail("eth1", Way::Send, Some(12.0)),
+                    rail("eth2", Way::Send, Some(1.2)),
+                    rail("eth3", Way::Send, None),
+                    rail("eth4", Way::Send, Some(11.5)),
+                ];
+                rails.extend(
+                    ["eth1", "eth2", "eth3", "eth4"].map(|r| rail(r, Way::Receive, Some(12.0))),
+                );
+                record(&i.to_string(), peer, rails)
+            })
+            .collect();
+        let observed = Observed {
+            fabric_rails: summarize(&records, 8).rails,
+            ..Observed::default()
+        };
+        let (found, _) = causes_of_store(&Store::default(), &NumaMap::new(), &[], &observed);
+        let ids: Vec<&str> = found.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            ["slow_fabric_rail:eth2:send", "slow_fabric_rail:eth3:send"],
+            "{found:#?}"
+        );
+        assert_eq!(level(&found), Level::Degraded);
+        assert!(
+            found[0].text.contains("0.10 x the node's other rails"),
+            "{}",
+            found[0].text
+        );
+        assert!(found[1].text.contains("0.00 x"), "{}", found[1].text);
+        // With one rail there is nothing to judge it against.
+        let single = Observed {
+            fabric_rails: summarize(
+                &[record("1", "b", vec![rail("eth1", Way::Send, Some(1.0))])],
+                8,
+            )
+            .rails,
+            ..Observed::default()
+        };
+        let (found, _) = causes_of_store(&Store::default(), &NumaMap::new(), &[], &single);
+        assert!(found.is_empty(), "{found:#?}");
     }
 }

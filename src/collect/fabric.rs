@@ -17,15 +17,12 @@
 //! node never ran the fabric probe); a file that cannot be read or parsed costs only itself
 //! and one read error.
 
-use std::collections::HashMap;
 use std::io;
-use std::path::PathBuf;
-use std::sync::Mutex;
-use std::time::SystemTime;
 
 use super::{CollectError, CollectorSpec, ReadError, Sink, SysCollector};
 use crate::analysis::fabric::summarize;
-use crate::format::fabric::{self as results, FabricFileError, FabricRecord, KEEP_PER_PEER};
+use crate::format::fabric::{FabricFileError, KEEP_PER_PEER};
+use crate::format::fabric_dir::FabricDir;
 
 const GBPS: &str = "chd_fabric_rail_gbps";
 const RATIO: &str = "chd_fabric_rail_ratio";
@@ -34,81 +31,17 @@ const LAST_RUN: &str = "chd_fabric_last_run_timestamp_seconds";
 const RUNS: &str = "chd_fabric_runs";
 const COLLECTIVE: &str = "chd_fabric_collective_bus_gbps";
 
-/// A file's identity for the parse cache.
-type Stamp = (Option<SystemTime>, u64);
-
-/// A file's parse: its record, or why it has none.
-type Parsed = Result<FabricRecord, String>;
-
 /// The fabric collector.
 #[derive(Debug)]
 pub struct FabricCollector {
-    dir: PathBuf,
-    /// Parsed files by path, with the stamp they were parsed at.
-    cache: Mutex<HashMap<PathBuf, (Stamp, Parsed)>>,
+    dir: FabricDir,
 }
 
 impl FabricCollector {
     pub fn new(state_dir: &std::path::Path) -> Self {
         FabricCollector {
-            dir: results::dir_of(state_dir),
-            cache: Mutex::default(),
+            dir: FabricDir::of_state_dir(state_dir),
         }
-    }
-
-    /// Every record of the directory, from the cache where the file did not change.
-    fn records(&self, out: &mut Sink) -> Result<Vec<FabricRecord>, CollectError> {
-        let entries = match std::fs::read_dir(&self.dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(source) => {
-                return Err(CollectError::List {
-                    path: self.dir.clone(),
-                    source,
-                })
-            }
-        };
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        let mut seen = Vec::new();
-        let mut records = Vec::new();
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            if !name.ends_with(".json") || name.starts_with('.') {
-                continue;
-            }
-            let stamp: Stamp = match entry.metadata() {
-                Ok(m) => (m.modified().ok(), m.len()),
-                Err(_) => continue, // removed between listing and reading
-            };
-            let fresh = !matches!(cache.get(&path), Some((s, _)) if *s == stamp);
-            if fresh {
-                let parsed = match results::read(&path) {
-                    Ok(r) => Ok(r),
-                    Err(FabricFileError::Io { source, .. })
-                        if source.kind() == io::ErrorKind::NotFound =>
-                    {
-                        continue
-                    }
-                    Err(e) => {
-                        tracing::warn!("fabric results: {e}");
-                        Err(e.to_string())
-                    }
-                };
-                cache.insert(path.clone(), (stamp, parsed));
-            }
-            match &cache[&path].1 {
-                Ok(r) => records.push(r.clone()),
-                Err(e) => out.read_error(&ReadError::Io {
-                    path: path.clone(),
-                    source: io::Error::new(io::ErrorKind::InvalidData, e.clone()),
-                }),
-            }
-            seen.push(path);
-        }
-        cache.retain(|p, _| seen.contains(p));
-        Ok(records)
     }
 }
 
@@ -118,8 +51,20 @@ impl SysCollector for FabricCollector {
     }
 
     fn collect(&self, out: &mut Sink) -> Result<(), CollectError> {
-        let records = self.records(out)?;
-        let summary = summarize(&records, KEEP_PER_PEER);
+        let listing = self.dir.list().map_err(|e| match e {
+            FabricFileError::Io { path, source } => CollectError::List { path, source },
+            other => CollectError::List {
+                path: self.dir.path().to_path_buf(),
+                source: io::Error::new(io::ErrorKind::InvalidData, other.to_string()),
+            },
+        })?;
+        for (path, why) in listing.unreadable {
+            out.read_error(&ReadError::Io {
+                path,
+                source: io::Error::new(io::ErrorKind::InvalidData, why),
+            });
+        }
+        let summary = summarize(&listing.records, KEEP_PER_PEER);
         for r in &summary.rails {
             let labels = [("rail", r.rail.as_str()), ("direction", r.way.as_str())];
             out.gauge(
@@ -191,7 +136,7 @@ pub const SPEC: CollectorSpec = CollectorSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::fabric::{Outcome, RailRecord, Way, SCHEMA};
+    use crate::format::fabric::{self as results, FabricRecord, Outcome, RailRecord, Way, SCHEMA};
 
     fn record(
         run: &str,

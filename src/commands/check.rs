@@ -20,9 +20,12 @@ use chd::slurm::decide::{Decision, Policy};
 use chd::slurm::scontrol::{node_name, Scontrol};
 use chd::topology::Roots;
 
+use chd::analysis::fabric::summarize;
 use chd::analysis::live::numa_map;
 use chd::analysis::verdict::{causes_of_store, Cause, Level, Observed};
 use chd::format::calibration;
+use chd::format::fabric::KEEP_PER_PEER;
+use chd::format::fabric_dir::FabricDir;
 use chd::format::state_file::state_path;
 use chd::schedule::verdict::NodeVerdict;
 
@@ -206,6 +209,16 @@ fn slurm(judged: Result<NodeVerdict, String>, request: &SlurmRequest, roots: &Ro
 }
 
 fn judge(source: &CheckSource, samples_per_cell: usize) -> Result<NodeVerdict, String> {
+    // A state directory's fabric results count as `chd serve`'s verdict counts them.
+    let fabric_rails = match source {
+        CheckSource::StateDir(dir) => {
+            let listing = FabricDir::of_state_dir(dir)
+                .list()
+                .map_err(|e| format!("cannot read the fabric results: {e}"))?;
+            summarize(&listing.records, KEEP_PER_PEER).rails
+        }
+        _ => Vec::new(),
+    };
     let path = match source {
         CheckSource::Url(url) => return served(url),
         CheckSource::Replay(path) => path.clone(),
@@ -223,7 +236,7 @@ fn judge(source: &CheckSource, samples_per_cell: usize) -> Result<NodeVerdict, S
     };
     let replay = chd::replay::load(&path, samples_per_cell)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    if replay.store.measured_cells().next().is_none() {
+    if replay.store.measured_cells().next().is_none() && fabric_rails.is_empty() {
         return Err(format!("{}: no measured cell to judge", path.display()));
     }
     let (causes, best_numa) =
@@ -234,6 +247,7 @@ fn judge(source: &CheckSource, samples_per_cell: usize) -> Result<NodeVerdict, S
             &replay.pairs,
             &Observed {
                 p2p_paths: replay.p2p_paths.clone(),
+                fabric_rails,
                 ..Observed::default()
             },
         );

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use chd::format::calibration::Ledger;
+use chd::format::fabric_dir::{FabricDir, Listing};
 use chd::ledger::{self, Source};
 use chd::replay::Replay;
 use chd::store::{persist, unix_now};
@@ -98,6 +99,15 @@ pub fn ledger_of(
 ) -> anyhow::Result<Ledger> {
     let (replay, description) = read(input)?;
     let host = host_of(input, &replay, host, roots);
+    let fabric = match input {
+        Input::StateDir(dir) => {
+            let dir = FabricDir::of_state_dir(dir);
+            dir.list().with_context(|| {
+                format!("reading the fabric results in {}", dir.path().display())
+            })?
+        }
+        Input::Replay(_) => Listing::default(),
+    };
     Ok(ledger::build(&Source {
         host: &host,
         backend: &replay.backend,
@@ -115,6 +125,7 @@ pub fn ledger_of(
         p2p_methods: &replay.p2p_methods,
         curves: &replay.curves,
         basics: replay.basics.as_ref(),
+        fabric: &fabric,
     }))
 }
 

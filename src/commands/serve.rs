@@ -20,6 +20,7 @@ use chd::exposition::server;
 use chd::exposition::store_collector::StoreView;
 use chd::exposition::verdict_collector::VerdictView;
 use chd::exposition::web_settings::WebSettings;
+use chd::format::fabric_dir::FabricDir;
 use chd::runtime::{self, Backend, DeviceInfo};
 use chd::schedule::metrics::ProbeMetrics;
 use chd::schedule::verdict::{NfdFile, NodeVerdict, SharedVerdict};
@@ -291,6 +292,7 @@ async fn run_replay(
                 p2p_methods,
                 curves,
                 basics,
+                fabric: None,
             }
             .renderer(),
         ),
@@ -496,6 +498,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 p2p_methods: Default::default(),
                 curves: Vec::new(),
                 basics: None,
+                fabric: Some(FabricDir::of_state_dir(&state_dir)),
             }
             .renderer(),
         ),

@@ -1,6 +1,6 @@
 //! `/api/v1/calibration`: the node's calibration ledger (`ledger::build`) of a live or
-//! replayed store, kept per store generation and held verdict (`page_cache`) and built again
-//! only when one of them changed.
+//! replayed store, kept per store generation, held verdict and fabric results' stamp
+//! (`page_cache`) and built again only when one of them changed.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -10,6 +10,7 @@ use super::server::PageRenderer;
 use crate::analysis::basics::BasicsTable;
 use crate::analysis::sweep::Curve;
 use crate::analysis::verdict::NodeVerdict;
+use crate::format::fabric_dir::{FabricDir, Listing};
 use crate::ledger::{self, Source};
 use crate::runtime::DeviceInfo;
 use crate::schedule::verdict::SharedVerdict;
@@ -37,11 +38,24 @@ pub struct CalibrationPage {
     /// A replayed run's size curves and basics table.
     pub curves: Vec<Curve>,
     pub basics: Option<BasicsTable>,
+    /// The state directory's fabric results (`chd serve`; none for a replay).
+    pub fabric: Option<FabricDir>,
 }
 
 impl CalibrationPage {
+    /// The fabric results now (none without a directory, or when it cannot be listed).
+    fn fabric(&self) -> Listing {
+        let Some(dir) = &self.fabric else {
+            return Listing::default();
+        };
+        dir.list().unwrap_or_else(|e| {
+            tracing::warn!("/api/v1/calibration goes without the fabric results: {e}");
+            Listing::default()
+        })
+    }
+
     /// The ledger as of now, built under a read lock of the store.
-    fn build(&self, held: Option<&NodeVerdict>) -> String {
+    fn build(&self, held: Option<&NodeVerdict>, fabric: &Listing) -> String {
         let store = self
             .store
             .read()
@@ -63,6 +77,7 @@ impl CalibrationPage {
             p2p_methods: &self.p2p_methods,
             curves: &self.curves,
             basics: self.basics.as_ref(),
+            fabric,
         }))
     }
 
@@ -85,18 +100,21 @@ impl CalibrationPage {
     /// since the last one (`exposition::page_cache`): its `generated_at` is when it was built,
     /// and every age in it counts from then, so a kept page stays true as of that time.
     pub fn renderer(self) -> PageRenderer {
-        let cache: PageCache<(u64, Option<NodeVerdict>)> = PageCache::default();
+        let cache: PageCache<(u64, Option<NodeVerdict>, u64)> = PageCache::default();
         Arc::new(move || {
             let held = self.held();
             // Read before the build: a cell recorded meanwhile makes the next request build
             // again rather than keep a page that misses it.
             let generation = self.generation();
-            cache.get((generation, held.clone()), || self.build(held.as_ref()))
+            let fabric = self.fabric();
+            cache.get((generation, held.clone(), fabric.stamp), || {
+                self.build(held.as_ref(), &fabric)
+            })
         })
     }
 
     /// The page built at every call, for `scripts/bench.sh`'s side-by-side comparison.
     pub fn rebuilt(&self) -> String {
-        self.build(self.held().as_ref())
+        self.build(self.held().as_ref(), &self.fabric())
     }
 }

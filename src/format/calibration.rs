@@ -59,6 +59,94 @@ pub struct Ledger {
     /// The basic validation table (`chd probe basics`; v2, a recorded run's only).
     #[serde(default)]
     pub basics: Basics,
+    /// What `chd probe fabric` measured between this node and its peers, from the state
+    /// directory's fabric results (issue 26; absent where there are none, and in ledgers of
+    /// chd before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric: Option<Fabric>,
+}
+
+/// The fabric between this node and its peers, over the runs the node keeps per peer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Fabric {
+    /// Each rail and direction over all peers: what `chd serve` publishes
+    /// (`chd_fabric_rail_*`).
+    pub rails: Vec<FabricRail>,
+    /// The collectives over all ranks (`chd_fabric_collective_bus_gbps`).
+    pub collectives: Vec<FabricCollective>,
+    /// Runs kept, by outcome.
+    pub runs: Vec<FabricRuns>,
+    /// This node's row of the node x node matrix: each peer, what each rail carried to and
+    /// from it. A fleet file (`chd ledger --merge`) holds every node's row.
+    pub peers: Vec<FabricPeer>,
+    /// Result files that could not be read, with why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<String>,
+}
+
+/// One rail in one direction over all peers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FabricRail {
+    /// A network interface (`eth1`) or an RDMA port (`mlx5_0:1`).
+    pub rail: String,
+    /// `send` (to the peers) or `receive`.
+    pub direction: String,
+    /// Median GB/s over the runs (a transfer that carried nothing counts 0).
+    pub gbps: f64,
+    /// Median of the per-run ratios to the node's other rails; absent with one rail.
+    pub ratio: Option<f64>,
+    /// `ratio` below the `ChdFabricRailSlow` threshold (0.7).
+    pub slow: bool,
+    pub slowest_peer: String,
+    pub slowest_peer_gbps: f64,
+    pub runs: u64,
+}
+
+/// One collective over all ranks of the runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FabricCollective {
+    /// `allgather`, `allreduce`.
+    pub op: String,
+    pub size_bytes: u64,
+    /// Median bus bandwidth (nccl-tests' definition), GB/s.
+    pub bus_gbps: f64,
+}
+
+/// Runs of one outcome.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FabricRuns {
+    /// `ok`, `failed`.
+    pub outcome: String,
+    pub runs: u64,
+    /// Unix seconds the newest of them finished.
+    pub last_finished: f64,
+}
+
+/// One peer node and what each rail carried to and from it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FabricPeer {
+    pub peer: String,
+    /// Runs kept with this peer (all outcomes), and how the newest ended.
+    pub runs: u64,
+    pub last_outcome: String,
+    pub last_finished: f64,
+    /// The newest run's error, when it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    pub rails: Vec<FabricPeerRail>,
+}
+
+/// One rail in one direction with one peer, over the successful runs with it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FabricPeerRail {
+    pub rail: String,
+    pub peer_rail: Option<String>,
+    pub direction: String,
+    /// Median GB/s over the runs (0 for a run where it carried nothing).
+    pub gbps: f64,
+    /// Runs in which the rail was judged slow, of `runs`.
+    pub slow_runs: u64,
+    pub runs: u64,
 }
 
 /// The same-device copy cells of one size.

@@ -13,7 +13,8 @@
 //! - [`cluster_health_workbook`]: ClusterHealthDetect's xlsx workbooks (H2D matrix, core-pair
 //!   and NUMA affinity workbooks: every sheet kind its writers make).
 //! - [`size_sweep`]: the size-sweep JSON and CSV files of ClusterHealthDetect's users.
-//! - [`fabric`]: the fabric probe's results a node keeps (`<state_dir>/fabric/`).
+//! - [`fabric`]: the fabric probe's results a node keeps (`<state_dir>/fabric/`);
+//!   [`fabric_dir`]: that directory read again and again, with a parse cache.
 //! - [`launch_map`]: a proposed launch map for `chd advise --map`.
 //! - [`web_config`]: the web config file of Prometheus exporters (`--web.config.file`).
 //! - [`atomic_file`]: how every file chd writes whole is written (temporary file, rename) in
@@ -25,6 +26,7 @@ pub mod calibration;
 pub mod cluster_health;
 pub mod cluster_health_workbook;
 pub mod fabric;
+pub mod fabric_dir;
 pub mod launch_map;
 pub mod nfd_features;
 pub mod run_dir;

@@ -9,12 +9,14 @@
 //! - [`matrices`]: the measured cells and affinity verdicts.
 //! - [`analysis_doc`]: the analysis and findings as records.
 //! - [`kinds`]: same-device and peer copies, size curves, the basics table.
+//! - [`fabric_doc`]: the fabric between this node and its peers.
 //! - [`fleet`]: merging ledgers into one fleet file.
 //! - [`advice`]: `chd advise`'s best CPUs and bindings per device.
 //! - [`score`]: `chd advise --map`: a launch map scored against the ledger.
 
 pub mod advice;
 pub mod analysis_doc;
+pub mod fabric_doc;
 pub mod fleet;
 pub mod kinds;
 pub mod matrices;
@@ -25,10 +27,13 @@ pub mod source;
 pub use source::Source;
 
 use crate::analysis::best_cpus::best_cpus;
+use crate::analysis::fabric::summarize;
 use crate::analysis::live;
 use crate::analysis::verdict::{causes_of_store, NodeVerdict, Observed};
 use crate::analysis::StoreAnalysis;
 use crate::format::calibration::{self as doc, Ledger, NaturalMap};
+use crate::format::fabric::KEEP_PER_PEER;
+use crate::format::fabric_dir::Listing;
 use crate::topology::natural::natural_cmp;
 
 /// The ledger of `src`.
@@ -77,7 +82,24 @@ pub fn build(src: &Source) -> Ledger {
         p2p: kinds::p2p(&p2p),
         sweeps: kinds::sweeps(src.curves),
         basics: src.basics.map(kinds::basics).unwrap_or_default(),
+        fabric: fabric_doc::fabric(&src.fabric.records, &unreadable(src.fabric)),
     }
+}
+
+/// The fabric result files that could not be read, for people.
+fn unreadable(listing: &Listing) -> Vec<String> {
+    listing
+        .unreadable
+        .iter()
+        .map(|(path, why)| {
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            if why.contains(name.as_ref()) {
+                why.clone()
+            } else {
+                format!("{}: {why}", path.display())
+            }
+        })
+        .collect()
 }
 
 /// `src`'s verdict as the ledger records it: the held one given, else the store judged as a
@@ -89,6 +111,7 @@ fn verdict_doc(src: &Source, numa: &crate::analysis::NumaMap) -> doc::Verdict {
         None => {
             let observed = Observed {
                 p2p_paths: src.p2p_paths.clone(),
+                fabric_rails: summarize(&src.fabric.records, KEEP_PER_PEER).rails,
                 ..Observed::default()
             };
             let (causes, best) = causes_of_store(src.store, numa, src.pairs, &observed);
@@ -229,6 +252,7 @@ mod tests {
             p2p_methods: &BTreeMap::new(),
             curves: &[],
             basics: None,
+            fabric: &Default::default(),
         });
         let ids: Vec<&str> = ledger.node.devices.iter().map(|d| d.id.as_str()).collect();
         assert_eq!(ids, ["0", "2", "10"]);

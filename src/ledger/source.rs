@@ -1,11 +1,13 @@
 //! What a ledger is made from: a node's store (live, or a recording read into one) with its
 //! topology, devices and the facts a store does not hold (host, backend, links a run
 //! recorded, the load-profile delta of a run with several profiles, the peer copies' path
-//! classes, a recorded run's size curves and basics table).
+//! classes, a recorded run's size curves and basics table, the state directory's fabric
+//! results).
 
 use crate::analysis::basics::BasicsTable;
 use crate::analysis::sweep::Curve;
 use crate::analysis::verdict::NodeVerdict;
+use crate::format::fabric_dir::Listing;
 use std::collections::BTreeMap;
 
 use crate::runtime::DeviceInfo;
@@ -47,4 +49,6 @@ pub struct Source<'a> {
     pub curves: &'a [Curve],
     /// A recorded run's basic validation table.
     pub basics: Option<&'a BasicsTable>,
+    /// The state directory's fabric results (`chd probe fabric`); empty for a recording.
+    pub fabric: &'a Listing,
 }

@@ -21,6 +21,9 @@ pub mod state_saver;
 pub mod verdict;
 pub mod window;
 
+use crate::analysis::fabric::summarize;
+use crate::format::fabric::KEEP_PER_PEER;
+use crate::format::fabric_dir::FabricDir;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -110,6 +113,7 @@ impl Scheduler {
             self.schedule.verdict_clear_windows,
         );
         let mut nfd = self.nfd.clone().map(NfdPublisher::new);
+        let fabric = FabricDir::of_state_dir(&self.state_dir);
         loop {
             if !first {
                 tokio::select! {
@@ -123,7 +127,7 @@ impl Scheduler {
             }
             if !self.schedule.enabled {
                 // No windows: what the store holds stands for every tick.
-                self.judge(&mut tracker);
+                self.judge(&mut tracker, &fabric);
                 self.publish(nfd.as_mut());
                 self.metrics.idle_window("disabled");
                 first = false;
@@ -156,17 +160,26 @@ impl Scheduler {
                 "probe window done"
             );
             saver.save(false).await;
-            self.judge(&mut tracker);
+            self.judge(&mut tracker, &fabric);
             self.publish(nfd.as_mut());
             previous = gate.sample().ok();
         }
         saver.save(true).await;
     }
 
-    /// One window's findings into the verdict.
-    fn judge(&self, tracker: &mut VerdictTracker) {
+    /// One window's findings into the verdict, with the fabric's rails as the state
+    /// directory's fabric results give them now.
+    fn judge(&self, tracker: &mut VerdictTracker, fabric: &FabricDir) {
         let numa = crate::analysis::live::numa_map(&self.topology);
+        let fabric_rails = match fabric.list() {
+            Ok(listing) => summarize(&listing.records, KEEP_PER_PEER).rails,
+            Err(e) => {
+                tracing::warn!("the verdict goes without the fabric results: {e}");
+                Vec::new()
+            }
+        };
         let observed = Observed {
+            fabric_rails,
             p2p_paths: self.p2p_paths.clone(),
             hung_devices: self.backend.stuck().devices.into_iter().collect(),
             rdma_down: crate::collect::rdma::ports_not_active(&self.roots.sysfs, &self.hcas),

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::chd_process::{chd_bin, text, Chd};
+use crate::json_schema::{calibration_schema, validate};
 use crate::prometheus::{rules_path, rules_with_for, Prometheus};
 
 /// Two namespaces, deleted on drop.
@@ -249,13 +250,81 @@ fn a_throttled_rail_between_two_namespaces_fires_on_both_of_its_nodes() {
     assert_eq!(slow, must, "the rails the probe judged slow");
 
     // Each node's chd serve publishes its side; Prometheus judges.
-    let serve_a = Chd::serve(&sa, &["--no-probe"]);
-    let serve_b = Chd::serve(&sb, &["--no-probe"]);
+    // The verdict names a finding at its first window: the results are all there at start.
+    let serve_args = ["--no-probe", "--verdict-confirm-windows", "1"];
+    let serve_a = Chd::serve(&sa, &serve_args);
+    let serve_b = Chd::serve(&sb, &serve_args);
     let scraped = serve_a.scrape();
     assert!(
         scraped.contains("chd_fabric_rail_gbps{rail=\"va1\",direction=\"send\"}"),
         "{scraped}"
     );
+    // Each node's ledger holds its fabric section and a verdict naming its slow rails, and
+    // validates against the schema.
+    for (node, serve, dir) in [("node-a", &serve_a, &sa), ("node-b", &serve_b, &sb)] {
+        // The scheduler's first tick judges right after start; the ledger may come first.
+        let mut body = String::new();
+        for _ in 0..100 {
+            let (status, _, b) = serve.get("/api/v1/calibration", None);
+            assert_eq!(status, 200, "{b}");
+            body = b;
+            if body.contains("slow_fabric_rail") {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let path = dir.join("served-ledger.json");
+        std::fs::write(&path, &body).unwrap();
+        if let Err(e) = validate(&calibration_schema(), &[&path]) {
+            panic!("{node}'s ledger does not validate: {e}");
+        }
+        let doc: Value = serde_json::from_str(&body).unwrap();
+        let ledger_slow: BTreeSet<String> = doc["fabric"]["rails"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{node}: no fabric section: {body}"))
+            .iter()
+            .filter(|r| r["slow"] == true)
+            .map(|r| {
+                format!(
+                    "{node} {} {}",
+                    r["rail"].as_str().unwrap(),
+                    r["direction"].as_str().unwrap()
+                )
+            })
+            .collect();
+        let of_node: BTreeSet<String> = must
+            .iter()
+            .filter(|m| m.starts_with(node))
+            .cloned()
+            .collect();
+        assert_eq!(ledger_slow, of_node, "{node}'s ledger");
+        let peers: Vec<&str> = doc["fabric"]["peers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["peer"].as_str().unwrap())
+            .collect();
+        assert_eq!(peers.len(), 1, "{node}: one peer: {peers:?}");
+        let causes: BTreeSet<String> = doc["verdict"]["causes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["id"].as_str().unwrap().to_string())
+            .collect();
+        let want: BTreeSet<String> = of_node
+            .iter()
+            .map(|m| {
+                let mut w = m.split(' ').skip(1);
+                format!(
+                    "slow_fabric_rail:{}:{}",
+                    w.next().unwrap(),
+                    w.next().unwrap()
+                )
+            })
+            .collect();
+        assert_eq!(causes, want, "{node}'s verdict: {:#}", doc["verdict"]);
+        assert_eq!(doc["verdict"]["level"], "degraded", "{node}");
+    }
     let job = |name: &str, addr: std::net::SocketAddr| {
         format!("  - job_name: {name}\n    static_configs:\n      - targets: ['{addr}']\n")
     };

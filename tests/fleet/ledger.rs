@@ -315,6 +315,116 @@ fn a_state_directory_gives_ages_and_the_bindable_cpus() {
     );
 }
 
+/// A state directory with `chd probe fabric`'s results: the ledger gains its `fabric` section
+/// (rails over all peers, each peer's row, the unreadable file named) and validates; the
+/// snapshot verdict, and `chd check --state-dir`, name the slow rail.
+#[test]
+fn a_state_directory_with_fabric_results_gives_the_fabric_section_and_its_verdict() {
+    use chd::format::fabric::{self, FabricRecord, Outcome, RailRecord, Way, SCHEMA};
+    use chd::store::{persist, unix_now, Store};
+    let dir = tempfile::tempdir().unwrap();
+    let now = unix_now();
+    persist::save(dir.path(), &Store::default(), now).unwrap();
+    let rail = |name: &str, way: Way, gbps: f64| RailRecord {
+        rail: name.into(),
+        address: format!("10.0.{}.1", &name[3..]),
+        peer_rail: Some(name.into()),
+        peer_address: Some(format!("10.0.{}.2", &name[3..])),
+        way,
+        gbps: Some(gbps),
+        bytes: 1 << 30,
+        streams: 4,
+        seconds: Some(1.0 / gbps),
+        error: None,
+        slow: false,
+    };
+    for (i, peer) in ["node-b", "node-c", "node-d"].iter().enumerate() {
+        let mut rails = vec![
+            rail("eth1", Way::Send, 11.8),
+            rail("eth2", Way::Send, 2.4),
+            rail("eth3", Way::Send, 12.1),
+            rail("eth1", Way::Receive, 11.9),
+            rail("eth2", Way::Receive, 12.0),
+            rail("eth3", Way::Receive, 11.7),
+        ];
+        chd::analysis::fabric::judge(&mut rails);
+        let record = FabricRecord {
+            schema: SCHEMA,
+            run: format!("run{i}"),
+            node: "node-a".into(),
+            peer: peer.to_string(),
+            backend: "host".into(),
+            world_size: 2,
+            started: now - 100.0,
+            finished: now - 90.0 + i as f64,
+            outcome: Outcome::Ok,
+            error: None,
+            rails,
+            collectives: Vec::new(),
+        };
+        fabric::write(&fabric::dir_of(dir.path()), &record).unwrap();
+    }
+    std::fs::write(
+        fabric::dir_of(dir.path()).join("run9__node-e.json"),
+        "{\"schema\": 1,",
+    )
+    .unwrap();
+    let state = dir.path().to_str().unwrap();
+    let (path, doc) = ledger(
+        &["--state-dir", state, "--host", "node-a"],
+        dir.path(),
+        "ledger.json",
+        &[],
+    );
+    assert_valid(&[&path]);
+    let f = &doc["fabric"];
+    let slow: Vec<String> = f["rails"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["slow"] == true)
+        .map(|r| {
+            format!(
+                "{} {}",
+                r["rail"].as_str().unwrap(),
+                r["direction"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(slow, ["eth2 send"], "{f:#}");
+    let peers: Vec<&str> = f["peers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["peer"].as_str().unwrap())
+        .collect();
+    assert_eq!(peers, ["node-b", "node-c", "node-d"]);
+    assert_eq!(f["peers"][0]["rails"].as_array().unwrap().len(), 6);
+    assert!(
+        f["unreadable"][0]
+            .as_str()
+            .unwrap()
+            .contains("run9__node-e.json"),
+        "{f:#}"
+    );
+    let causes: Vec<&str> = doc["verdict"]["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(causes, ["slow_fabric_rail:eth2:send"]);
+    assert_eq!(doc["verdict"]["level"], "degraded");
+
+    let check = run_chd(&["check", "--state-dir", state], &[]);
+    let out = text(&check.stdout);
+    assert_eq!(check.status.code(), Some(1), "{out}{}", text(&check.stderr));
+    assert!(
+        out.starts_with("CHD DEGRADED - fabric rail eth2 (send) slow: 0.20 x"),
+        "{out}"
+    );
+}
+
 /// `chd serve --replay`'s `/api/v1/calibration` is the document `chd ledger --replay` prints
 /// (the same node, cells, analysis and findings), and validates.
 #[test]
