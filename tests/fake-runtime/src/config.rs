@@ -21,6 +21,9 @@ pub const DEFAULT_D2D_GBPS: f64 = 400.0;
 pub const DEFAULT_DEVICE_NAME: &str = "Fake H200";
 /// Default device memory size: 141 GiB.
 pub const DEFAULT_MEMORY_BYTES: u64 = 141 << 30;
+/// An H200's HBM3e as NVML describes it: a 6144-bit bus at 3201 MHz (4.9 TB/s).
+pub const DEFAULT_MEMORY_BUS_BITS: u32 = 6144;
+pub const DEFAULT_MAX_MEMORY_CLOCK_MHZ: u32 = 3201;
 /// Default bus bandwidth of a device pair in GB/s (`CHD_FAKE_PAIR_GBPS`).
 pub const DEFAULT_PAIR_GBPS: f64 = 13.7;
 /// Default rendezvous timeout of collectives and rank-by-rank communicator init
@@ -181,6 +184,12 @@ pub struct Config {
     pub pci_addresses: Vec<PciAddress>,
     pub device_name: String,
     pub memory_bytes: u64,
+    /// `CHD_FAKE_MEMORY_BUS_BITS`: what `nvmlDeviceGetMemoryBusWidth` answers (an H200's
+    /// 6144; 0: the query is `NVML_ERROR_NOT_SUPPORTED`).
+    pub memory_bus_bits: u32,
+    /// `CHD_FAKE_MAX_MEMORY_CLOCK_MHZ`: what `nvmlDeviceGetMaxClockInfo(NVML_CLOCK_MEM)`
+    /// answers (an H200's 3201; 0: `NVML_ERROR_NOT_SUPPORTED`).
+    pub max_memory_clock_mhz: u32,
     /// Default pair (collective / peer copy) bus bandwidth from `CHD_FAKE_PAIR_GBPS`.
     pub pair_gbps: f64,
     /// Per-rank CPU overrides from `CHD_FAKE_PAIR_GBPS`.
@@ -278,6 +287,8 @@ impl Default for Config {
                 .collect(),
             device_name: DEFAULT_DEVICE_NAME.to_owned(),
             memory_bytes: DEFAULT_MEMORY_BYTES,
+            memory_bus_bits: DEFAULT_MEMORY_BUS_BITS,
+            max_memory_clock_mhz: DEFAULT_MAX_MEMORY_CLOCK_MHZ,
             pair_gbps: DEFAULT_PAIR_GBPS,
             pair_cpus: Vec::new(),
             p2p_gbps: Vec::new(),
@@ -684,6 +695,20 @@ impl Config {
         });
         field("CHD_FAKE_MEMORY_BYTES", "141 GiB", &mut |v| {
             cfg.memory_bytes = parse_memory(v)?;
+            Ok(())
+        });
+        field("CHD_FAKE_MEMORY_BUS_BITS", "6144", &mut |v| {
+            cfg.memory_bus_bits = v
+                .trim()
+                .parse()
+                .map_err(|e| format!("bad bit count {v:?}: {e}"))?;
+            Ok(())
+        });
+        field("CHD_FAKE_MAX_MEMORY_CLOCK_MHZ", "3201", &mut |v| {
+            cfg.max_memory_clock_mhz = v
+                .trim()
+                .parse()
+                .map_err(|e| format!("bad clock {v:?}: {e}"))?;
             Ok(())
         });
         field(

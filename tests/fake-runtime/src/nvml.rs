@@ -357,6 +357,46 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
     })
 }
 
+/// `nvmlDeviceGetMemoryBusWidth`: `CHD_FAKE_MEMORY_BUS_BITS` (6144 by default);
+/// `NVML_ERROR_NOT_SUPPORTED` when it is 0.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMemoryBusWidth(
+    device: nvmlDevice_t,
+    bus_width: *mut c_uint,
+) -> NvmlReturn {
+    with_device(device, |_| match config::get().memory_bus_bits {
+        0 => NVML_ERROR_NOT_SUPPORTED,
+        // SAFETY: module contract.
+        bits => unsafe { put(bus_width, bits) },
+    })
+}
+
+/// `nvmlClockType_t`'s `NVML_CLOCK_MEM`.
+pub const NVML_CLOCK_MEM: c_uint = 2;
+
+/// `nvmlDeviceGetMaxClockInfo`: for `NVML_CLOCK_MEM`, `CHD_FAKE_MAX_MEMORY_CLOCK_MHZ` (3201
+/// by default; 0: `NVML_ERROR_NOT_SUPPORTED`); the graphics, SM and video clocks (0, 1, 3)
+/// are 1980 MHz; another type is `NVML_ERROR_INVALID_ARGUMENT`, as nvml.h's enum ends at 3.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMaxClockInfo(
+    device: nvmlDevice_t,
+    clock_type: c_uint,
+    clock: *mut c_uint,
+) -> NvmlReturn {
+    with_device(device, |_| {
+        let mhz = match clock_type {
+            NVML_CLOCK_MEM => config::get().max_memory_clock_mhz,
+            0 | 1 | 3 => 1980,
+            _ => return NVML_ERROR_INVALID_ARGUMENT,
+        };
+        if mhz == 0 {
+            return NVML_ERROR_NOT_SUPPORTED;
+        }
+        // SAFETY: module contract.
+        unsafe { put(clock, mhz) }
+    })
+}
+
 /// `nvmlDeviceGetMemoryInfo`: total = `CHD_FAKE_MEMORY_BYTES`; used = bytes this process
 /// allocated on the device, plus 1 GiB when the device is busy.
 #[no_mangle]

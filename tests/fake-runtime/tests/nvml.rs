@@ -295,3 +295,26 @@ fn running_processes() {
     }
     assert!(processes(3).is_empty());
 }
+
+#[test]
+fn memory_bus_width_and_maximum_memory_clock_answer_as_an_h200() {
+    let _i = Init::new();
+    let (mut bits, mut mhz) = (0, 0);
+    // SAFETY: valid out-pointers.
+    unsafe {
+        assert_eq!(nvmlDeviceGetMemoryBusWidth(handle(1), &mut bits), NVML_SUCCESS);
+        assert_eq!(
+            nvmlDeviceGetMaxClockInfo(handle(1), NVML_CLOCK_MEM, &mut mhz),
+            NVML_SUCCESS
+        );
+        assert_eq!((bits, mhz), (6144, 3201));
+        assert_eq!(
+            nvmlDeviceGetMaxClockInfo(handle(1), 7, &mut mhz),
+            NVML_ERROR_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            nvmlDeviceGetMemoryBusWidth(null_mut(), &mut bits),
+            NVML_ERROR_INVALID_ARGUMENT
+        );
+    }
+}
