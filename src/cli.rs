@@ -1,6 +1,7 @@
 //! Command-line interface: the raw clap arguments and their translation into a
 //! configuration layer. Validation happens in `chd::config`, never here.
 
+mod client_args;
 mod collector_args;
 
 use std::path::PathBuf;
@@ -8,6 +9,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use chd::config::{Layer, RawCells};
+use client_args::ClientArgs;
 use collector_args::CollectorArgs;
 
 /// chd keeps accelerator nodes honest: it measures, in idle windows, how fast each CPU core
@@ -62,7 +64,9 @@ pub enum Command {
     /// It reads what chd measured, never probes: a recording (--replay, as chd serve --replay
     /// takes) or chd serve's state directory (--state-dir, default /var/lib/chd). With --merge
     /// it makes one fleet file (schema chd.calibration-fleet/v1) of several nodes' ledgers,
-    /// refusing ledgers of another schema version and two of one host.
+    /// refusing ledgers of another schema version and two of one host. With --url it fetches
+    /// a running chd serve's /api/v1/calibration instead, as served (refused unless it parses
+    /// as a ledger).
     Ledger(LedgerArgs),
     /// Launch advice from what chd measured: for each device the CPUs whose H2D cell is
     /// within 5 % of the device's best (a cpulist, bindable CPUs only), their NUMA node
@@ -78,8 +82,9 @@ pub enum Command {
     ///
     /// The ledger comes from a recording (--replay), chd serve's state directory
     /// (--state-dir, default /var/lib/chd), a ledger file (--ledger, `-` for stdin) or a
-    /// node's /api/v1/calibration (--url http://node:9863; plain HTTP: for TLS or basic
-    /// auth fetch it with curl and use --ledger).
+    /// node's /api/v1/calibration (--url http://node:9863, or https:// with --ca-file,
+    /// --cert-file and --key-file, --user and --password-file for a node serving a web
+    /// config file).
     Advise(AdviseArgs),
     /// Between nodes: the fleet schedule of the fabric probe.
     #[command(subcommand)]
@@ -172,6 +177,8 @@ pub struct CheckArgs {
     /// With --npd: the plugin monitor's max_output_length (NPD cuts stdout there).
     #[arg(long, value_name = "BYTES", default_value_t = 80, requires = "npd")]
     pub npd_max_output: usize,
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 /// Where `chd check` reads the verdict from (exactly one).
@@ -185,8 +192,9 @@ pub struct CheckFrom {
     /// run, a chd probe --out directory, a state.json).
     #[arg(long, value_name = "FILE")]
     pub replay: Option<PathBuf>,
-    /// A running chd serve, http://HOST[:PORT]: its verdict as it holds it (from
-    /// /api/v1/calibration; plain HTTP).
+    /// A running chd serve, http://HOST[:PORT] or https://HOST[:PORT] (port 9863 by
+    /// default): its verdict as it holds it (from /api/v1/calibration; TLS and basic auth
+    /// with the flags below).
     #[arg(long, value_name = "URL")]
     pub url: Option<String>,
 }
@@ -203,7 +211,7 @@ impl CheckArgs {
         match (&f.replay, &f.state_dir, &f.url) {
             (Some(path), _, _) => CheckSource::Replay(path.clone()),
             (None, Some(dir), _) => CheckSource::StateDir(dir.clone()),
-            (None, None, Some(url)) => CheckSource::Url(url.clone()),
+            (None, None, Some(url)) => CheckSource::Url(self.client.remote(url)),
             (None, None, None) => unreachable!("clap requires one of --replay, --state-dir, --url"),
         }
     }
@@ -244,10 +252,11 @@ pub struct AdviseArgs {
     /// chd serve's state directory [default: /var/lib/chd].
     #[arg(long, value_name = "DIR", conflicts_with_all = ["ledger", "url"])]
     pub state_dir: Option<PathBuf>,
-    /// A ledger file (chd ledger --out, or curl of /api/v1/calibration); `-` reads stdin.
+    /// A ledger file (chd ledger --out, of a recording or a node's --url); `-` reads stdin.
     #[arg(long, value_name = "FILE", conflicts_with = "url")]
     pub ledger: Option<PathBuf>,
-    /// A node's chd serve: http://HOST[:PORT] (port 9863 by default).
+    /// A node's chd serve: http://HOST[:PORT] or https://HOST[:PORT] (port 9863 by default;
+    /// TLS and basic auth with the flags below).
     #[arg(long, value_name = "URL")]
     pub url: Option<String>,
     /// Print JSON instead of text.
@@ -260,6 +269,8 @@ pub struct AdviseArgs {
     /// times its pair ratio).
     #[arg(long, value_name = "RATIO", default_value_t = 0.9)]
     pub threshold: f64,
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 impl AdviseArgs {
@@ -271,7 +282,7 @@ impl AdviseArgs {
             (Some(file), ..) => Source::Local(Input::Replay(file.clone())),
             (_, Some(dir), ..) => Source::Local(Input::StateDir(dir.clone())),
             (_, _, Some(file), _) => Source::File(file.clone()),
-            (_, _, _, Some(url)) => Source::Url(url.clone()),
+            (_, _, _, Some(url)) => Source::Url(self.client.remote(url)),
             _ => Source::Local(Input::StateDir(chd::config::DEFAULT_STATE_DIR.into())),
         }
     }
@@ -293,12 +304,23 @@ pub struct LedgerArgs {
     /// directory; else the recording's file name].
     #[arg(long, value_name = "NAME", conflicts_with = "merge")]
     pub host: Option<String>,
+    /// A running chd serve's ledger instead: http://HOST[:PORT] or https://HOST[:PORT] (port
+    /// 9863 by default, path /api/v1/calibration; TLS and basic auth with the flags below).
+    #[arg(long, value_name = "URL", conflicts_with_all = ["replay", "state_dir", "merge", "host"])]
+    pub url: Option<String>,
     /// Write the document to FILE instead of stdout.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 impl LedgerArgs {
+    /// The node `--url` fetches the ledger from.
+    pub fn remote(&self) -> Option<crate::commands::fetch::Remote> {
+        self.url.as_deref().map(|url| self.client.remote(url))
+    }
+
     /// Where the ledger's measurements come from.
     pub fn input(&self) -> crate::commands::ledger::Input {
         use crate::commands::ledger::Input;
@@ -978,6 +1000,31 @@ pub struct ServeArgs {
 }
 
 impl Cli {
+    /// What clap cannot say: `--ca-file`, `--cert-file`, `--key-file`, `--user` and
+    /// `--password-file` need `--url` (clap drops a `requires` whose target conflicts with a
+    /// flag given, as `--replay` does `--url`). A clap usage error (exit 2) otherwise.
+    pub fn check_usage(&self) -> Result<(), clap::Error> {
+        let (name, client, url) = match &self.command {
+            Command::Advise(a) => ("advise", &a.client, a.url.is_some()),
+            Command::Check(a) => ("check", &a.client, a.from.url.is_some()),
+            Command::Ledger(a) => ("ledger", &a.client, a.url.is_some()),
+            _ => return Ok(()),
+        };
+        match client.first_given() {
+            Some(flag) if !url => {
+                use clap::CommandFactory;
+                let mut cli = Cli::command();
+                cli.build();
+                let verb = cli.find_subcommand_mut(name).expect("a verb of Command");
+                Err(verb.error(
+                    clap::error::ErrorKind::MissingRequiredArgument,
+                    format!("{flag} is for a node's --url (it does not apply to a local source)"),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The global flags as a configuration layer.
     pub fn global_layer(&self) -> Layer {
         let mut l = Layer::default();
@@ -1240,5 +1287,108 @@ mod tests {
             (Some(1), Some(4), Some(5)),
             "the probe help quotes serve's 1 + 4 and 5"
         );
+    }
+
+    /// `chd ARGS...` parsed and checked as `main` does, or clap's error kind.
+    fn parse(args: &[&str]) -> Result<Cli, clap::error::ErrorKind> {
+        let cli = Cli::try_parse_from(std::iter::once("chd").chain(args.iter().copied()))
+            .map_err(|e| e.kind())?;
+        cli.check_usage().map_err(|e| e.kind())?;
+        Ok(cli)
+    }
+
+    #[test]
+    fn the_tls_and_auth_flags_go_with_url_and_a_certificate_with_its_key() {
+        use clap::error::ErrorKind;
+        let tls = [
+            "--ca-file",
+            "ca.pem",
+            "--cert-file",
+            "c.pem",
+            "--key-file",
+            "k.pem",
+            "--user",
+            "alice",
+            "--password-file",
+            "pw",
+        ];
+        for verb in ["advise", "check", "ledger"] {
+            let mut args = vec![verb, "--url", "https://node"];
+            args.extend(tls);
+            assert!(parse(&args).is_ok(), "{args:?}");
+            for (extra, what) in [
+                (
+                    &["--cert-file", "c.pem"][..],
+                    "a certificate without its key",
+                ),
+                (
+                    &["--key-file", "k.pem"][..],
+                    "a key without its certificate",
+                ),
+                (
+                    &["--password-file", "pw"][..],
+                    "a password file without --user",
+                ),
+            ] {
+                let mut args = vec![verb, "--url", "https://node"];
+                args.extend(extra);
+                assert_eq!(
+                    parse(&args).err(),
+                    Some(ErrorKind::MissingRequiredArgument),
+                    "{verb}: {what}"
+                );
+            }
+            // Without --url, alone or beside a local source that conflicts with it.
+            for local in [&[][..], &["--replay", "r.json"][..]] {
+                for flag in ["--ca-file", "--user"] {
+                    let mut args = vec![verb];
+                    args.extend(local);
+                    args.extend([flag, "x"]);
+                    assert_eq!(
+                        parse(&args).err(),
+                        Some(ErrorKind::MissingRequiredArgument),
+                        "{args:?}"
+                    );
+                }
+            }
+        }
+        // chd ledger --url fetches a document: nothing to build it from, no host to record.
+        for other in [
+            &["--replay", "r.json"][..],
+            &["--host", "n"],
+            &["--merge", "a.json"],
+        ] {
+            let mut args = vec!["ledger", "--url", "http://node"];
+            args.extend(other);
+            assert_eq!(
+                parse(&args).err(),
+                Some(ErrorKind::ArgumentConflict),
+                "{args:?}"
+            );
+        }
+        let Ok(Cli {
+            command: Command::Ledger(ledger),
+            ..
+        }) = parse(&["ledger", "--url", "http://node", "--out", "l.json"])
+        else {
+            panic!("ledger --url --out parses");
+        };
+        assert_eq!(ledger.remote().unwrap().url, "http://node");
+    }
+
+    #[test]
+    fn the_url_help_names_the_password_variable_and_the_default_roots() {
+        for verb in ["advise", "check", "ledger"] {
+            let help = long_help(&[verb]);
+            for stated in [
+                crate::commands::fetch::PASSWORD_ENV,
+                "https://HOST[:PORT]",
+                "webpki-roots",
+                "--password-file <FILE>",
+            ] {
+                assert!(help.contains(stated), "{verb}: {stated:?} not in\n{help}");
+            }
+            assert!(!help.contains("plain HTTP"), "{verb}: {help}");
+        }
     }
 }

@@ -19,6 +19,9 @@ use cli::{Cli, Command};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(e) = cli.check_usage() {
+        e.exit();
+    }
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&cli.log))
         .unwrap_or_else(|_| EnvFilter::new("info"));
@@ -96,6 +99,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Ledger(args) => commands::ledger::run(&commands::ledger::LedgerRequest {
             input: args.input(),
             merge: args.merge.clone(),
+            url: args.remote(),
             host: args.host.clone(),
             out: args.out.clone(),
             roots: cli.roots(),

@@ -37,12 +37,13 @@ pub enum CheckSource {
     /// `chd serve`'s state directory (its state.json).
     StateDir(PathBuf),
     /// A running `chd serve`: its held verdict, from `/api/v1/calibration`.
-    Url(String),
+    Url(super::fetch::Remote),
 }
 
 /// The verdict `chd serve` at `url` holds (its ledger's `verdict`).
-fn served(url: &str) -> Result<NodeVerdict, String> {
-    let text = super::advise::fetch(url).map_err(|e| format!("{e:#}"))?;
+fn served(remote: &super::fetch::Remote) -> Result<NodeVerdict, String> {
+    let url = remote.url.as_str();
+    let text = super::fetch::get(remote).map_err(|e| format!("{e:#}"))?;
     let ledger = calibration::parse(url, &text).map_err(|e| e.to_string())?;
     let Some(v) = ledger.verdict else {
         return Err(format!(
@@ -220,7 +221,7 @@ fn judge(source: &CheckSource, samples_per_cell: usize) -> Result<NodeVerdict, S
         _ => Vec::new(),
     };
     let path = match source {
-        CheckSource::Url(url) => return served(url),
+        CheckSource::Url(remote) => return served(remote),
         CheckSource::Replay(path) => path.clone(),
         CheckSource::StateDir(dir) => {
             let path = state_path(dir);

@@ -1,6 +1,6 @@
 //! `chd ledger`: the node's calibration ledger (`chd::ledger`) from a recording or a state
-//! directory, printed or written to a file; `--merge` makes one fleet file of several
-//! ledgers. (`/api/v1/calibration` of `chd serve` is `chd::exposition::calibration_page`.)
+//! directory, or as a running `chd serve` serves it (`--url`), printed or written to a file;
+//! `--merge` makes one fleet file of several ledgers. (`/api/v1/calibration` of `chd serve` is `chd::exposition::calibration_page`.)
 
 use std::path::{Path, PathBuf};
 
@@ -12,6 +12,8 @@ use chd::ledger::{self, Source};
 use chd::replay::Replay;
 use chd::store::{persist, unix_now};
 use chd::topology::Roots;
+
+use super::fetch::{self, Remote};
 
 /// Where a ledger's measurements come from.
 #[derive(Debug, Clone)]
@@ -28,6 +30,8 @@ pub struct LedgerRequest {
     pub input: Input,
     /// Ledgers to merge into a fleet file instead (`--merge`).
     pub merge: Vec<PathBuf>,
+    /// A node's `/api/v1/calibration` to fetch instead (`--url`).
+    pub url: Option<Remote>,
     /// The host name to record instead of the one found.
     pub host: Option<String>,
     pub out: Option<PathBuf>,
@@ -143,6 +147,12 @@ fn write(out: Option<&Path>, text: &str) -> anyhow::Result<()> {
 
 /// Run `chd ledger`.
 pub fn run(request: &LedgerRequest) -> anyhow::Result<()> {
+    if let Some(remote) = &request.url {
+        // The node's document as it served it, once it parses as a ledger.
+        let text = fetch::get(remote)?;
+        chd::format::calibration::parse(&remote.url, &text)?;
+        return write(request.out.as_deref(), &text);
+    }
     if !request.merge.is_empty() {
         let inputs = request
             .merge

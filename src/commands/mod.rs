@@ -12,6 +12,8 @@
 //! - [`check`]: `chd check`, the node's verdict with health-check exit codes.
 //! - [`ledger`]: `chd ledger` and the `/api/v1/calibration` page.
 //! - [`advise`]: `chd advise` (launch advice, `--map` scoring).
+//! - [`fetch`]: `--url` of `advise`, `check` and `ledger` (HTTP or TLS, client certificates,
+//!   basic auth).
 //! - [`fabric`]: `chd fabric rounds` (the round-robin schedule of node pairs).
 //! - [`fabric_probe`]: `chd probe fabric`, one rank of a fabric run.
 
@@ -20,6 +22,7 @@ pub mod affinity;
 pub mod check;
 pub mod fabric;
 pub mod fabric_probe;
+pub mod fetch;
 pub mod interrupt;
 pub mod ledger;
 pub mod probe;

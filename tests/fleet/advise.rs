@@ -224,13 +224,33 @@ fn url_and_ledger_file_give_the_same_advice() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(json(&out)["devices"], expected["devices"]);
 
-    let refused = run_chd(&["advise", "--url", "https://node:9863"], &[]);
+    // https:// to a node serving plain HTTP: the answer is not TLS.
+    let chd = Chd::serve(dir.path(), &["--replay", rec.to_str().unwrap()]);
+    let refused = run_chd(&["advise", "--url", &format!("https://{}", chd.addr)], &[]);
     assert_eq!(refused.status.code(), Some(2));
     assert!(
-        text(&refused.stderr).contains("only http://"),
+        text(&refused.stderr).contains("not TLS") && text(&refused.stderr).contains("http://"),
         "{}",
         text(&refused.stderr)
     );
+    // Basic auth over plain http:// works, with a warning that the password goes in clear.
+    let out = run_chd(
+        &[
+            "advise",
+            "--url",
+            &format!("http://{}", chd.addr),
+            "--user",
+            "alice",
+        ],
+        &[("CHD_PASSWORD", "s3cret")],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("clear text"),
+        "{}",
+        text(&out.stderr)
+    );
+    chd.terminate();
 }
 
 /// The README's `chd advise` examples are this binary's output on the fixture.

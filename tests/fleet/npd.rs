@@ -299,7 +299,7 @@ fn npd_runs_chd_check_and_the_condition_sets_and_clears() {
     let (exit, message) = run_like_npd(chd_bin(), &args(&url), timeout, max_output);
     assert_eq!(exit, 2, "{message}");
     assert!(
-        message.starts_with("unknown: connecting to 127.0.0.1:"),
+        message.starts_with(&format!("unknown: {url}: connection refused")),
         "{message}"
     );
     let unknown = next(&recovered, exit, &message, &m);

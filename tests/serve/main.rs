@@ -2,6 +2,7 @@
 //! - the exporter: `serve` (the host backend, SIGTERM mid-window, state files of every age),
 //!   `serve_http` (gzip, header timeouts, the connection cap), `serve_tls` and `serve_auth`
 //!   (the web config file: TLS, client certificates, basic auth under load and reloads),
+//!   `client_tls` (`chd advise`, `check` and `ledger --url https://` against such a node),
 //!   `serve_fixtures` (the scrape-time collectors on fixture trees, golden scrapes),
 //!   `series_budget` (the fleet series budget, encoded in-process), `matrix_page` (the
 //!   `/matrix` page in headless Chromium);
@@ -27,6 +28,7 @@ mod login_flood;
 mod tls;
 
 mod accelerators;
+mod client_tls;
 mod d2d_serve;
 mod idle_gate;
 mod matrix_page;
