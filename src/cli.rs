@@ -731,6 +731,12 @@ pub struct RunArgs {
     /// Run directory: stream samples to DIR/cells.jsonl and write the report there.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// TOML config file in chd serve's format; its [paths], [runtime] and [limits] keys
+    /// apply (flags override it). [limits."MODEL"] h2d_gbps, d2h_gbps, d2d_gbps: the most
+    /// a path of that device model carries, where no API says; a sample above it is
+    /// reported implausible.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Continue the interrupted run in --out DIR with its plan; flags given must match it.
     #[arg(long, requires = "out")]
     pub resume: bool,
@@ -754,6 +760,7 @@ impl RunArgs {
     fn options(&self, cli: &Cli) -> crate::commands::request::RunOptions {
         crate::commands::request::RunOptions {
             layer: cli.runtime_layer(&self.runtime),
+            config: self.config.clone(),
             out: self.out.clone(),
             resume: self.resume,
             format: self.format.clone(),

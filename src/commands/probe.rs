@@ -16,7 +16,8 @@ use super::request::{ProbeRequest, RunOptions};
 use chd::config::{Config, Layer, RuntimeLayer};
 use chd::dataset::{self, Dataset};
 use chd::format::run_dir::{
-    self as record, CellLog, DeviceMeta, Machine, RunFile, RuntimeOptions as StoredRuntime,
+    self as record, CellLog, DeviceMeta, Machine, MemoryRecord, RunFile,
+    RuntimeOptions as StoredRuntime,
 };
 use chd::load::device;
 use chd::probe::kind::ProbeKind;
@@ -58,7 +59,19 @@ fn hostname(layer: &Layer) -> String {
     })
 }
 
-fn machine(layer: &Layer, topology: &Topology, opened: &Opened) -> Machine {
+fn machine(layer: &Layer, config: &Config, topology: &Topology, opened: &Opened) -> Machine {
+    let buses: std::collections::BTreeMap<String, MemoryRecord> = opened
+        .telemetry
+        .memory_buses()
+        .into_iter()
+        .map(|(device, bus)| {
+            let record = MemoryRecord {
+                bus_width_bits: bus.bus_width_bits,
+                max_clock_mhz: bus.max_clock_mhz,
+            };
+            (device, record)
+        })
+        .collect();
     Machine {
         hostname: hostname(layer),
         chd_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -75,8 +88,8 @@ fn machine(layer: &Layer, topology: &Topology, opened: &Opened) -> Machine {
                 pci_bus_id: d.pci_bus_id.clone(),
                 numa_node: d.numa_node,
                 link: None,
-                memory: None,
-                limits_gbps: Default::default(),
+                memory: buses.get(&d.id).copied(),
+                limits_gbps: config.limits.get(&d.name).cloned().unwrap_or_default(),
             })
             .collect(),
         numa_nodes: topology
@@ -151,7 +164,10 @@ fn run_kind(
         (Some(dir), true) => Some(CellLog::resume(dir)?),
         _ => None,
     };
-    let mut layer = opts.layer.clone();
+    let mut layer = match &opts.config {
+        Some(file) => Layer::from_file(file)?.merge(opts.layer.clone()),
+        None => opts.layer.clone(),
+    };
     // Host memory kinds are part of the plan (`--memory`), not a runtime setting here.
     layer.runtime.host_memory = None;
     if let Some((run, _, _)) = &resumed {
@@ -210,7 +226,7 @@ fn run_kind(
         RunFile {
             format: record::FORMAT_VERSION,
             plan: prepared.plan.clone(),
-            machine: machine(&layer, &topology, &opened),
+            machine: machine(&layer, &config, &topology, &opened),
             runtime: stored_runtime(&runtime_layer),
             pair_methods: oneshot::initial_pair_methods(&prepared),
             p2p_paths: prepared.p2p_paths.clone(),

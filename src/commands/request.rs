@@ -27,6 +27,8 @@ pub struct RunOptions {
     /// Global and runtime flags (paths, backend, device and collective libraries);
     /// `runtime.host_memory` is ignored (host memory kinds are part of the plan).
     pub layer: Layer,
+    /// `--config FILE`: a config file the flags' layer goes over.
+    pub config: Option<PathBuf>,
     /// Run directory: samples stream to `cells.jsonl` there, and the report is written there.
     pub out: Option<PathBuf>,
     /// Continue the interrupted run in `out` with its plan.

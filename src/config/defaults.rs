@@ -102,6 +102,8 @@ impl Layer {
                 pair_cells: Some(false),
             },
             collectors: CollectorsLayer::of(&CollectorSettings::default()),
+            // No model has configured limits unless a file names it.
+            limits: Default::default(),
         }
     }
 }

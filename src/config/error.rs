@@ -34,6 +34,8 @@ pub enum Problem {
     NotADuration { text: String, why: String },
     #[error("must be greater than zero")]
     Zero,
+    #[error("{0} is not a bandwidth: a positive number of GB/s")]
+    NotABandwidth(f64),
     #[error("must be at least 1")]
     NotAtLeastOne,
     #[error("{0:?} is not an address like 0.0.0.0:9863 or [::1]:9863")]

@@ -13,6 +13,7 @@ mod print;
 mod schema;
 mod validate;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -33,8 +34,8 @@ pub use exposition::{
     CellExport, CellsDecision, ExpositionConfig, RawCells, DEFAULT_AUTO_CELLS_LIMIT,
 };
 pub use schema::{
-    CollectorsLayer, ExpositionLayer, Layer, PathsLayer, ProbeLayer, RawOption, RuntimeLayer,
-    ScheduleLayer, ServerLayer,
+    CollectorsLayer, ExpositionLayer, Layer, ModelLimitsLayer, PathsLayer, ProbeLayer, RawOption,
+    RuntimeLayer, ScheduleLayer, ServerLayer,
 };
 
 /// The validated configuration. Nothing past this point sees an unvalidated value.
@@ -55,6 +56,8 @@ pub struct Config {
     pub exposition: ExpositionConfig,
     /// Which scrape-time collectors run and what they cover.
     pub collectors: CollectorSettings,
+    /// `[limits."MODEL"]`: model -> operation (`h2d`, `d2h`, `d2d`) -> GB/s.
+    pub limits: BTreeMap<String, BTreeMap<String, f64>>,
 }
 
 impl Config {
@@ -207,6 +210,32 @@ mod tests {
                 .unwrap();
         let again = Config::resolve([layer(&c.to_toml()).unwrap()]).unwrap();
         assert_eq!(c, again);
+    }
+
+    #[test]
+    fn model_limits_merge_by_model_and_key_and_name_a_bad_value() {
+        let file = layer(
+            "[limits.\"Ascend910B3\"]\nh2d_gbps = 120\nd2d_gbps = 800\n[limits.\"NVIDIA H200\"]\nd2d_gbps = 2400\n",
+        )
+        .unwrap();
+        let flags = layer("[limits.\"Ascend910B3\"]\nd2d_gbps = 900.5\n").unwrap();
+        let c = Config::resolve([file, flags]).unwrap();
+        assert_eq!(
+            c.limits["Ascend910B3"],
+            BTreeMap::from([("d2d".to_string(), 900.5), ("h2d".to_string(), 120.0)])
+        );
+        assert_eq!(c.limits["NVIDIA H200"]["d2d"], 2400.0);
+        let again = Config::resolve([layer(&c.to_toml()).unwrap()]).unwrap();
+        assert_eq!(c, again, "--print-config keeps the table");
+        let err = Config::resolve([layer("[limits.\"X\"]\nd2d_gbps = -1\n").unwrap()])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "limits.\"X\".d2d_gbps: -1 is not a bandwidth: a positive number of GB/s"
+        );
+        let err = layer("[limits.\"X\"]\nd2d = 5\n").unwrap_err().to_string();
+        assert!(err.contains("d2d"), "{err}");
     }
 
     #[test]

@@ -3,7 +3,8 @@
 
 use super::collectors::CollectorsLayer;
 use super::schema::{
-    ExpositionLayer, Layer, PathsLayer, ProbeLayer, RuntimeLayer, ScheduleLayer, ServerLayer,
+    ExpositionLayer, Layer, ModelLimitsLayer, PathsLayer, ProbeLayer, RuntimeLayer, ScheduleLayer,
+    ServerLayer,
 };
 use super::Config;
 
@@ -75,6 +76,21 @@ impl Config {
                 pair_cells: Some(self.exposition.pair_cells),
             },
             collectors: CollectorsLayer::of(&self.collectors),
+            limits: self
+                .limits
+                .iter()
+                .map(|(model, ops)| {
+                    let op = |name: &str| ops.get(name).copied();
+                    (
+                        model.clone(),
+                        ModelLimitsLayer {
+                            h2d_gbps: op("h2d"),
+                            d2h_gbps: op("d2h"),
+                            d2d_gbps: op("d2d"),
+                        },
+                    )
+                })
+                .collect(),
         }
     }
 

@@ -2,6 +2,7 @@
 //! it, every key optional, unknown keys refused. Layers merge key by key, later wins;
 //! [`super::validate`] turns the merged layer into the typed settings.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -28,6 +29,21 @@ pub struct Layer {
     pub exposition: ExpositionLayer,
     #[serde(default, skip_serializing_if = "CollectorsLayer::is_empty")]
     pub collectors: CollectorsLayer,
+    /// `[limits."MODEL"]`, by the model name the runtime gives (`NVIDIA H100 80GB HBM3`,
+    /// `Ascend910B3`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub limits: BTreeMap<String, ModelLimitsLayer>,
+}
+
+/// `[limits."MODEL"]`: the most a path of devices of one model can carry, GB/s, where no API
+/// reports it (a same-device copy on a device without NVML, a host path that is not PCIe
+/// alone). A sample above it is implausible (`analysis::limits`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelLimitsLayer {
+    pub h2d_gbps: Option<f64>,
+    pub d2h_gbps: Option<f64>,
+    pub d2d_gbps: Option<f64>,
 }
 
 /// `[server]`
@@ -249,6 +265,26 @@ impl Layer {
             probe: self.probe.merge(over.probe),
             exposition: self.exposition.merge(over.exposition),
             collectors: self.collectors.merge(over.collectors),
+            limits: merge_limits(self.limits, over.limits),
         }
     }
+}
+
+/// Models of `over` override those of `base` key by key.
+fn merge_limits(
+    mut base: BTreeMap<String, ModelLimitsLayer>,
+    over: BTreeMap<String, ModelLimitsLayer>,
+) -> BTreeMap<String, ModelLimitsLayer> {
+    for (model, o) in over {
+        let b = base.remove(&model).unwrap_or_default();
+        base.insert(
+            model,
+            ModelLimitsLayer {
+                h2d_gbps: o.h2d_gbps.or(b.h2d_gbps),
+                d2h_gbps: o.d2h_gbps.or(b.d2h_gbps),
+                d2d_gbps: o.d2d_gbps.or(b.d2d_gbps),
+            },
+        );
+    }
+    base
 }

@@ -3,13 +3,16 @@
 //! up here: the defaults are the bottom layer (`defaults.rs`), so a key without a value is
 //! one that has no default.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::str::FromStr;
 use std::time::Duration;
 
 use super::error::{ConfigError, Problem};
 use super::exposition::CellExport;
-use super::schema::{ExpositionLayer, Layer, ProbeLayer, RuntimeLayer, ScheduleLayer};
+use super::schema::{
+    ExpositionLayer, Layer, ModelLimitsLayer, ProbeLayer, RuntimeLayer, ScheduleLayer,
+};
 use super::{Config, ExpositionConfig, ProbeConfig, ScheduleConfig};
 use crate::exposition::server::ServerSettings;
 use crate::runtime::select::RuntimeConfig;
@@ -136,8 +139,35 @@ impl Config {
             probe: probe(l.probe)?,
             exposition: exposition(l.exposition)?,
             collectors: l.collectors.validate()?,
+            limits: limits(l.limits)?,
         })
     }
+}
+
+/// `[limits."MODEL"]`: every value a positive, finite GB/s.
+fn limits(
+    l: BTreeMap<String, ModelLimitsLayer>,
+) -> Result<BTreeMap<String, BTreeMap<String, f64>>, ConfigError> {
+    let mut out = BTreeMap::new();
+    for (model, m) in l {
+        let mut ops = BTreeMap::new();
+        for (op, v) in [
+            ("h2d", m.h2d_gbps),
+            ("d2h", m.d2h_gbps),
+            ("d2d", m.d2d_gbps),
+        ] {
+            let Some(v) = v else { continue };
+            if !(v.is_finite() && v > 0.0) {
+                return Err(ConfigError::invalid(
+                    format!("limits.{model:?}.{op}_gbps"),
+                    Problem::NotABandwidth(v),
+                ));
+            }
+            ops.insert(op.to_string(), v);
+        }
+        out.insert(model, ops);
+    }
+    Ok(out)
 }
 
 fn schedule(l: ScheduleLayer) -> Result<ScheduleConfig, ConfigError> {

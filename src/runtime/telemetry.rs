@@ -42,6 +42,15 @@ impl DeviceSample {
     }
 }
 
+/// A device's memory as NVML describes it: the bus width and the maximum memory clock, from
+/// which its peak bandwidth follows (`analysis::limits::MemoryBus`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryBusInfo {
+    pub bus_width_bits: u32,
+    /// `nvmlDeviceGetMaxClockInfo(NVML_CLOCK_MEM)`, MHz.
+    pub max_clock_mhz: u32,
+}
+
 /// Where device state comes from.
 pub trait DeviceTelemetry: Send + Sync {
     /// `nvml`, `acl`, or `none`.
@@ -56,6 +65,11 @@ pub trait DeviceTelemetry: Send + Sync {
     /// Whether [`DeviceSample::utilization`] is something this source reads.
     fn reports_utilization(&self) -> bool {
         true
+    }
+    /// Each device's memory bus, where the source reports it (NVML); a device whose query
+    /// fails is left out.
+    fn memory_buses(&self) -> Vec<(String, MemoryBusInfo)> {
+        Vec::new()
     }
 }
 
@@ -191,6 +205,30 @@ impl DeviceTelemetry for NvmlTelemetry {
     /// `nvmlDeviceGetComputeRunningProcesses` answers on every GPU NVML manages.
     fn reports_processes(&self) -> bool {
         true
+    }
+
+    /// `nvmlDeviceGetMemoryBusWidth` and `nvmlDeviceGetMaxClockInfo(NVML_CLOCK_MEM)`.
+    fn memory_buses(&self) -> Vec<(String, MemoryBusInfo)> {
+        use nvml_wrapper::enum_wrappers::device::Clock;
+        self.devices
+            .iter()
+            .filter_map(|(index, label)| {
+                let device = self.nvml.device_by_index(*index).ok()?;
+                let read = || -> Result<MemoryBusInfo, NvmlError> {
+                    Ok(MemoryBusInfo {
+                        bus_width_bits: device.memory_bus_width()?,
+                        max_clock_mhz: device.max_clock_info(Clock::Memory)?,
+                    })
+                };
+                match read() {
+                    Ok(bus) => Some((label.clone(), bus)),
+                    Err(e) => {
+                        tracing::debug!("device {label}: NVML gives no memory bus: {e}");
+                        None
+                    }
+                }
+            })
+            .collect()
     }
 
     fn sample(&self) -> Vec<DeviceSample> {

@@ -226,3 +226,77 @@ fn host_backend_copies_node_memory_and_bad_flags_are_clear() {
         "{help}"
     );
 }
+
+/// The limit of a same-device copy comes from the device memory NVML describes (the fake
+/// answers as an H200: 6144 bits at 3201 MHz, 4.92 TB/s, 2.46 TB/s for a copy, which reads and
+/// writes each byte) and is recorded in run.json; a device reading above it is implausible,
+/// named with the limit and left out of the typical device; a configured `[limits."MODEL"]`
+/// table wins over NVML.
+#[test]
+fn a_copy_above_what_the_device_memory_carries_is_implausible_and_a_configured_limit_wins() {
+    let lib = fake::fake_runtime_path();
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("nvml");
+    let env = [
+        ("CHD_FAKE_DEVICE_COUNT", "4"),
+        // Device 1 "reads" 3 TB/s: a copy that stayed in a cache.
+        ("CHD_FAKE_D2D_GBPS", "400;1=3000"),
+    ];
+    let out = chd(&d2d_args(lib, out_dir.to_str().unwrap()), &env);
+    assert_ok(&out);
+    let run: Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("run.json")).unwrap()).unwrap();
+    for d in run["machine"]["devices"].as_array().unwrap() {
+        assert_eq!(
+            d["memory"],
+            serde_json::json!({"bus_width_bits": 6144, "max_clock_mhz": 3201}),
+            "{d}"
+        );
+    }
+    let stdout = text(&out.stdout);
+    let implausible: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("implausible, a measurement fault"))
+        .collect();
+    assert_eq!(implausible.len(), 2, "one per size: {stdout}");
+    assert!(
+        implausible.iter().all(|l| l.contains(
+            "device 1 reads 3000.00 GB/s at same-device copies, above its path's limit of 2458.37 GB/s (device memory"
+        )),
+        "{implausible:?}"
+    );
+    // Left out of the typical device: the others are typical (no slow device at 400 GB/s
+    // beside a 3000 GB/s one).
+    assert!(
+        !stdout.contains("is slow at same-device copies"),
+        "{stdout}"
+    );
+
+    // A configured table wins: at most 350 GB/s for this model makes every device
+    // implausible, the limit named as the config key.
+    let config = dir.path().join("chd.toml");
+    std::fs::write(&config, "[limits.\"Fake H200\"]\nd2d_gbps = 350\n").unwrap();
+    let out_dir = dir.path().join("configured");
+    let mut args = d2d_args(lib, out_dir.to_str().unwrap());
+    args.extend(["--config", config.to_str().unwrap()]);
+    let out = chd(&args, &env);
+    assert_ok(&out);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("4 of 4 devices implausible at same-device copies"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("above its path's limit of 350.00 GB/s ([limits.\"Fake H200\"] d2d_gbps)"),
+        "{stdout}"
+    );
+    let run: Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("run.json")).unwrap()).unwrap();
+    assert_eq!(run["machine"]["devices"][0]["limits_gbps"]["d2d"], 350.0);
+
+    // A config key chd does not know is named.
+    std::fs::write(&config, "[limits.\"Fake H200\"]\nd2d = 350\n").unwrap();
+    let out = chd(&args, &env);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("d2d"), "{}", text(&out.stderr));
+}

@@ -302,7 +302,10 @@ fn memory_bus_width_and_maximum_memory_clock_answer_as_an_h200() {
     let (mut bits, mut mhz) = (0, 0);
     // SAFETY: valid out-pointers.
     unsafe {
-        assert_eq!(nvmlDeviceGetMemoryBusWidth(handle(1), &mut bits), NVML_SUCCESS);
+        assert_eq!(
+            nvmlDeviceGetMemoryBusWidth(handle(1), &mut bits),
+            NVML_SUCCESS
+        );
         assert_eq!(
             nvmlDeviceGetMaxClockInfo(handle(1), NVML_CLOCK_MEM, &mut mhz),
             NVML_SUCCESS
