@@ -207,6 +207,7 @@ fn view(
         pairs: vec![],
         pair_cells: false,
         p2p_paths: Default::default(),
+        d2d_limits: Default::default(),
     }
 }
 
@@ -276,6 +277,7 @@ fn report_ledger(fx: &Fixture, rounds: usize) {
         curves: Vec::new(),
         basics: None,
         fabric: None,
+        d2d_limits: Default::default(),
     };
     let cached = page().renderer();
     let fresh = page();

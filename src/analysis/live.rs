@@ -3,6 +3,7 @@
 //! once per window end and kept. A live cell's failures are its failed attempts since its
 //! last success.
 
+use super::limits::PathLimits;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
@@ -78,7 +79,7 @@ pub fn pair_cells(store: &Store) -> BTreeMap<&str, Vec<Cell<'_>>> {
 
 /// The same-device copy cells of `store` by size, each size's devices analysed (their ratio
 /// to the typical device: `chd_d2d_device_ratio`). The CPU of a live cell is not kept (0).
-pub fn d2d_devices(store: &Store) -> BTreeMap<u64, D2dDevices> {
+pub fn d2d_devices(store: &Store, limits: &PathLimits) -> BTreeMap<u64, D2dDevices> {
     let mut by_size: BTreeMap<u64, Vec<Cell<'_>>> = BTreeMap::new();
     for (k, c) in store.d2d() {
         by_size
@@ -88,7 +89,7 @@ pub fn d2d_devices(store: &Store) -> BTreeMap<u64, D2dDevices> {
     }
     by_size
         .into_iter()
-        .map(|(size, cells)| (size, D2dDevices::of(&cells)))
+        .map(|(size, cells)| (size, D2dDevices::within(&cells, limits)))
         .collect()
 }
 

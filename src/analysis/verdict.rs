@@ -21,6 +21,7 @@ use super::d2d::D2dDevices;
 use super::fabric::{RailSummary, RAIL_SLOW_RATIO};
 use super::findings::SLOW_D2D_DEVICE_RATIO;
 use super::h2d::H2dMatrix;
+use super::limits::PathLimits;
 use super::live::{self, MatrixKey, StoreAnalysis};
 use super::p2p::{P2pMatrix, SLOW_PAIR_RATIO};
 use crate::store::Store;
@@ -109,6 +110,9 @@ pub struct Observed {
     /// The fabric's rails as the node's fabric results give them (`chd probe fabric`'s files
     /// in the state directory, summarized by `analysis::fabric::summarize`).
     pub fabric_rails: Vec<RailSummary>,
+    /// Each device's same-device copy limit (`analysis::limits`): a device above it is
+    /// implausible and neither slow nor anyone's reference.
+    pub d2d_limits: PathLimits,
 }
 
 /// The same-device copy sizes judged: those of at least [`JUDGED_SIZE_BYTES`], else the
@@ -348,7 +352,7 @@ pub fn causes_of_store(
         rdma_down: &observed.rdma_down,
         lost_devices: &observed.lost_devices,
         hung_devices: &observed.hung_devices,
-        d2d: live::d2d_devices(store),
+        d2d: live::d2d_devices(store, &observed.d2d_limits),
         p2p: (!store.p2p().is_empty())
             .then(|| live::p2p_matrix(store, &observed.p2p_paths, &BTreeMap::new())),
         fabric_rails: &observed.fabric_rails,

@@ -130,6 +130,7 @@ pub fn ledger_of(
         curves: &replay.curves,
         basics: replay.basics.as_ref(),
         fabric: &fabric,
+        d2d_limits: &Default::default(),
     }))
 }
 

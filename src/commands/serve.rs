@@ -271,6 +271,7 @@ async fn run_replay(
             pairs: replay.pairs.clone(),
             pair_cells: config.exposition.pair_cells,
             p2p_paths: Arc::new(recorded_paths),
+            d2d_limits: Default::default(),
         },
     );
     let pages = server::Pages {
@@ -293,6 +294,7 @@ async fn run_replay(
                 curves,
                 basics,
                 fabric: None,
+                d2d_limits: Default::default(),
             }
             .renderer(),
         ),
@@ -421,6 +423,27 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         p2p_paths.keys().cloned().collect()
     });
 
+    let d2d_limits = d2d_limits(backend.devices(), &*telemetry, &config.limits);
+    if !d2d_limits.is_empty() {
+        tracing::info!(
+            "same-device copy limits: {}",
+            backend
+                .devices()
+                .iter()
+                .filter_map(|d| {
+                    let l = d2d_limits.get(&d.id, "d2d")?;
+                    Some(format!(
+                        "device {} {:.0} GB/s ({})",
+                        d.id,
+                        l.bytes_per_second / 1e9,
+                        l.source
+                    ))
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+
     let mut loaded = load_store(&state_dir, &topology, &*backend);
     loaded.set_cpu_numa(
         topology
@@ -470,6 +493,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             pairs: pairs.clone(),
             pair_cells: config.exposition.pair_cells,
             p2p_paths: p2p_paths.clone(),
+            d2d_limits: Arc::new(d2d_limits.clone()),
         },
     );
 
@@ -499,6 +523,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 curves: Vec::new(),
                 basics: None,
                 fabric: Some(FabricDir::of_state_dir(&state_dir)),
+                d2d_limits: d2d_limits.clone(),
             }
             .renderer(),
         ),
@@ -534,6 +559,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         nfd,
         hcas: config.collectors.hcas(),
         p2p_paths: path_names(&p2p_paths),
+        d2d_limits,
     };
     let prober = tokio::spawn(scheduler.run(shutdown_rx));
 
@@ -572,4 +598,49 @@ async fn wait_for_signal() -> anyhow::Result<()> {
         _ = int.recv() => tracing::info!("SIGINT received"),
     }
     Ok(())
+}
+
+/// Each device's same-device copy limit (`analysis::limits`): the configured
+/// `[limits."MODEL"] d2d_gbps` of its model, else half the bandwidth of the device memory NVML
+/// describes. Host copies are not limited here: their PCIe link is only known after a
+/// window's copies, and the report judges them from run.json.
+fn d2d_limits(
+    devices: &[chd::runtime::DeviceInfo],
+    telemetry: &dyn chd::runtime::telemetry::DeviceTelemetry,
+    configured: &std::collections::BTreeMap<String, std::collections::BTreeMap<String, f64>>,
+) -> chd::analysis::limits::PathLimits {
+    use chd::analysis::limits::{DeviceFacts, MemoryBus, ModelLimits, PathLimits};
+    let buses: std::collections::BTreeMap<String, MemoryBus> = telemetry
+        .memory_buses()
+        .into_iter()
+        .map(|(device, b)| {
+            let bus = MemoryBus {
+                bus_width_bits: b.bus_width_bits,
+                max_clock_mhz: b.max_clock_mhz,
+            };
+            (device, bus)
+        })
+        .collect();
+    let facts: Vec<DeviceFacts> = devices
+        .iter()
+        .map(|d| DeviceFacts {
+            device: d.id.clone(),
+            model: d.name.clone(),
+            link: None,
+            memory: buses.get(&d.id).copied(),
+            pcie_host_path: false,
+        })
+        .collect();
+    let models: std::collections::BTreeMap<String, ModelLimits> = configured
+        .iter()
+        .map(|(model, ops)| {
+            let d2d: ModelLimits = ops
+                .iter()
+                .filter(|(op, _)| op.as_str() == "d2d")
+                .map(|(op, g)| (op.clone(), g * 1e9))
+                .collect();
+            (model.clone(), d2d)
+        })
+        .collect();
+    PathLimits::build(&facts, &models)
 }

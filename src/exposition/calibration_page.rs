@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::page_cache::PageCache;
 use super::server::PageRenderer;
 use crate::analysis::basics::BasicsTable;
+use crate::analysis::limits::PathLimits;
 use crate::analysis::sweep::Curve;
 use crate::analysis::verdict::NodeVerdict;
 use crate::format::fabric_dir::{FabricDir, Listing};
@@ -40,6 +41,8 @@ pub struct CalibrationPage {
     pub basics: Option<BasicsTable>,
     /// The state directory's fabric results (`chd serve`; none for a replay).
     pub fabric: Option<FabricDir>,
+    /// Each device's same-device copy limit (`chd serve`: NVML's memory bus, the config).
+    pub d2d_limits: PathLimits,
 }
 
 impl CalibrationPage {
@@ -78,6 +81,7 @@ impl CalibrationPage {
             curves: &self.curves,
             basics: self.basics.as_ref(),
             fabric,
+            d2d_limits: &self.d2d_limits,
         }))
     }
 

@@ -4,6 +4,7 @@
 //! info and build info. It only reads the store (under a read lock that probes take for
 //! writing only between cells), so a scrape never waits for a probe.
 
+use crate::analysis::limits::PathLimits;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -96,6 +97,9 @@ pub struct StoreView {
     /// The PCIe path class of each ordered device pair, read from sysfs once at start (a
     /// pair not in it is `unknown`).
     pub p2p_paths: Arc<BTreeMap<P2pKey, PathClass>>,
+    /// Each device's same-device copy limit (`analysis::limits`: NVML's memory bus, the
+    /// configured `[limits."MODEL"]`); empty where none is known.
+    pub d2d_limits: Arc<PathLimits>,
 }
 
 /// One row per statistic of `summary` (in `stat` label order), labelled by `labels(stat)`.
@@ -440,7 +444,7 @@ impl StoreView {
         encode_best_cpus(&best_cpus(&by_matrix), enc)?;
         encode_links(&store.link_by_device(), &analysis, enc)?;
         self.encode_pairs(&pairs, &analysis, enc)?;
-        encode_d2d(&live::d2d_devices(store), enc)?;
+        encode_d2d(&live::d2d_devices(store, &self.d2d_limits), enc)?;
         self.encode_p2p(store, enc)?;
         self.encode_probe_state(store, enc)?;
         self.encode_info(enc)
@@ -527,6 +531,14 @@ fn encode_d2d(
         "chd_d2d_device_ratio",
         "This device's same-device copy bandwidth / the median over the node's devices of this size",
         rows().filter_map(|(labels, d)| Some((labels, d.ratio?))),
+    )?;
+    gauges(
+        enc,
+        "chd_d2d_implausible_limit_bytes_per_second",
+        "The limit a device's same-device copy bandwidth is above (a measurement fault: left out of the ratios); no series for a plausible one",
+        rows().filter_map(|(labels, d)| {
+            Some((labels, bytes_per_second(d.implausible.as_ref()?.bytes_per_second)))
+        }),
     )
 }
 
@@ -691,6 +703,7 @@ pub(crate) mod tests {
             pairs: vec![],
             pair_cells: false,
             p2p_paths: Default::default(),
+            d2d_limits: Default::default(),
         }
     }
 

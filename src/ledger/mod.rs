@@ -57,7 +57,7 @@ pub fn build(src: &Source) -> Ledger {
         })
         .collect();
     delta.sort_by(|a, b| natural_cmp(&a.0, &b.0));
-    let d2d = live::d2d_devices(src.store);
+    let d2d = live::d2d_devices(src.store, src.d2d_limits);
     let p2p = live::p2p_matrix(src.store, src.p2p_paths, src.p2p_methods);
     let mut findings = analysis_doc::findings(&analysis, &by_matrix, &numa);
     findings.slow_d2d_devices = kinds::slow_d2d(&d2d);
@@ -112,6 +112,7 @@ fn verdict_doc(src: &Source, numa: &crate::analysis::NumaMap) -> doc::Verdict {
             let observed = Observed {
                 p2p_paths: src.p2p_paths.clone(),
                 fabric_rails: summarize(&src.fabric.records, KEEP_PER_PEER).rails,
+                d2d_limits: src.d2d_limits.clone(),
                 ..Observed::default()
             };
             let (causes, best) = causes_of_store(src.store, numa, src.pairs, &observed);
@@ -253,6 +254,7 @@ mod tests {
             curves: &[],
             basics: None,
             fabric: &Default::default(),
+            d2d_limits: &Default::default(),
         });
         let ids: Vec<&str> = ledger.node.devices.iter().map(|d| d.id.as_str()).collect();
         assert_eq!(ids, ["0", "2", "10"]);

@@ -5,6 +5,7 @@
 //! results).
 
 use crate::analysis::basics::BasicsTable;
+use crate::analysis::limits::PathLimits;
 use crate::analysis::sweep::Curve;
 use crate::analysis::verdict::NodeVerdict;
 use crate::format::fabric_dir::Listing;
@@ -51,4 +52,7 @@ pub struct Source<'a> {
     pub basics: Option<&'a BasicsTable>,
     /// The state directory's fabric results (`chd probe fabric`); empty for a recording.
     pub fabric: &'a Listing,
+    /// Each device's path limits (`analysis::limits`) for the same-device copies; empty for
+    /// a recording (whose own report reads them from run.json).
+    pub d2d_limits: &'a PathLimits,
 }

@@ -85,6 +85,8 @@ pub struct Scheduler {
     /// Each ordered device pair's PCIe path class (`SRC>DST` -> `PIX` ...), read once at
     /// start: the verdict judges a peer copy against its class.
     pub p2p_paths: std::collections::BTreeMap<String, String>,
+    /// Each device's same-device copy limit: a device above it is implausible, not judged.
+    pub d2d_limits: crate::analysis::limits::PathLimits,
 }
 
 /// Pair cells planned per pair and window (the budget decides how many run).
@@ -180,6 +182,7 @@ impl Scheduler {
         };
         let observed = Observed {
             fabric_rails,
+            d2d_limits: self.d2d_limits.clone(),
             p2p_paths: self.p2p_paths.clone(),
             hung_devices: self.backend.stuck().devices.into_iter().collect(),
             rdma_down: crate::collect::rdma::ports_not_active(&self.roots.sysfs, &self.hcas),

@@ -120,3 +120,45 @@ fn a_slow_device_shows_in_the_d2d_bandwidth_and_ratio_and_survives_a_restart() {
     let (status, log) = chd.terminate();
     assert!(status.success(), "{log}");
 }
+
+/// A device reading above what its memory can carry (the fake's NVML describes an H200's:
+/// 6144 bits at 3201 MHz, 2.46 TB/s for a copy) is implausible: its value is still served,
+/// with the limit beside it, but it has no ratio and is nobody's reference, so the others
+/// stay typical and the verdict names no slow device.
+#[test]
+fn a_device_above_its_memory_limit_is_implausible_not_fast() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("CHD_FAKE_DEVICE_COUNT", "4"),
+        ("CHD_FAKE_D2D_GBPS", "400;1=3000;2=150"),
+    ];
+    let chd = Chd::serve_env(dir.path(), &args("4"), &env);
+    let m = chd.wait_for(
+        Duration::from_secs(60),
+        "the plausible devices' ratios and device 1's limit",
+        |m| {
+            ["0", "2", "3"]
+                .iter()
+                .all(|d| d2d(m, "chd_d2d_device_ratio", d).is_some())
+                && d2d(m, "chd_d2d_implausible_limit_bytes_per_second", "1").is_some()
+        },
+    );
+    let limit = d2d(&m, "chd_d2d_implausible_limit_bytes_per_second", "1").unwrap();
+    assert!((limit - 2.458368e12).abs() < 1e6, "{limit}");
+    let value = d2d(&m, "chd_d2d_bandwidth_bytes_per_second", "1").unwrap();
+    assert!((value - 3000e9).abs() < 0.01 * 3000e9, "{value}");
+    assert_eq!(d2d(&m, "chd_d2d_device_ratio", "1"), None, "no ratio");
+    for d in ["0", "2", "3"] {
+        assert_eq!(
+            d2d(&m, "chd_d2d_implausible_limit_bytes_per_second", d),
+            None,
+            "device {d} is plausible"
+        );
+    }
+    // The typical device is the median of 400, 150 and 400, not pulled up by 3000.
+    let ratio = d2d(&m, "chd_d2d_device_ratio", "2").unwrap();
+    assert!((ratio - 0.375).abs() < 0.01, "{ratio}");
+    promtool_check_metrics(&chd.scrape());
+    let (status, log) = chd.terminate();
+    assert!(status.success(), "{log}");
+}

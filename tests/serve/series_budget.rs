@@ -238,6 +238,7 @@ fn scrape(shape: Shape, cells: bool) -> String {
         pairs: Vec::new(),
         pair_cells: false,
         p2p_paths: Arc::new(p2p_paths),
+        d2d_limits: Default::default(),
     }));
     encode(&registry, Format::Prometheus).expect("encode")
 }
