@@ -269,6 +269,7 @@ async fn run_replay(
             cells,
             pairs: replay.pairs.clone(),
             pair_cells: config.exposition.pair_cells,
+            cpu_series: config.exposition.cpu_series,
             p2p_paths: Arc::new(recorded_paths),
         },
     );
@@ -467,6 +468,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             cells,
             pairs: pairs.clone(),
             pair_cells: config.exposition.pair_cells,
+            cpu_series: config.exposition.cpu_series,
             p2p_paths: p2p_paths.clone(),
         },
     );

@@ -1,6 +1,8 @@
 //! The `[exposition]` section: whether the per-cell series are exported (`cells = true`,
 //! `false`, or `"auto"`: on when the planned matrix has at most `auto_cells_limit` cells)
-//! and whether the core-pair cells are. `auto` is resolved once the matrix is planned
+//! and whether the core-pair cells are; which per-CPU series are exported (`cpu_series =
+//! "exceptions"`: only CPUs that cannot be bound, plus counts; `"all"`: every CPU's
+//! `chd_cpu_bindable` and `chd_cpu_info`). `auto` is resolved once the matrix is planned
 //! ([`ExpositionConfig::cells_for`]), before the store's collector is built.
 
 use std::fmt;
@@ -90,6 +92,40 @@ impl CellExport {
     }
 }
 
+/// Which per-CPU series are exported (`exposition.cpu_series`, issue 28 part 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CpuSeries {
+    /// `chd_cpu_bindable` only for the CPUs that could not be bound (value 0; none on a
+    /// healthy node), `chd_cpus` counts by state, no `chd_cpu_info`: the default, which
+    /// keeps a 640-CPU node's per-CPU series from being 1,280.
+    #[default]
+    Exceptions,
+    /// Also `chd_cpu_bindable` 1 for every bindable CPU and `chd_cpu_info` for every CPU.
+    All,
+}
+
+impl CpuSeries {
+    /// Validate `exposition.cpu_series`.
+    pub(super) fn validate(text: String) -> Result<CpuSeries, ConfigError> {
+        match text.as_str() {
+            "exceptions" => Ok(CpuSeries::Exceptions),
+            "all" => Ok(CpuSeries::All),
+            _ => Err(ConfigError::invalid(
+                "exposition.cpu_series",
+                Problem::NotCpuSeries(format!("{text:?}")),
+            )),
+        }
+    }
+
+    /// As written in TOML.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CpuSeries::Exceptions => "exceptions",
+            CpuSeries::All => "all",
+        }
+    }
+}
+
 /// The validated `[exposition]` section.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExpositionConfig {
@@ -97,6 +133,7 @@ pub struct ExpositionConfig {
     /// The most planned cells for which `cells = "auto"` exports them.
     pub auto_cells_limit: usize,
     pub pair_cells: bool,
+    pub cpu_series: CpuSeries,
 }
 
 impl ExpositionConfig {
@@ -170,6 +207,7 @@ mod tests {
             cells,
             auto_cells_limit: DEFAULT_AUTO_CELLS_LIMIT,
             pair_cells: false,
+            cpu_series: CpuSeries::Exceptions,
         }
     }
 
