@@ -10,6 +10,7 @@ use std::fmt;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::error::{ConfigError, Problem};
+pub use crate::exposition::store_collector::CpuSeries;
 
 /// Default `exposition.auto_cells_limit`: a typical 8-GPU node (2 sockets, up to 512 CPUs x
 /// 8 devices x 3 sizes = 12,288 cells) exposes its cells; the seed's 640 CPUs x 16 devices
@@ -92,37 +93,15 @@ impl CellExport {
     }
 }
 
-/// Which per-CPU series are exported (`exposition.cpu_series`, issue 28 part 4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum CpuSeries {
-    /// `chd_cpu_bindable` only for the CPUs that could not be bound (value 0; none on a
-    /// healthy node), `chd_cpus` counts by state, no `chd_cpu_info`: the default, which
-    /// keeps a 640-CPU node's per-CPU series from being 1,280.
-    #[default]
-    Exceptions,
-    /// Also `chd_cpu_bindable` 1 for every bindable CPU and `chd_cpu_info` for every CPU.
-    All,
-}
-
-impl CpuSeries {
-    /// Validate `exposition.cpu_series`.
-    pub(super) fn validate(text: String) -> Result<CpuSeries, ConfigError> {
-        match text.as_str() {
-            "exceptions" => Ok(CpuSeries::Exceptions),
-            "all" => Ok(CpuSeries::All),
-            _ => Err(ConfigError::invalid(
-                "exposition.cpu_series",
-                Problem::NotCpuSeries(format!("{text:?}")),
-            )),
-        }
-    }
-
-    /// As written in TOML.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CpuSeries::Exceptions => "exceptions",
-            CpuSeries::All => "all",
-        }
+/// Validate `exposition.cpu_series` (`"exceptions"` or `"all"`).
+pub(super) fn cpu_series(text: String) -> Result<CpuSeries, ConfigError> {
+    match text.as_str() {
+        "exceptions" => Ok(CpuSeries::Exceptions),
+        "all" => Ok(CpuSeries::All),
+        _ => Err(ConfigError::invalid(
+            "exposition.cpu_series",
+            Problem::NotCpuSeries(format!("{text:?}")),
+        )),
     }
 }
 

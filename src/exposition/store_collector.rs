@@ -20,7 +20,6 @@ use crate::analysis::cell::NodeOf;
 use crate::analysis::link::link_efficiencies;
 use crate::analysis::live;
 use crate::analysis::{Cell, DeviceColumn, H2dMatrix, NumaMap, StoreAnalysis};
-use crate::config::CpuSeries;
 use crate::runtime::DeviceInfo;
 use crate::stats::Summary;
 use crate::store::{unix_now, CellKey, D2dKey, P2pKey, SharedStore, Store};
@@ -71,6 +70,28 @@ fn gauges<'v, const N: usize, V: EncodeGaugeValue>(
         family.encode_family(&labels)?.encode_gauge(&value)?;
     }
     Ok(())
+}
+
+/// Which per-CPU series are exported (`exposition.cpu_series`, issue 28 part 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CpuSeries {
+    /// `chd_cpu_bindable` only for the CPUs that could not be bound (value 0; none on a
+    /// healthy node), `chd_cpus` counts by state, no `chd_cpu_info`: the default, which
+    /// keeps a 640-CPU node's per-CPU series from being 1,280.
+    #[default]
+    Exceptions,
+    /// Also `chd_cpu_bindable` 1 for every bindable CPU and `chd_cpu_info` for every CPU.
+    All,
+}
+
+impl CpuSeries {
+    /// As written in TOML.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CpuSeries::Exceptions => "exceptions",
+            CpuSeries::All => "all",
+        }
+    }
 }
 
 /// What the collector needs besides the store; fixed for the life of the process.
