@@ -14,8 +14,8 @@ pub use crate::exposition::store_collector::CpuSeries;
 
 /// Default `exposition.auto_cells_limit`: a typical 8-GPU node (2 sockets, up to 512 CPUs x
 /// 8 devices x 3 sizes = 12,288 cells) exposes its cells; the seed's 640 CPUs x 16 devices
-/// x 3 sizes (30,720) does not, which keeps its default exposition under 3,300 series (the
-/// fleet series budget of issue 13, raised from 3,000 for issue 17's peer copy pairs).
+/// x 3 sizes (30,720) does not, which keeps its default exposition, collectors included,
+/// under 3,000 series (the fleet series budget of issue 13 and issue 28 part 4).
 pub const DEFAULT_AUTO_CELLS_LIMIT: usize = 12_288;
 
 /// `exposition.cells` as written in TOML or on the command line: a switch, text (`"auto"`;
