@@ -206,6 +206,7 @@ fn view(
         cells,
         pairs: vec![],
         pair_cells: false,
+        cpu_series: Default::default(),
         p2p_paths: Default::default(),
         d2d_limits: Default::default(),
     }

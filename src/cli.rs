@@ -996,6 +996,11 @@ pub struct ServeArgs {
     /// (default false).
     #[arg(long, value_name = "BOOL")]
     pub pair_cells: Option<bool>,
+    /// Per-CPU series: exceptions (chd_cpu_bindable only for CPUs that cannot be bound, and
+    /// chd_cpus counts) or all (every CPU's chd_cpu_bindable and chd_cpu_info; 1,280 series
+    /// at 640 CPUs) [exposition.cpu_series] (default exceptions).
+    #[arg(long, value_name = "MODE", value_parser = ["exceptions", "all"])]
+    pub cpu_series: Option<String>,
     /// Size of the same-device copy (HBM to HBM) cell each window measures on every device,
     /// MiB; 0 turns it off [probe.d2d_size_mib] (default 64).
     #[arg(long, value_name = "MIB")]
@@ -1209,6 +1214,7 @@ impl Cli {
             l.probe.stale_after = a.stale_after.clone();
             l.exposition.cells = a.cells.as_deref().map(RawCells::from);
             l.exposition.pair_cells = a.pair_cells;
+            l.exposition.cpu_series = a.cpu_series.clone();
             l.probe.pairs = (!a.pairs.is_empty()).then(|| a.pairs.clone());
             l.probe.pair_size_mib = a.pair_size;
             l.probe.pair_timeout = a.pair_timeout.clone();

@@ -4,7 +4,11 @@
 //! | metric | type | labels | source |
 //! |---|---|---|---|
 //! | `chd_numa_events_total` | counter | numa_node, event | `numastat` rows as named there: `numa_hit`, `numa_miss`, `numa_foreign`, `interleave_hit`, `local_node`, `other_node` |
-//! | `chd_numa_memory_bytes` | gauge | numa_node, kind | `meminfo` rows in kB, x 1024 |
+//! | `chd_numa_memory_bytes` | gauge | numa_node, kind | `meminfo` rows in kB, x 1024: by default only the kinds of [`MEMORY_KINDS`]; every row with `numa_memory_all = true` |
+//!
+//! The default kinds (issue 28 part 4, the series budget): a 6.x kernel prints 33 kB rows per
+//! node, 264 series on an 8-node host, of which the dashboards read `total`, `used` and
+//! `free`; [`MEMORY_KINDS`] keeps those and the ones that say where a node's memory went.
 //!
 //! `kind` is the meminfo field in snake case, with the `Mem` prefix dropped:
 //! `MemTotal` -> `total`, `MemFree` -> `free`, `MemUsed` -> `used`, `Active(anon)` ->
@@ -20,21 +24,43 @@
 use std::path::{Path, PathBuf};
 
 use super::read::{self, list_dir, ParseError};
-use super::{CollectError, CollectorSpec, Sink, SysCollector};
+use super::{CollectError, CollectorSpec, OptionField, OptionSpec, Sink, SysCollector};
 
 const EVENTS: &str = "chd_numa_events_total";
 const MEMORY: &str = "chd_numa_memory_bytes";
+
+/// The `kind`s of `chd_numa_memory_bytes` exported by default: the node's size and what is
+/// free and used (the dashboards' panels), what the used memory is (page cache, anonymous,
+/// shared, kernel slab, transparent huge pages), what cannot be reclaimed (pinned and
+/// locked pages: pinned host buffers of copies land here) and what is waiting for I/O.
+pub const MEMORY_KINDS: [&str; 12] = [
+    "total",
+    "free",
+    "used",
+    "file_pages",
+    "anon_pages",
+    "shmem",
+    "slab",
+    "anon_huge_pages",
+    "unevictable",
+    "mlocked",
+    "dirty",
+    "writeback",
+];
 
 /// The numa collector.
 #[derive(Debug)]
 pub struct NumaCollector {
     node_dir: PathBuf,
+    /// Every `meminfo` row, not only [`MEMORY_KINDS`].
+    all_memory: bool,
 }
 
 impl NumaCollector {
-    pub fn new(sysfs: &Path) -> NumaCollector {
+    pub fn new(sysfs: &Path, all_memory: bool) -> NumaCollector {
         NumaCollector {
             node_dir: sysfs.join("devices/system/node"),
+            all_memory,
         }
     }
 }
@@ -44,8 +70,17 @@ pub const SPEC: CollectorSpec = CollectorSpec {
     name: "numa",
     default_enabled: true,
     help: "NUMA numastat events and per-node memory",
-    options: &[],
-    build: |ctx| Some(Box::new(NumaCollector::new(&ctx.roots.sysfs))),
+    options: &[OptionSpec {
+        key: "numa_memory_all",
+        help: "Export every meminfo row of each NUMA node, not only the default kinds",
+        field: OptionField::Switch(|s| &mut s.numa_memory_all),
+    }],
+    build: |ctx| {
+        Some(Box::new(NumaCollector::new(
+            &ctx.roots.sysfs,
+            ctx.settings.numa_memory_all,
+        )))
+    },
 };
 
 /// One row of `numastat`: `"numa_hit 123"` -> `("numa_hit", 123)`.
@@ -181,6 +216,8 @@ impl SysCollector for NumaCollector {
                 .unwrap_or_default()
             {
                 match row {
+                    Ok((kind, _)) if !self.all_memory && !MEMORY_KINDS.contains(&kind.as_str()) => {
+                    }
                     Ok((kind, bytes)) => out.gauge(
                         MEMORY,
                         "Memory of the NUMA node by kind (nodeN/meminfo), bytes",

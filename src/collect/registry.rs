@@ -91,6 +91,8 @@ pub struct CollectorSettings {
     pub enabled: BTreeSet<&'static str>,
     /// Export every netdev of `/proc/net/dev`, not only those behind RDMA ports.
     pub netdev_all: bool,
+    /// Export every `meminfo` row of each NUMA node, not only `numa::MEMORY_KINDS`.
+    pub numa_memory_all: bool,
     /// HCAs (`mlx5_0`, ...) the rdma and pcie collectors and the netdev selection cover.
     pub hca_include: Option<Regex>,
     pub hca_exclude: Option<Regex>,
@@ -109,6 +111,7 @@ impl Default for CollectorSettings {
                 .map(|s| s.name)
                 .collect(),
             netdev_all: false,
+            numa_memory_all: false,
             hca_include: None,
             hca_exclude: None,
             netdev_include: None,

@@ -100,6 +100,9 @@ impl Layer {
                 cells: Some(RawCells::Text("auto".into())),
                 auto_cells_limit: Some(DEFAULT_AUTO_CELLS_LIMIT),
                 pair_cells: Some(false),
+                // Per-CPU series only for CPUs that cannot be bound (issue 28 part 4: 1,280
+                // series at 640 CPUs otherwise); the per-CPU facts are in the ledger.
+                cpu_series: Some("exceptions".into()),
             },
             collectors: CollectorsLayer::of(&CollectorSettings::default()),
             // No model has configured limits unless a file names it.

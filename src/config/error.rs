@@ -65,6 +65,9 @@ pub enum Problem {
     /// `exposition.cells` is none of its three values; holds the value as written.
     #[error("expected true, false or \"auto\", got {0}")]
     NotCellExport(String),
+    /// `exposition.cpu_series` is neither of its two values; holds the value as written.
+    #[error("expected \"exceptions\" or \"all\", got {0}")]
+    NotCpuSeries(String),
     /// A domain type refused the text (a backend, direction, cpulist, pair ...): its reason.
     #[error("{0}")]
     Refused(String),

@@ -1,6 +1,8 @@
 //! The `[exposition]` section: whether the per-cell series are exported (`cells = true`,
 //! `false`, or `"auto"`: on when the planned matrix has at most `auto_cells_limit` cells)
-//! and whether the core-pair cells are. `auto` is resolved once the matrix is planned
+//! and whether the core-pair cells are; which per-CPU series are exported (`cpu_series =
+//! "exceptions"`: only CPUs that cannot be bound, plus counts; `"all"`: every CPU's
+//! `chd_cpu_bindable` and `chd_cpu_info`). `auto` is resolved once the matrix is planned
 //! ([`ExpositionConfig::cells_for`]), before the store's collector is built.
 
 use std::fmt;
@@ -8,11 +10,12 @@ use std::fmt;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::error::{ConfigError, Problem};
+pub use crate::exposition::store_collector::CpuSeries;
 
 /// Default `exposition.auto_cells_limit`: a typical 8-GPU node (2 sockets, up to 512 CPUs x
 /// 8 devices x 3 sizes = 12,288 cells) exposes its cells; the seed's 640 CPUs x 16 devices
-/// x 3 sizes (30,720) does not, which keeps its default exposition under 3,300 series (the
-/// fleet series budget of issue 13, raised from 3,000 for issue 17's peer copy pairs).
+/// x 3 sizes (30,720) does not, which keeps its default exposition, collectors included,
+/// under 3,000 series (the fleet series budget of issue 13 and issue 28 part 4).
 pub const DEFAULT_AUTO_CELLS_LIMIT: usize = 12_288;
 
 /// `exposition.cells` as written in TOML or on the command line: a switch, text (`"auto"`;
@@ -90,6 +93,18 @@ impl CellExport {
     }
 }
 
+/// Validate `exposition.cpu_series` (`"exceptions"` or `"all"`).
+pub(super) fn cpu_series(text: String) -> Result<CpuSeries, ConfigError> {
+    match text.as_str() {
+        "exceptions" => Ok(CpuSeries::Exceptions),
+        "all" => Ok(CpuSeries::All),
+        _ => Err(ConfigError::invalid(
+            "exposition.cpu_series",
+            Problem::NotCpuSeries(format!("{text:?}")),
+        )),
+    }
+}
+
 /// The validated `[exposition]` section.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExpositionConfig {
@@ -97,6 +112,7 @@ pub struct ExpositionConfig {
     /// The most planned cells for which `cells = "auto"` exports them.
     pub auto_cells_limit: usize,
     pub pair_cells: bool,
+    pub cpu_series: CpuSeries,
 }
 
 impl ExpositionConfig {
@@ -170,6 +186,7 @@ mod tests {
             cells,
             auto_cells_limit: DEFAULT_AUTO_CELLS_LIMIT,
             pair_cells: false,
+            cpu_series: CpuSeries::Exceptions,
         }
     }
 

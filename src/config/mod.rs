@@ -31,7 +31,7 @@ pub use defaults::{
 };
 pub use error::{ConfigError, Problem};
 pub use exposition::{
-    CellExport, CellsDecision, ExpositionConfig, RawCells, DEFAULT_AUTO_CELLS_LIMIT,
+    CellExport, CellsDecision, CpuSeries, ExpositionConfig, RawCells, DEFAULT_AUTO_CELLS_LIMIT,
 };
 pub use schema::{
     CollectorsLayer, ExpositionLayer, Layer, ModelLimitsLayer, PathsLayer, ProbeLayer, RawOption,
@@ -193,6 +193,26 @@ mod tests {
         let l = layer("[exposition]\nauto_cells_limit = 0\n").unwrap();
         let err = Config::resolve([l]).unwrap_err().to_string();
         assert!(err.starts_with("exposition.auto_cells_limit: "), "{err}");
+    }
+
+    #[test]
+    fn exposition_cpu_series_defaults_to_exceptions_and_refuses_other_values_by_key() {
+        assert_eq!(c_default().cpu_series, CpuSeries::Exceptions);
+        let l = layer("[exposition]\ncpu_series = \"all\"\n").unwrap();
+        assert_eq!(
+            Config::resolve([l]).unwrap().exposition.cpu_series,
+            CpuSeries::All
+        );
+        let l = layer("[exposition]\ncpu_series = \"every\"\n").unwrap();
+        let err = Config::resolve([l]).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "exposition.cpu_series: expected \"exceptions\" or \"all\", got \"every\""
+        );
+        let err = layer("[exposition]\ncpu_series = true\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cpu_series"), "{err}");
     }
 
     #[test]

@@ -74,6 +74,7 @@ impl Config {
                 cells: Some(self.exposition.cells.raw()),
                 auto_cells_limit: Some(self.exposition.auto_cells_limit),
                 pair_cells: Some(self.exposition.pair_cells),
+                cpu_series: Some(self.exposition.cpu_series.as_str().to_string()),
             },
             collectors: CollectorsLayer::of(&self.collectors),
             limits: self

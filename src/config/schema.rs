@@ -169,6 +169,8 @@ pub struct ExpositionLayer {
     pub auto_cells_limit: Option<usize>,
     /// Export every pair cell (off by default: 409,600 series at 640 CPUs).
     pub pair_cells: Option<bool>,
+    /// Per-CPU series: `"exceptions"` (CPUs that cannot be bound, and counts) or `"all"`.
+    pub cpu_series: Option<String>,
 }
 
 macro_rules! layer_merge {
@@ -234,7 +236,8 @@ layer_merge!(ProbeLayer {
 layer_merge!(ExpositionLayer {
     cells,
     auto_cells_limit,
-    pair_cells
+    pair_cells,
+    cpu_series
 });
 
 impl Layer {

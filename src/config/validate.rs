@@ -9,7 +9,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use super::error::{ConfigError, Problem};
-use super::exposition::CellExport;
+use super::exposition::{cpu_series, CellExport};
 use super::schema::{
     ExpositionLayer, Layer, ModelLimitsLayer, ProbeLayer, RuntimeLayer, ScheduleLayer,
 };
@@ -334,5 +334,6 @@ fn exposition(l: ExpositionLayer) -> Result<ExpositionConfig, ConfigError> {
         cells: CellExport::validate(given("exposition.cells", l.cells)?, auto_cells_limit)?,
         auto_cells_limit,
         pair_cells: given("exposition.pair_cells", l.pair_cells)?,
+        cpu_series: cpu_series(given("exposition.cpu_series", l.cpu_series)?)?,
     })
 }

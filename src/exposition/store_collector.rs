@@ -1,6 +1,7 @@
 //! The scrape-time view of the store: matrix cells, NUMA-segment and device-column
 //! aggregates, device ratios, the measured NUMA node of each device (all computed by
-//! [`crate::analysis`]; this module only encodes them), affinity verdicts, coverage, topology
+//! [`crate::analysis`]; this module only encodes them), affinity verdicts (by default only
+//! the CPUs that cannot be bound, and counts: `exposition.cpu_series`), coverage, topology
 //! info and build info. It only reads the store (under a read lock that probes take for
 //! writing only between cells), so a scrape never waits for a probe.
 
@@ -72,6 +73,28 @@ fn gauges<'v, const N: usize, V: EncodeGaugeValue>(
     Ok(())
 }
 
+/// Which per-CPU series are exported (`exposition.cpu_series`, issue 28 part 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CpuSeries {
+    /// `chd_cpu_bindable` only for the CPUs that could not be bound (value 0; none on a
+    /// healthy node), `chd_cpus` counts by state, no `chd_cpu_info`: the default, which
+    /// keeps a 640-CPU node's per-CPU series from being 1,280.
+    #[default]
+    Exceptions,
+    /// Also `chd_cpu_bindable` 1 for every bindable CPU and `chd_cpu_info` for every CPU.
+    All,
+}
+
+impl CpuSeries {
+    /// As written in TOML.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CpuSeries::Exceptions => "exceptions",
+            CpuSeries::All => "all",
+        }
+    }
+}
+
 /// What the collector needs besides the store; fixed for the life of the process.
 #[derive(Debug)]
 pub struct StoreView {
@@ -94,6 +117,8 @@ pub struct StoreView {
     pub pairs: Vec<DevicePair>,
     /// Export every core-pair cell.
     pub pair_cells: bool,
+    /// Which per-CPU series to export (`exposition.cpu_series`).
+    pub cpu_series: CpuSeries,
     /// The PCIe path class of each ordered device pair, read from sysfs once at start (a
     /// pair not in it is `unknown`).
     pub p2p_paths: Arc<BTreeMap<P2pKey, PathClass>>,
@@ -367,16 +392,40 @@ impl StoreView {
     }
 
     fn encode_probe_state(&self, store: &Store, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+        let all = self.cpu_series == CpuSeries::All;
         gauges(
             enc,
             "chd_cpu_bindable",
-            "1 if binding a thread to exactly this CPU succeeded and read back as exactly this CPU",
-            store.bindable().iter().map(|(cpu, verdict)| {
-                (
-                    [("cpu", Value::Int((*cpu).into()))],
-                    i64::from(verdict.bindable),
-                )
-            }),
+            "1 if binding a thread to exactly this CPU succeeded and read back as exactly this CPU, else 0 (by default only the 0s: exposition.cpu_series)",
+            store
+                .bindable()
+                .iter()
+                .filter(|(_, verdict)| all || !verdict.bindable)
+                .map(|(cpu, verdict)| {
+                    (
+                        [("cpu", Value::Int((*cpu).into()))],
+                        i64::from(verdict.bindable),
+                    )
+                }),
+        )?;
+        let bindable = store.bindable().values().filter(|v| v.bindable).count();
+        let not_bindable = store.bindable().len() - bindable;
+        let unchecked = self
+            .topology
+            .cpus
+            .iter()
+            .filter(|c| !store.bindable().contains_key(&c.id))
+            .count();
+        gauges(
+            enc,
+            "chd_cpus",
+            "CPUs by affinity verdict: bindable, not_bindable (those have a chd_cpu_bindable 0 series), unchecked (no verdict yet)",
+            [
+                ("bindable", bindable),
+                ("not_bindable", not_bindable),
+                ("unchecked", unchecked),
+            ]
+            .map(|(state, n)| ([("state", Value::Str(state))], n as i64)),
         )?;
         gauges(
             enc,
@@ -451,11 +500,17 @@ impl StoreView {
     }
 
     fn encode_info(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+        // Per-CPU facts only with `exposition.cpu_series = "all"`; the ledger
+        // (`/api/v1/calibration`) always has them.
+        let cpus = match self.cpu_series {
+            CpuSeries::All => self.topology.cpus.as_slice(),
+            CpuSeries::Exceptions => &[],
+        };
         gauges(
             enc,
             "chd_cpu_info",
-            "Online CPUs and where they sit",
-            self.topology.cpus.iter().map(|cpu| {
+            "Online CPUs and where they sit (only with exposition.cpu_series = \"all\")",
+            cpus.iter().map(|cpu| {
                 let labels = [
                     ("cpu", Value::Int(cpu.id.into())),
                     ("numa_node", node_value(cpu.numa_node)),
@@ -702,6 +757,7 @@ pub(crate) mod tests {
             cells,
             pairs: vec![],
             pair_cells: false,
+            cpu_series: CpuSeries::Exceptions,
             p2p_paths: Default::default(),
             d2d_limits: Default::default(),
         }
@@ -866,15 +922,31 @@ pub(crate) mod tests {
             value(&text, "chd_probe_cells{probe=\"affinity\",state=\"fresh\"}"),
             4.0
         );
+        // By default only the CPU that cannot be bound has a series, and the counts say
+        // the rest (issue 28 part 4).
         assert_eq!(value(&text, "chd_cpu_bindable{cpu=\"2\"}"), 0.0);
-        assert_eq!(value(&text, "chd_cpu_bindable{cpu=\"3\"}"), 1.0);
+        assert_eq!(text.matches("chd_cpu_bindable{").count(), 1, "{text}");
+        assert!(!text.contains("chd_cpu_info{"), "{text}");
+        for (state, n) in [("bindable", 3.0), ("not_bindable", 1.0), ("unchecked", 0.0)] {
+            let series = format!("chd_cpus{{state=\"{state}\"}}");
+            assert_eq!(value(&text, &series), n, "{state}");
+        }
+        // `exposition.cpu_series = "all"`: every CPU's verdict and where it sits.
+        let mut all = view(true);
+        all.cpu_series = CpuSeries::All;
+        let all = scrape(all);
+        assert_eq!(value(&all, "chd_cpu_bindable{cpu=\"2\"}"), 0.0);
+        assert_eq!(value(&all, "chd_cpu_bindable{cpu=\"3\"}"), 1.0);
+        assert_eq!(all.matches("chd_cpu_bindable{").count(), 4);
         assert_eq!(
             value(
-                &text,
+                &all,
                 "chd_cpu_info{cpu=\"3\",numa_node=\"1\",package=\"1\",core=\"3\"}"
             ),
             1.0
         );
+        assert_eq!(all.matches("chd_cpu_info{").count(), 4);
+        assert_eq!(value(&all, "chd_cpus{state=\"bindable\"}"), 3.0);
         assert_eq!(
             value(&text, "chd_device_info{device=\"1\",kind=\"cuda\",name=\"test\",pci_bus_id=\"0000:01:00.0\",numa_node=\"0\"}"),
             1.0

@@ -6,7 +6,9 @@
 //! ledgers of one node diff cleanly; bandwidths are decimal GB/s.
 //!
 //! Versions: v2 (issue 28) added `d2d`, `p2p`, `sweeps`, `basics` and the findings and
-//! thresholds of the first two; a v1 document still reads (those fields empty). Forward: a
+//! thresholds of the first two; a v1 document still reads (those fields empty). Issue 28
+//! part 4 added `node.packages` and `node.cores` to v2 (an addition older readers ignore, so
+//! no new version; an earlier document reads with them empty). Forward: a
 //! newer document's fields this chd does not know are ignored, the verdict's included (its
 //! records once refused them), so an older chd reads a newer ledger as far as it knows it;
 //! only a schema of another major name (`chd.calibration/v3`) is refused.
@@ -335,12 +337,38 @@ pub struct Node {
     /// The CPUs the node has (cpulist, e.g. `0-63`).
     pub cpus: String,
     pub numa_nodes: Vec<NumaNode>,
+    /// The CPU packages (sockets) and their CPUs, where sysfs says: with `cores`, the
+    /// per-CPU facts of `chd_cpu_info`, which `/metrics` exports only with
+    /// `exposition.cpu_series = "all"` (issue 28 part 4). Empty in earlier documents.
+    #[serde(default)]
+    pub packages: Vec<Package>,
+    /// Each physical core (package, core id) and its CPUs (SMT siblings), in order of its
+    /// first CPU. Empty in earlier documents.
+    #[serde(default)]
+    pub cores: Vec<Core>,
     pub devices: Vec<Device>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NumaNode {
     pub id: u32,
+    /// cpulist.
+    pub cpus: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Package {
+    /// `physical_package_id`.
+    pub id: u32,
+    /// cpulist.
+    pub cpus: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Core {
+    pub package: u32,
+    /// `core_id` (unique within its package only).
+    pub core: u32,
     /// cpulist.
     pub cpus: String,
 }

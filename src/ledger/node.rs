@@ -1,5 +1,5 @@
-//! The ledger's `node`: identity and topology, each device with its declared and measured
-//! NUMA node, its PCIe link and its best CPUs.
+//! The ledger's `node`: identity and topology (CPUs, NUMA nodes, packages and cores), each
+//! device with its declared and measured NUMA node, its PCIe link and its best CPUs.
 
 use std::collections::BTreeMap;
 
@@ -85,6 +85,48 @@ pub fn node(
                 cpus: cpulist::format(&n.cpus),
             })
             .collect(),
+        packages: packages(src),
+        cores: cores(src),
         devices,
     }
+}
+
+/// Each package sysfs names and its CPUs, by id.
+fn packages(src: &Source) -> Vec<doc::Package> {
+    let mut by_id: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    for cpu in &src.topology.cpus {
+        if let Some(p) = cpu.package {
+            by_id.entry(p).or_default().push(cpu.id);
+        }
+    }
+    by_id
+        .into_iter()
+        .map(|(id, cpus)| doc::Package {
+            id,
+            cpus: cpulist::format(&cpus),
+        })
+        .collect()
+}
+
+/// Each (package, core) sysfs names and its CPUs, in order of the core's first CPU.
+fn cores(src: &Source) -> Vec<doc::Core> {
+    let mut by_core: BTreeMap<(u32, u32), Vec<u32>> = BTreeMap::new();
+    for cpu in &src.topology.cpus {
+        if let (Some(p), Some(c)) = (cpu.package, cpu.core) {
+            by_core.entry((p, c)).or_default().push(cpu.id);
+        }
+    }
+    let mut cores: Vec<(u32, (u32, u32), Vec<u32>)> = by_core
+        .into_iter()
+        .map(|(key, cpus)| (cpus.iter().copied().min().unwrap_or(0), key, cpus))
+        .collect();
+    cores.sort_unstable_by_key(|(first, key, _)| (*first, *key));
+    cores
+        .into_iter()
+        .map(|(_, (package, core), cpus)| doc::Core {
+            package,
+            core,
+            cpus: cpulist::format(&cpus),
+        })
+        .collect()
 }

@@ -3,7 +3,10 @@
 
 use regex::Regex;
 
-use crate::scrape::{aer, pcie, port, port_counter, roce_gpus, scrape};
+use chd::collect::numa::MEMORY_KINDS;
+use chd::collect::CollectorSettings;
+
+use crate::scrape::{aer, pcie, port, port_counter, roce_gpus, scrape, scrape_with};
 
 #[test]
 fn roce_dual_rail_ports_info_state_rate_and_counters() {
@@ -108,19 +111,38 @@ fn roce_dual_rail_numa_map() {
         assert_eq!(event(node, "other_node"), f64::from(node) * 23.0);
         assert_eq!(event(node, "interleave_hit"), 3046.0 + f64::from(node));
     }
-    assert_eq!(mem(3, "active_file"), (4_063_116.0 + 3.0) * 1024.0);
     assert_eq!(mem(0, "file_pages"), 16_120_268.0 * 1024.0);
-    assert_eq!(mem(0, "k_reclaimable"), 923_364.0 * 1024.0);
-    assert_eq!(mem(0, "nfs_unstable"), 0.0);
     assert_eq!(s.family("chd_numa_events_total").len(), 8 * 6);
 
-    // The kinds of one node: every kB row, snake case, no `Mem` prefix, no HugePages counts.
+    // The kinds of one node: by default only MEMORY_KINDS (issue 28 part 4); with
+    // `numa_memory_all` every kB row, snake case, no `Mem` prefix, no HugePages counts.
     let kind = Regex::new(r#"numa_node="5",kind="([a-z_]+)""#).unwrap();
-    let kinds: Vec<&str> = s
-        .family("chd_numa_memory_bytes")
-        .into_iter()
-        .filter_map(|series| Some(kind.captures(series)?.get(1)?.as_str()))
-        .collect();
+    let kinds_of = |s: &crate::scrape::Scrape| -> Vec<String> {
+        let mut kinds: Vec<String> = s
+            .family("chd_numa_memory_bytes")
+            .into_iter()
+            .filter_map(|series| Some(kind.captures(series)?.get(1)?.as_str().to_string()))
+            .collect();
+        kinds.sort_unstable();
+        kinds
+    };
+    let mut default_kinds = MEMORY_KINDS.map(String::from).to_vec();
+    default_kinds.sort_unstable();
+    assert_eq!(kinds_of(&s), default_kinds);
+    assert_eq!(s.family("chd_numa_memory_bytes").len(), 8 * 12);
+    let every = CollectorSettings {
+        numa_memory_all: true,
+        ..Default::default()
+    };
+    let s = scrape_with(&every, "roce-dual-rail", roce_gpus());
+    let mem = |node: u32, kind: &str| {
+        s.get(&format!(
+            "chd_numa_memory_bytes{{numa_node=\"{node}\",kind=\"{kind}\"}}"
+        ))
+    };
+    assert_eq!(mem(3, "active_file"), (4_063_116.0 + 3.0) * 1024.0);
+    assert_eq!(mem(0, "k_reclaimable"), 923_364.0 * 1024.0);
+    assert_eq!(mem(0, "nfs_unstable"), 0.0);
     let mut expected = vec![
         "total",
         "free",
@@ -157,10 +179,8 @@ fn roce_dual_rail_numa_map() {
         "file_pmd_mapped",
         "unaccepted",
     ];
-    let mut got = kinds.clone();
     expected.sort_unstable();
-    got.sort_unstable();
-    assert_eq!(got, expected);
+    assert_eq!(kinds_of(&s), expected);
     assert!(!s.any("chd_numa_memory_bytes", "huge_pages_total"));
     assert_eq!(s.health("numa"), (1.0, 0.0));
 }

@@ -38,6 +38,9 @@ fn replay(input: &Path, state: &Path) -> Chd {
             "true",
             "--pair-cells",
             "true",
+            // Every per-CPU series too: the topology is asserted from chd_cpu_info.
+            "--cpu-series",
+            "all",
         ],
     )
 }

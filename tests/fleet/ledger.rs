@@ -253,6 +253,61 @@ fn a_probe_run_with_two_load_profiles_gives_links_and_the_delta() {
     );
 }
 
+/// The node's CPUs, NUMA nodes, packages and cores, as sysfs has them, in the ledger
+/// `chd serve` serves (`/api/v1/calibration`): the per-CPU facts `/metrics` exports only
+/// with `exposition.cpu_series = "all"` (issue 28 part 4). The tree is
+/// `tests/fixtures/topology/two-node-offline`: 2 packages of 2 SMT cores (siblings `c` and
+/// `c + 4`), CPUs 6 and 7 offline.
+#[test]
+fn the_served_ledger_has_the_cpus_numa_nodes_packages_and_cores_of_the_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = fixture("topology/two-node-offline");
+    let (sys, proc) = (tree.join("sys"), tree.join("proc"));
+    let chd = Chd::serve(
+        dir.path(),
+        &[
+            "--sysfs-root",
+            sys.to_str().unwrap(),
+            "--procfs-root",
+            proc.to_str().unwrap(),
+            "--no-probe",
+            "--backend",
+            "host",
+        ],
+    );
+    let metrics = chd.scrape();
+    assert!(!metrics.contains("chd_cpu_info{"), "{metrics}");
+    assert!(
+        metrics.contains("chd_cpus{state=\"unchecked\"} 6\n"),
+        "{metrics}"
+    );
+    let (status, _, body) = chd.get("/api/v1/calibration", None);
+    assert_eq!(status, 200, "{body}");
+    let path = dir.path().join("served.json");
+    std::fs::write(&path, &body).unwrap();
+    assert_valid(&[&path]);
+    let doc: Value = serde_json::from_str(&body).unwrap();
+    let node = &doc["node"];
+    assert_eq!(node["cpus"], "0-5", "{node}");
+    assert_eq!(node["numa_nodes"][0]["cpus"], "0-1,4-5", "{node}");
+    assert_eq!(node["numa_nodes"][1]["cpus"], "2-3", "{node}");
+    assert_eq!(
+        node["packages"],
+        serde_json::json!([{"id": 0, "cpus": "0-1,4-5"}, {"id": 1, "cpus": "2-3"}]),
+        "{node}"
+    );
+    assert_eq!(
+        node["cores"],
+        serde_json::json!([
+            {"package": 0, "core": 0, "cpus": "0,4"},
+            {"package": 0, "core": 1, "cpus": "1,5"},
+            {"package": 1, "core": 0, "cpus": "2"},
+            {"package": 1, "core": 1, "cpus": "3"},
+        ]),
+        "{node}"
+    );
+}
+
 /// A state directory as `chd serve` leaves it: cells with their sample times, affinity
 /// verdicts; ages are counted from when the ledger is made.
 #[test]

@@ -24,6 +24,8 @@ mod fixture_copy;
 mod golden;
 #[path = "../support/login_flood.rs"]
 mod login_flood;
+#[path = "../support/sysfs_builder.rs"]
+mod sysfs_builder;
 #[path = "../support/tls.rs"]
 mod tls;
 

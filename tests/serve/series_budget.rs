@@ -1,14 +1,17 @@
-//! The fleet series budget (issue 13): at the seed's shape, 640 CPUs (8 NUMA nodes) x 16
-//! devices x 3 sizes = 30,720 cells, the default exposition (`exposition.cells = "auto"`
-//! resolved the way `chd serve` resolves it) is at most 3,300 series (3,000 before issue 17's 240 peer copy pairs); with cells forced on
-//! the per-cell family is there, one series per cell. A typical 8-GPU node (224 CPUs x 8
-//! devices x 3 sizes) keeps its cells under the default.
+//! The fleet series budget (issue 13, issue 28 part 4): at the seed's shape, 640 CPUs (8
+//! NUMA nodes) x 16 devices x 3 sizes = 30,720 cells, the default exposition
+//! (`exposition.cells = "auto"` resolved the way `chd serve` resolves it, `exposition.
+//! cpu_series = "exceptions"`) of a real node WITH its scrape-time collectors (8 RoCE rails,
+//! their 8 netdevs, 24 PCI functions, 8 NUMA nodes, NVML telemetry of 16 devices) is under
+//! 3,000 series; with cells forced on the per-cell family is there, one series per cell, and
+//! with `cpu_series = "all"` the 2 per-CPU series of every CPU. A typical 8-GPU node (224
+//! CPUs x 8 devices x 3 sizes) keeps its cells under the default.
 //!
-//! The registry is the one `chd serve` builds before its collectors: the prober's counters,
-//! the HTTP server's and the store view, over a store where every cell has five fresh
-//! samples and every CPU a bindable verdict. The scrape-time collectors (RDMA, netdev,
-//! NUMA, PCIe, device telemetry) add series that depend on the node's HCAs and netdevs and
-//! are counted separately (docs/SCALE.md).
+//! The registry is the one `chd serve` builds: the prober's counters, the HTTP server's, the
+//! scrape-time collectors (for the real node: the default set, built by `collect::build_set`
+//! reading a fixture tree in the kernel's layout from `support/sysfs_builder.rs`) and the
+//! store view, over a store where every cell has five fresh samples and every CPU a bindable
+//! verdict. The shapes without a tree are counted without collectors.
 //!
 //! `cargo test --test serve series_budget:: -- --nocapture` prints the series per family of each
 //! shape and mode, and series and samples per second per node and per 1,000 nodes: the
@@ -20,21 +23,25 @@ use std::time::Duration;
 
 use prometheus_client::registry::Registry;
 
-use chd::config::Config;
+use chd::collect::{self, BuildContext, CollectorSet, PciDeviceRef};
+use chd::config::{Config, CpuSeries};
 use chd::exposition::connections::ServerMetrics;
 use chd::exposition::store_collector::StoreView;
 use chd::exposition::verdict_collector::VerdictView;
 use chd::exposition::{encode, Format};
+use chd::runtime::telemetry::{DeviceSample, DeviceTelemetry};
 use chd::runtime::{DeviceInfo, Direction};
 use chd::schedule::metrics::ProbeMetrics;
 use chd::store::{unix_now, CellKey, D2dKey, P2pKey, Sample, Store};
 use chd::topology::pci_link::{Link, LinkState};
-use chd::topology::pci_path::PathClass;
-use chd::topology::{Cpu, NumaNode, Topology};
+use chd::topology::pci_path::{class_of, PathClass};
+use chd::topology::{Cpu, NumaNode, Roots, Topology};
 
-/// The series budget per node of issue 13 (3,000), raised by issue 17 part 3 for the 240
-/// ordered device pairs of a 16-device node's peer copies.
-const BUDGET: usize = 3_300;
+use crate::sysfs_builder::{self, NodeDevices};
+
+/// The series budget per node of issue 13, for the whole node with its collectors since
+/// issue 28 part 4 (3,300 without them between issue 17 part 3 and that).
+const BUDGET: usize = 3_000;
 const CELL_FAMILY: &str = "chd_h2d_bandwidth_bytes_per_second";
 const SIZES_BYTES: [u64; 3] = [4 << 20, 16 << 20, 64 << 20];
 
@@ -117,16 +124,45 @@ impl Shape {
     }
 }
 
-/// A node of `shape` fully measured, as `chd serve` would expose it with `cells` resolved:
-/// the Prometheus text of one scrape.
 /// The devices of `universe`, once each.
 fn shape_devices(universe: &[CellKey]) -> std::collections::BTreeSet<String> {
     universe.iter().map(|k| k.device.clone()).collect()
 }
 
+/// A node of `shape` fully measured, as `chd serve` would expose it with `cells` resolved
+/// and the default `exposition.cpu_series`, without the scrape-time collectors: the
+/// Prometheus text of one scrape.
 fn scrape(shape: Shape, cells: bool) -> String {
-    let topology = Arc::new(shape.topology());
-    let devices = shape.devices();
+    let same_node = |a: &DeviceInfo, b: &DeviceInfo| {
+        if a.numa_node == b.numa_node {
+            PathClass::Pix
+        } else {
+            PathClass::Sys
+        }
+    };
+    let cpu_series = Config::resolve([]).unwrap().exposition.cpu_series;
+    encode_node(
+        Arc::new(shape.topology()),
+        shape.devices(),
+        same_node,
+        cells,
+        cpu_series,
+        None,
+    )
+}
+
+/// A node of `topology` and `devices` fully measured (every H2D cell of 3 sizes, every
+/// same-device and peer copy cell, every CPU bindable, every device's link), encoded by the
+/// registry `chd serve` builds with `collectors` registered as it registers them: the
+/// Prometheus text of one scrape.
+fn encode_node(
+    topology: Arc<Topology>,
+    devices: Vec<DeviceInfo>,
+    path: impl Fn(&DeviceInfo, &DeviceInfo) -> PathClass,
+    cells: bool,
+    cpu_series: CpuSeries,
+    collectors: Option<CollectorSet>,
+) -> String {
     let universe: Vec<CellKey> = topology
         .cpus
         .iter()
@@ -141,7 +177,6 @@ fn scrape(shape: Shape, cells: bool) -> String {
             })
         })
         .collect();
-    assert_eq!(universe.len(), shape.cells());
     let now = unix_now();
     let mut store = Store::default();
     for (i, key) in universe.iter().enumerate() {
@@ -180,12 +215,7 @@ fn scrape(shape: Shape, cells: bool) -> String {
                 at: now,
             };
             store.record_sample(key.clone(), sample, 5);
-            let path = if a.numa_node == b.numa_node {
-                PathClass::Pix
-            } else {
-                PathClass::Sys
-            };
-            p2p_paths.insert(key, path);
+            p2p_paths.insert(key, path(a, b));
         }
     }
     store.record_success("p2p", now);
@@ -223,6 +253,9 @@ fn scrape(shape: Shape, cells: bool) -> String {
     metrics.run("p2p", "ok");
     metrics.observe_duration("p2p", 0.01);
     ServerMetrics::register(&mut registry, 64);
+    if let Some(set) = collectors {
+        registry.register_collector(Box::new(set));
+    }
     registry.register_collector(Box::new(VerdictView(Default::default())));
     registry.register_collector(Box::new(StoreView {
         store: Arc::new(RwLock::new(store)),
@@ -237,6 +270,7 @@ fn scrape(shape: Shape, cells: bool) -> String {
         cells,
         pairs: Vec::new(),
         pair_cells: false,
+        cpu_series,
         p2p_paths: Arc::new(p2p_paths),
         d2d_limits: Default::default(),
     }));
@@ -378,4 +412,192 @@ fn a_typical_eight_gpu_node_exports_its_cells_by_default() {
     assert_eq!(total(&at_limit), total(&at_limit_off) + 12_288);
     let one_more = Config::resolve([]).unwrap().exposition.cells_for(12_289);
     assert!(!one_more.on, "{one_more}");
+}
+
+/// NVML as `chd serve` reads it on an idle node: utilization and memory of every device.
+struct IdleNvml(Vec<String>);
+
+impl DeviceTelemetry for IdleNvml {
+    fn source(&self) -> &'static str {
+        "nvml"
+    }
+    fn sample(&self) -> Vec<DeviceSample> {
+        self.0
+            .iter()
+            .map(|d| DeviceSample {
+                device: d.clone(),
+                utilization: Some(0.0),
+                memory_used_bytes: Some(512 << 20),
+                foreign_processes: Some(0),
+                ..DeviceSample::default()
+            })
+            .collect()
+    }
+}
+
+/// The seed's node as sysfs and procfs show it: the A3 host's 640 CPUs in 8 NUMA nodes
+/// (`sysfs_builder::a3`) with 16 accelerators and 8 single-port RoCE rails with their
+/// netdevs (`sysfs_builder::a3_devices`: 24 PCI functions), written under `dir`.
+fn seed_node_tree(dir: &std::path::Path) -> (Roots, NodeDevices) {
+    let _ = std::fs::remove_dir_all(dir);
+    let machine = sysfs_builder::a3();
+    let (sysfs, procfs) = machine.write(dir).expect("write the A3 host");
+    let node = sysfs_builder::a3_devices();
+    node.write(dir, &machine).expect("write its devices");
+    (Roots { sysfs, procfs }, node)
+}
+
+/// One scrape of the seed's node with its collectors: topology read from the tree, the
+/// accelerators as the CUDA backend lists them (bus ids from the tree), the peer copy path
+/// classes from the tree, and the collectors `chd serve` builds by default reading it.
+/// `numa_memory_all` is `collectors.numa_memory_all` (off by default).
+fn scrape_seed_node(
+    roots: &Roots,
+    node: &NodeDevices,
+    cpu_series: CpuSeries,
+    numa_memory_all: bool,
+) -> String {
+    let topology = Topology::read(roots).expect("read the A3 tree");
+    assert_eq!(topology.cpus.len(), 640);
+    assert_eq!(topology.numa_nodes.len(), 8);
+    let devices: Vec<DeviceInfo> = node
+        .accelerators
+        .iter()
+        .enumerate()
+        .map(|(d, f)| DeviceInfo {
+            id: d.to_string(),
+            kind: "cuda".into(),
+            name: "NVIDIA H200".into(),
+            pci_bus_id: f.bdf.clone(),
+            numa_node: Some(f.numa_node),
+        })
+        .collect();
+    let mut config = Config::resolve([]).expect("defaults validate");
+    config.collectors.numa_memory_all = numa_memory_all;
+    let pci_devices: Vec<PciDeviceRef> = devices
+        .iter()
+        .map(|d| PciDeviceRef {
+            device: d.id.clone(),
+            bdf: d.pci_bus_id.clone(),
+        })
+        .collect();
+    let state_dir = roots.sysfs.with_file_name("state");
+    std::fs::create_dir_all(&state_dir).unwrap();
+    let collectors = collect::build_set(&BuildContext {
+        settings: &config.collectors,
+        roots,
+        pci_devices: &pci_devices,
+        telemetry: Some(Arc::new(IdleNvml(
+            devices.iter().map(|d| d.id.clone()).collect(),
+        ))),
+        state_dir: Some(&state_dir),
+    });
+    assert_eq!(
+        collectors.names(),
+        ["rdma", "numa", "netdev", "pcie", "device", "fabric"],
+        "every collector chd serve registers by default"
+    );
+    let sysfs = roots.sysfs.clone();
+    let path = move |a: &DeviceInfo, b: &DeviceInfo| {
+        class_of(
+            &sysfs,
+            (&a.pci_bus_id, a.numa_node),
+            (&b.pci_bus_id, b.numa_node),
+        )
+    };
+    let cells = config.exposition.cells_for(SEED.cells()).on;
+    encode_node(
+        Arc::new(topology),
+        devices,
+        path,
+        cells,
+        cpu_series,
+        Some(collectors),
+    )
+}
+
+/// Series of the families whose name starts with `prefix`.
+fn with_prefix(families: &BTreeMap<String, usize>, prefix: &str) -> usize {
+    families
+        .iter()
+        .filter(|(name, _)| name.starts_with(prefix))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// Issue 28 part 4: a real seed-shaped node with its collectors (8 RoCE rails, 8 netdevs,
+/// 24 PCI functions) is under 3,000 series by default; `exposition.cpu_series = "all"`
+/// gives back the 1,280 per-CPU series (2 per CPU) the default leaves out, and
+/// `collectors.numa_memory_all` the meminfo rows beyond the 12 default kinds.
+#[test]
+fn the_seed_node_with_its_collectors_stays_within_the_budget_by_default() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("series-budget-a3");
+    let (roots, node) = seed_node_tree(&dir);
+    let default = Config::resolve([]).unwrap().exposition.cpu_series;
+    assert_eq!(default, CpuSeries::Exceptions);
+    let text = scrape_seed_node(&roots, &node, default, false);
+    let by_family = families(&text);
+    print_table(SEED, "with its collectors, default", &by_family);
+    println!("   all families:");
+    for (name, n) in &by_family {
+        println!("   {n:>7} {name}");
+    }
+    assert!(
+        total(&by_family) < BUDGET,
+        "{} series >= {BUDGET}: {by_family:?}",
+        total(&by_family)
+    );
+    // The collectors read the whole tree: every rail, netdev, PCI function and NUMA node.
+    assert_eq!(by_family["chd_rdma_port_state"], 8, "one per rail");
+    assert_eq!(
+        by_family["chd_netdev_bytes_total"],
+        8 * 2,
+        "receive, transmit per rail's netdev (lo is no rail's)"
+    );
+    assert_eq!(
+        by_family["chd_device_pcie_link_width"],
+        24 * 2,
+        "current, max per PCI function"
+    );
+    assert_eq!(by_family["chd_numa_events_total"], 8 * 6);
+    assert_eq!(
+        by_family["chd_numa_memory_bytes"],
+        8 * 12,
+        "the default kinds"
+    );
+    assert_eq!(by_family["chd_device_utilization_ratio"], 16);
+    assert_eq!(with_prefix(&by_family, "chd_collector_"), 6 * 3);
+    // No per-CPU family on a healthy node: no CPU is unbindable, and the counts say so.
+    assert_eq!(by_family["chd_cpu_bindable"], 0, "no unbindable CPU");
+    assert_eq!(by_family["chd_cpu_info"], 0);
+    assert_eq!(by_family["chd_cpus"], 3);
+    assert!(
+        text.contains("chd_cpus{state=\"bindable\"} 640\n"),
+        "{text}"
+    );
+    assert!(text.contains("chd_cpus{state=\"not_bindable\"} 0\n"));
+
+    let all = families(&scrape_seed_node(&roots, &node, CpuSeries::All, false));
+    print_table(
+        SEED,
+        "with its collectors, exposition.cpu_series = \"all\"",
+        &all,
+    );
+    assert_eq!(all["chd_cpu_bindable"], 640);
+    assert_eq!(all["chd_cpu_info"], 640);
+    assert_eq!(
+        total(&all),
+        total(&by_family) + 2 * 640,
+        "\"all\" adds back exactly the per-CPU series"
+    );
+    assert!(total(&all) > BUDGET, "the old shape was over the budget");
+    // Before issue 28 part 4: every CPU's series and every meminfo row.
+    let before = families(&scrape_seed_node(&roots, &node, CpuSeries::All, true));
+    print_table(
+        SEED,
+        "with its collectors, cpu_series = \"all\", numa_memory_all (before issue 28 part 4)",
+        &before,
+    );
+    assert_eq!(before["chd_numa_memory_bytes"], 8 * 33, "every kB row");
+    assert_eq!(total(&before), total(&all) + 8 * (33 - 12));
 }

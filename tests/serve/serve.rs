@@ -70,12 +70,15 @@ fn serves_cells_and_bindable_for_every_allowed_cpu() {
                 && m.value("chd_idle_windows_total", &[("outcome", "probed")]) >= 1.0
         },
     );
+    // Every allowed CPU bound: the counts say so, and no CPU has a chd_cpu_bindable series
+    // (by default only those that cannot be bound do: issue 28 part 4).
+    assert_eq!(
+        m.value("chd_cpus", &[("state", "bindable")]),
+        cpus.len() as f64
+    );
+    assert_eq!(m.value("chd_cpus", &[("state", "not_bindable")]), 0.0);
+    assert!(m.find("chd_cpu_bindable", &[]).is_empty());
     for cpu in &cpus {
-        assert_eq!(
-            m.value("chd_cpu_bindable", &[("cpu", cpu)]),
-            1.0,
-            "cpu {cpu}"
-        );
         for s in m.find("chd_h2d_bandwidth_bytes_per_second", &[("cpu", cpu)]) {
             assert!(
                 s.value > 1e8 && s.value < 1e13,

@@ -6,12 +6,17 @@
 //! `Roots { sysfs: root/sys, procfs: root/proc }` reads it. The committed fixtures under
 //! `tests/fixtures/topology/` are this builder's output (a test checks they have not
 //! drifted); the 640-CPU A3 tree is only ever built at test time.
+//!
+//! [`NodeDevices`] adds what the scrape-time collectors read on top of that tree: PCI
+//! functions (accelerators, RoCE HCAs with their ports and netdevs) in the layout of
+//! `tests/fixtures/collectors/README.md`, `proc/net/dev` and each NUMA node's `numastat`.
 
 // Each test crate that includes this file uses a different subset of it.
 #![allow(dead_code)]
 
 use std::fs;
 use std::io;
+use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
 use chd::topology::cpulist;
@@ -509,6 +514,259 @@ nonvoluntary_ctxt_switches:\t3
         mask_text(mems, MAX_NUMNODES),
         cpulist::format(mems),
     )
+}
+
+/// A PCI function: its address as sysfs names it (`0000:1a:00.0`) and its `numa_node`.
+#[derive(Debug, Clone)]
+pub struct PciFunction {
+    pub bdf: String,
+    pub numa_node: u32,
+}
+
+/// A single-port RoCE HCA (mlx5 on Ethernet) and the netdev of its port.
+#[derive(Debug, Clone)]
+pub struct RoceHca {
+    /// `mlx5_0`.
+    pub name: String,
+    pub function: PciFunction,
+    /// `eth0`.
+    pub netdev: String,
+}
+
+/// A node's accelerators and RoCE HCAs, each function under a root port of its NUMA node's
+/// root complex.
+#[derive(Debug, Clone)]
+pub struct NodeDevices {
+    pub accelerators: Vec<PciFunction>,
+    pub hcas: Vec<RoceHca>,
+}
+
+/// IB PortCounters of `ports/N/counters/` as 6.x kernels expose them for an mlx5 port.
+const PORT_COUNTERS: [&str; 21] = [
+    "VL15_dropped",
+    "excessive_buffer_overrun_errors",
+    "link_downed",
+    "link_error_recovery",
+    "local_link_integrity_errors",
+    "multicast_rcv_packets",
+    "multicast_xmit_packets",
+    "port_rcv_constraint_errors",
+    "port_rcv_data",
+    "port_rcv_errors",
+    "port_rcv_packets",
+    "port_rcv_remote_physical_errors",
+    "port_rcv_switch_relay_errors",
+    "port_xmit_constraint_errors",
+    "port_xmit_data",
+    "port_xmit_discards",
+    "port_xmit_packets",
+    "port_xmit_wait",
+    "symbol_error",
+    "unicast_rcv_packets",
+    "unicast_xmit_packets",
+];
+
+/// mlx5's `ports/N/hw_counters/` for RoCE (besides `lifespan`).
+const MLX5_ROCE_HW_COUNTERS: [&str; 30] = [
+    "duplicate_request",
+    "implied_nak_seq_err",
+    "local_ack_timeout_err",
+    "np_cnp_sent",
+    "np_ecn_marked_roce_packets",
+    "out_of_buffer",
+    "out_of_sequence",
+    "packet_seq_err",
+    "req_cqe_error",
+    "req_cqe_flush_error",
+    "req_remote_access_errors",
+    "req_remote_invalid_request",
+    "req_rnr_retries_exceeded",
+    "req_transport_retries_exceeded",
+    "resp_cqe_error",
+    "resp_cqe_flush_error",
+    "resp_local_length_error",
+    "resp_remote_access_errors",
+    "rnr_nak_retry_err",
+    "roce_adp_retrans",
+    "roce_adp_retrans_to",
+    "roce_slow_restart",
+    "roce_slow_restart_cnps",
+    "roce_slow_restart_trans",
+    "rp_cnp_handled",
+    "rp_cnp_ignored",
+    "rx_atomic_requests",
+    "rx_icrc_encapsulated",
+    "rx_read_requests",
+    "rx_write_requests",
+];
+
+/// Rows of `aer_dev_correctable`, `aer_dev_nonfatal`, `aer_dev_fatal` (6.x), then the total.
+const AER_CORRECTABLE: [&str; 8] = [
+    "RxErr",
+    "BadTLP",
+    "BadDLLP",
+    "Rollover",
+    "Timeout",
+    "NonFatalErr",
+    "CorrIntErr",
+    "HeaderOF",
+];
+const AER_UNCORRECTABLE: [&str; 18] = [
+    "Undefined",
+    "DLP",
+    "SDES",
+    "TLP",
+    "FCP",
+    "CmpltTO",
+    "CmpltAbrt",
+    "UnxCmplt",
+    "RxOF",
+    "MalfTLP",
+    "ECRC",
+    "UnsupReq",
+    "ACSViol",
+    "UncorrIntErr",
+    "BlockedTLP",
+    "AtomicOpBlocked",
+    "TLPBlockedErr",
+    "PoisonTLPBlocked",
+];
+
+/// The seed's A3 node's devices: on each of its 8 NUMA nodes two accelerators and one
+/// 200 GbE RoCE rail (`mlx5_N`, netdev `ethN`), 24 PCI functions in all. NUMA node `n`'s
+/// root complex is bus `0x10 + 0x20 n`; its accelerators sit on buses `+2` and `+4`, its
+/// HCA on `+6` (accelerator `d` is on node `d / 2`).
+pub fn a3_devices() -> NodeDevices {
+    let function = |n: u32, offset: u32| PciFunction {
+        bdf: format!("0000:{:02x}:00.0", 0x10 + 0x20 * n + offset),
+        numa_node: n,
+    };
+    NodeDevices {
+        accelerators: (0..8)
+            .flat_map(|n| [function(n, 2), function(n, 4)])
+            .collect(),
+        hcas: (0..8)
+            .map(|n| RoceHca {
+                name: format!("mlx5_{n}"),
+                function: function(n, 6),
+                netdev: format!("eth{n}"),
+            })
+            .collect(),
+    }
+}
+
+impl NodeDevices {
+    /// Write the PCI functions, RDMA devices, netdevs, `proc/net/dev` (with `lo`) and a
+    /// `numastat` for each of `machine`'s NUMA nodes under `root`, next to what
+    /// [`Machine::write`] wrote there.
+    pub fn write(&self, root: &Path, machine: &Machine) -> io::Result<()> {
+        let sys = root.join("sys");
+        for f in &self.accelerators {
+            self.function_dir(&sys, f)?;
+        }
+        for (i, hca) in self.hcas.iter().enumerate() {
+            let dir = self.function_dir(&sys, &hca.function)?;
+            let net = dir.join("net").join(&hca.netdev);
+            fs::create_dir_all(&net)?;
+            put(&net.join("dev_port"), "0\n")?;
+            put(&net.join("dev_id"), "0x0\n")?;
+            put(&net.join("mtu"), "9000\n")?;
+            let ib = dir.join("infiniband").join(&hca.name);
+            let port = ib.join("ports/1");
+            fs::create_dir_all(port.join("counters"))?;
+            fs::create_dir_all(port.join("hw_counters"))?;
+            symlink(format!("../../../{}", hca.function.bdf), ib.join("device"))?;
+            put(&ib.join("node_type"), "1: CA\n")?;
+            put(&port.join("state"), "4: ACTIVE\n")?;
+            put(&port.join("phys_state"), "5: LinkUp\n")?;
+            put(&port.join("rate"), "200 Gb/sec (4X HDR)\n")?;
+            put(&port.join("link_layer"), "Ethernet\n")?;
+            for (k, name) in PORT_COUNTERS.iter().enumerate() {
+                let v = (i as u64 + 1) * 1_000_003 * k as u64;
+                put(&port.join("counters").join(name), &format!("{v}\n"))?;
+            }
+            for (k, name) in MLX5_ROCE_HW_COUNTERS.iter().enumerate() {
+                put(
+                    &port.join("hw_counters").join(name),
+                    &format!("{}\n", k % 3),
+                )?;
+            }
+            put(&port.join("hw_counters/lifespan"), "12\n")?;
+            let rel = |to: &Path| Path::new("../..").join(to.strip_prefix(&sys).unwrap());
+            fs::create_dir_all(sys.join("class/net"))?;
+            fs::create_dir_all(sys.join("class/infiniband"))?;
+            symlink(rel(&net), sys.join("class/net").join(&hca.netdev))?;
+            symlink(rel(&ib), sys.join("class/infiniband").join(&hca.name))?;
+        }
+        let mut dev = String::from(
+            "Inter-|   Receive                                                |  Transmit\n \
+             face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n",
+        );
+        let mut row = |name: &str, bytes: u64, packets: u64| {
+            dev.push_str(&format!(
+                "{name:>6}: {bytes:>8} {packets:>8}    0    0    0     0          0         0 {bytes:>8} {packets:>8}    0    0    0     0       0          0\n"
+            ));
+        };
+        row("lo", 8_675_309, 12_345);
+        for (i, hca) in self.hcas.iter().enumerate() {
+            row(&hca.netdev, 24_691_357_800 * (i as u64 + 1), 493_827_160);
+        }
+        let proc_net = root.join("proc/net");
+        fs::create_dir_all(&proc_net)?;
+        put(&proc_net.join("dev"), &dev)?;
+        for node in machine.numa.iter().flat_map(|n| &n.nodes) {
+            let dir = sys.join(format!("devices/system/node/node{}", node.id));
+            let id = u64::from(node.id);
+            let rows = [
+                ("numa_hit", (id + 1) * 1_000_003),
+                ("numa_miss", 17 * id),
+                ("numa_foreign", 19 * id),
+                ("interleave_hit", 3047),
+                ("local_node", (id + 1) * 1_000_003 - 23 * id),
+                ("other_node", 23 * id),
+            ];
+            let text: String = rows.iter().map(|(k, v)| format!("{k} {v}\n")).collect();
+            put(&dir.join("numastat"), &text)?;
+        }
+        Ok(())
+    }
+
+    /// `sys/devices/pci0000:RC/0000:RC:0P.0/BDF/` with its link, AER and `numa_node` files,
+    /// and its `sys/bus/pci/devices` link; returns the function's directory.
+    fn function_dir(&self, sys: &Path, f: &PciFunction) -> io::Result<PathBuf> {
+        let bus = u32::from_str_radix(&f.bdf[5..7], 16).expect("hex bus");
+        let rc = 0x10 + 0x20 * f.numa_node;
+        let port = format!("0000:{rc:02x}:{:02x}.0", bus - rc);
+        let rel = format!("devices/pci0000:{rc:02x}/{port}/{}", f.bdf);
+        let dir = sys.join(&rel);
+        fs::create_dir_all(&dir)?;
+        put(&dir.join("numa_node"), &format!("{}\n", f.numa_node))?;
+        for (name, text) in [
+            ("current_link_width", "16\n"),
+            ("max_link_width", "16\n"),
+            ("current_link_speed", "32.0 GT/s PCIe\n"),
+            ("max_link_speed", "32.0 GT/s PCIe\n"),
+        ] {
+            put(&dir.join(name), text)?;
+        }
+        for (file, rows, total) in [
+            ("aer_dev_correctable", &AER_CORRECTABLE[..], "TOTAL_ERR_COR"),
+            (
+                "aer_dev_nonfatal",
+                &AER_UNCORRECTABLE[..],
+                "TOTAL_ERR_NONFATAL",
+            ),
+            ("aer_dev_fatal", &AER_UNCORRECTABLE[..], "TOTAL_ERR_FATAL"),
+        ] {
+            let mut text: String = rows.iter().map(|r| format!("{r} 0\n")).collect();
+            text.push_str(&format!("{total} 0\n"));
+            put(&dir.join(file), &text)?;
+        }
+        let bus_dir = sys.join("bus/pci/devices");
+        fs::create_dir_all(&bus_dir)?;
+        symlink(Path::new("../../..").join(&rel), bus_dir.join(&f.bdf))?;
+        Ok(dir)
+    }
 }
 
 /// Every regular file under `root` as `(relative path, contents)`, sorted by path.
