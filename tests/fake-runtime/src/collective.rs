@@ -90,6 +90,12 @@ pub enum CollError {
     Busy(String),
     /// An internal panic while running the operation.
     Internal,
+    /// A peer process failed or went away (cross-process communicators: connection closed
+    /// or reset); the text names the peer.
+    Remote(String),
+    /// A local system failure (cross-process communicators: no interface, no answer within
+    /// the timeout, a socket that cannot be opened); the text says which.
+    System(String),
 }
 
 impl std::fmt::Display for CollError {
@@ -99,7 +105,9 @@ impl std::fmt::Display for CollError {
             CollError::InvalidArgument(why)
             | CollError::InvalidUsage(why)
             | CollError::BadStream(why)
-            | CollError::Busy(why) => f.write_str(why),
+            | CollError::Busy(why)
+            | CollError::Remote(why)
+            | CollError::System(why) => f.write_str(why),
             CollError::NoDevice => f.write_str("the calling thread has no valid current device"),
             CollError::Planted => f.write_str("collective failed (CHD_FAKE_PAIR_FAIL)"),
             CollError::Timeout => f.write_str(
@@ -273,14 +281,19 @@ fn refuse_concurrent_hccl(
     }
 }
 
-/// Live communicators of both libraries.
+/// Live communicators of both libraries, in-process and cross-process.
 pub fn live_communicators() -> u64 {
-    with_comms(|m| m.len() as u64)
+    with_comms(|m| m.len() as u64) + crate::net::comm::live()
 }
 
 /// Completed collective calls of `lib` (a 2-rank allgather counts 2: one per rank's call).
 pub fn completed(lib: Lib) -> u64 {
     COMPLETED[lib.index()].load(Ordering::Relaxed)
+}
+
+/// Counts `calls` completed collective calls of `lib` (cross-process communicators).
+pub fn count_completed(lib: Lib, calls: u64) {
+    COMPLETED[lib.index()].fetch_add(calls, Ordering::Relaxed);
 }
 
 /// What a communicator handle stands for.
@@ -293,10 +306,13 @@ pub struct CommInfo {
     pub async_error: Option<CollError>,
 }
 
-/// Looks up a live communicator of `lib`.
+/// Looks up a live communicator of `lib` (in-process or cross-process).
 pub fn comm_info(lib: Lib, handle: *mut c_void) -> Result<CommInfo, CollError> {
     if handle.is_null() {
         return Err(CollError::NullPointer("comm"));
+    }
+    if let Some(info) = crate::net::comm::info(lib, handle) {
+        return Ok(info);
     }
     let (clique, rank) = with_comms(|m| match m.get(&(handle as usize)) {
         Some(c) if c.lib == lib => Ok((Arc::clone(&c.clique), c.rank)),
@@ -476,15 +492,32 @@ type InitKey = (Lib, Vec<u8>);
 static INITS: Mutex<Option<HashMap<InitKey, PendingInit>>> = Mutex::new(None);
 static INITS_CV: Condvar = Condvar::new();
 
+/// Wakes the ranks waiting in [`init_rank`], so that they look at their [`Handover`] again.
+pub fn wake_inits() {
+    let _guard = INITS.lock().unwrap_or_else(|e| e.into_inner());
+    INITS_CV.notify_all();
+}
+
+/// How an in-process rendezvous may hand its ranks over to the cross-process path (see
+/// `net::bootstrap`): `switched` says a rank of another process registered for the id (the
+/// waiting ranks leave); `claim` is asked when all ranks met here and says whether the id
+/// may stay in-process (`false`: it just switched, the ranks leave).
+pub struct Handover<'a> {
+    pub switched: &'a dyn Fn() -> bool,
+    pub claim: &'a dyn Fn() -> bool,
+}
+
 /// Rank `rank` of `nranks` joins the rendezvous named by `id` (`ncclCommInitRank`,
 /// `HcclCommInitRootInfo`) with the calling thread's current device, blocking until all
-/// ranks joined or `CHD_FAKE_PAIR_TIMEOUT_MS` passed.
+/// ranks joined or `CHD_FAKE_PAIR_TIMEOUT_MS` passed. `Ok(None)`: the id was handed over
+/// to the cross-process path (see [`Handover`]); the caller joins it there.
 pub fn init_rank(
     lib: Lib,
     id: &[u8],
     nranks: usize,
     rank: usize,
-) -> Result<*mut c_void, CollError> {
+    handover: &Handover<'_>,
+) -> Result<Option<*mut c_void>, CollError> {
     if nranks == 0 || rank >= nranks {
         return Err(CollError::InvalidArgument(format!(
             "rank {rank} is out of range for {nranks} ranks"
@@ -515,6 +548,12 @@ pub fn init_rank(
             )));
         }
         entry.devices[rank] = Some(dev);
+        if entry.devices.iter().all(Option::is_some) && !(handover.claim)() {
+            entry.devices.iter_mut().for_each(|d| *d = None);
+            map.remove(&key);
+            INITS_CV.notify_all();
+            return Ok(None);
+        }
         if entry.devices.iter().all(Option::is_some) {
             let devs: Vec<usize> = entry.devices.iter().flatten().copied().collect();
             let duplicate = devs
@@ -531,14 +570,22 @@ pub fn init_rank(
     loop {
         let map = guard.get_or_insert_with(HashMap::new);
         let Some(entry) = map.get_mut(&key) else {
-            return Err(CollError::Internal);
+            // Removed by a rank that found the id handed over.
+            return Ok(None);
         };
         if let Some(result) = entry.result.clone() {
             entry.picked += 1;
             if entry.picked == nranks {
                 map.remove(&key);
             }
-            return result.map(|clique| register(lib, &clique, rank) as *mut c_void);
+            return result.map(|clique| Some(register(lib, &clique, rank) as *mut c_void));
+        }
+        if (handover.switched)() {
+            entry.devices[rank] = None;
+            if entry.devices.iter().all(Option::is_none) {
+                map.remove(&key);
+            }
+            return Ok(None);
         }
         let now = Instant::now();
         if now >= deadline {
