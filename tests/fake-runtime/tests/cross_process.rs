@@ -46,6 +46,10 @@ fn main() {
         ("wrong_ids_are_refused", wrong_ids_are_refused),
         ("namespaces_nccl_shaped_rail", namespaces_nccl_shaped_rail),
         ("namespaces_hccl_shaped_rail", namespaces_hccl_shaped_rail),
+        (
+            "namespaces_peer_killed_mid_transfer",
+            namespaces_peer_killed_mid_transfer,
+        ),
     ];
     let mut failed = Vec::new();
     for (name, test) in tests {
@@ -599,7 +603,8 @@ fn spawn(netns: Option<&str>, rank: usize, vars: &[(&str, String)]) -> RankProc 
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     for (k, v) in vars {
-        cmd.env(k, v);
+        // `{host}`: this rank's host number on a rail (rank 0 is .1, rank 1 is .2).
+        cmd.env(k, v.replace("{host}", &(rank + 1).to_string()));
     }
     RankProc {
         child: cmd.spawn().expect("spawning a rank"),
@@ -677,21 +682,34 @@ fn loopback_hccl_two_processes() {
     loopback("hccl", "HCCL_SOCKET_IFNAME");
 }
 
-fn killed_peer_fails_the_survivor() {
+/// Kills rank 1 `after_ready` after it initialised and checks rank 0's allgather fails with
+/// `ncclRemoteError` naming `peer`, soon after the kill and well within the timeout; the
+/// async error reports it and `ncclCommAbort` works. `hang`: rank 1 never enters the
+/// collective (else it is killed in the middle of it).
+fn kill_peer(
+    netns: [Option<&str>; 2],
+    ifname: &str,
+    bytes: usize,
+    hang: bool,
+    after_ready: Duration,
+    peer: &str,
+) {
     let scratch = Scratch::new("kill");
     let ready = scratch.0.join("ready");
     let vars = [
         ("XP_LIB", "nccl".to_owned()),
-        ("XP_OPS", format!("allgather:{}", 4 * MIB)),
-        ("NCCL_SOCKET_IFNAME", "lo".to_owned()),
+        ("XP_OPS", format!("allgather:{bytes}")),
+        ("NCCL_SOCKET_IFNAME", ifname.to_owned()),
         ("CHD_FAKE_PAIR_TIMEOUT_MS", "20000".to_owned()),
         ("XP_ID_FILE", scratch.0.join("id").display().to_string()),
     ];
-    let survivor = spawn(None, 0, &vars);
+    let survivor = spawn(netns[0], 0, &vars);
     let mut doomed_vars = vars.to_vec();
-    doomed_vars.push(("XP_HANG", "1".to_owned()));
+    if hang {
+        doomed_vars.push(("XP_HANG", "1".to_owned()));
+    }
     doomed_vars.push(("XP_READY_FILE", ready.display().to_string()));
-    let mut doomed = spawn(None, 1, &doomed_vars);
+    let mut doomed = spawn(netns[1], 1, &doomed_vars);
     let t0 = Instant::now();
     while !ready.exists() {
         assert!(
@@ -700,8 +718,7 @@ fn killed_peer_fails_the_survivor() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    // Rank 0 is now blocked in its allgather, waiting for rank 1.
-    std::thread::sleep(Duration::from_millis(500));
+    std::thread::sleep(after_ready);
     let killed_at = Instant::now();
     doomed.child.kill().unwrap();
     let _ = doomed.child.wait();
@@ -718,15 +735,40 @@ fn killed_peer_fails_the_survivor() {
         "the async error reports it: {line}"
     );
     assert!(line.contains("abort=0 "), "ncclCommAbort works: {line}");
-    assert!(
-        line.contains("rank 1 at 127.0.0.1:"),
-        "names the peer: {line}"
-    );
+    assert!(line.contains(peer), "names the peer {peer}: {line}");
     assert!(
         after < Duration::from_secs(5),
-        "within the timeout: {after:?}"
+        "within the 20 s timeout: {after:?}"
     );
     println!("  survivor failed {after:?} after the kill: {line}");
+}
+
+/// Rank 1 killed while rank 0 waits in its allgather for it.
+fn killed_peer_fails_the_survivor() {
+    let wait = Duration::from_millis(500);
+    kill_peer(
+        [None, None],
+        "lo",
+        4 * MIB,
+        true,
+        wait,
+        "rank 1 at 127.0.0.1:",
+    );
+}
+
+/// Rank 1 killed in the middle of a 64 MiB allgather over the shaped rail (2.7 s).
+fn namespaces_peer_killed_mid_transfer() {
+    let ns = Netns::new("kill");
+    let netns = [Some(ns.names[0].as_str()), Some(ns.names[1].as_str())];
+    let wait = Duration::from_millis(1200);
+    kill_peer(
+        netns,
+        "=rail0",
+        64 * MIB,
+        false,
+        wait,
+        "rank 1 at 10.77.0.2:",
+    );
 }
 
 fn wrong_ids_are_refused() {
@@ -850,17 +892,23 @@ impl Drop for Netns {
 }
 
 /// Allgathers `gather` bytes per rank and all-reduces `reduce` bytes of f32 on each rail.
+/// The rail is chosen with `ifvar` (`=rail0`, `=rail1`); for HCCL the unshaped rail is
+/// chosen with `HCCL_IF_IP` instead, which must win over `HCCL_SOCKET_IFNAME=rail0`.
 fn namespaces(lib: &str, ifvar: &str, gather: usize, reduce: usize) {
     let ns = Netns::new(lib);
     let netns = [Some(ns.names[0].as_str()), Some(ns.names[1].as_str())];
     let ops = format!("allgather:{gather},allreduce_f32:{reduce}");
     let mut rates = Vec::new();
     for rail in ["rail0", "rail1"] {
-        let vars = [
+        let mut vars = vec![
             ("XP_LIB", lib.to_owned()),
             ("XP_OPS", ops.clone()),
             (ifvar, format!("={rail}")),
         ];
+        if lib == "hccl" && rail == "rail1" {
+            vars[2].1 = "=rail0".to_owned();
+            vars.push(("HCCL_IF_IP", "10.78.0.{host}".to_owned()));
+        }
         let results = pair(netns, &vars, &format!("{lib}-{rail}"));
         ops_checked(&results, &["allgather", "allreduce_f32"]);
         for m in &results[0] {

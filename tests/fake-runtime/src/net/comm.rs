@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::bootstrap::{self, IdInfo};
-use super::ifname;
 use super::reduce::{Elem, RedOp};
 use super::ring::{self, Ring};
+use super::Knobs;
 use crate::collective::{self, CollError, CommInfo, Lib};
 use crate::config;
 use crate::device;
@@ -83,16 +83,16 @@ fn timeout() -> Duration {
 }
 
 /// Rank `rank` of `nranks` joins the clique of the id `info` over the sockets, on the
-/// calling thread's current device and the interface `ifname_var` selects.
+/// calling thread's current device and the interface the library's `knobs` select.
 pub fn init(
     lib: Lib,
     info: &IdInfo,
     nranks: usize,
     rank: usize,
-    ifname_var: &str,
+    knobs: Knobs,
 ) -> Result<*mut c_void, CollError> {
     let device = device::current_checked().ok_or(CollError::NoDevice)?;
-    let iface = ifname::from_env(ifname_var).map_err(CollError::System)?;
+    let iface = knobs.interface()?;
     let (listener, data) = ring::listen(&iface)?;
     let timeout = timeout();
     let peers = bootstrap::join(info, nranks, rank, data, timeout)?;

@@ -148,9 +148,21 @@ pub fn choose(spec: Option<&IfSpec>, ifs: &[IfAddr]) -> Option<IfAddr> {
     }
 }
 
-/// The interface this process's sockets use under the environment variable `var`
-/// (`NCCL_SOCKET_IFNAME`, `HCCL_SOCKET_IFNAME`), or why there is none.
-pub fn from_env(var: &str) -> Result<IfAddr, String> {
+/// The interface this process's sockets use: the one holding the address in `ip_var`
+/// (`HCCL_IF_IP`, which HCCL prefers to `HCCL_SOCKET_IFNAME`) when that is set, else the
+/// one the environment variable `var` (`NCCL_SOCKET_IFNAME`, `HCCL_SOCKET_IFNAME`) selects;
+/// or why there is none.
+pub fn from_env(var: &str, ip_var: Option<&str>) -> Result<IfAddr, String> {
+    if let Some((ip_var, value)) = ip_var.and_then(|v| Some((v, std::env::var(v).ok()?))) {
+        let ip: IpAddr = value
+            .trim()
+            .parse()
+            .map_err(|e| format!("{ip_var}={value}: {e}"))?;
+        return interfaces()
+            .into_iter()
+            .find(|a| a.ip == ip)
+            .ok_or_else(|| format!("no up interface holds {ip_var}={value}"));
+    }
     let value = std::env::var(var).ok().filter(|v| !v.trim().is_empty());
     let spec = value.as_deref().map(IfSpec::parse);
     let ifs = interfaces();

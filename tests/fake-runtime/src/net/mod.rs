@@ -26,17 +26,28 @@ use crate::config;
 pub struct Knobs {
     /// `NCCL_SOCKET_IFNAME` / `HCCL_SOCKET_IFNAME`.
     pub ifname: &'static str,
+    /// `HCCL_IF_IP` (the address to use, before the interface name): HCCL only.
+    pub if_ip: Option<&'static str>,
     /// `NCCL_COMM_ID` (`host:port` of the root): NCCL only.
     pub comm_id: Option<&'static str>,
 }
 
+impl Knobs {
+    /// The interface this process's sockets use.
+    pub fn interface(self) -> Result<ifname::IfAddr, CollError> {
+        ifname::from_env(self.ifname, self.if_ip).map_err(CollError::System)
+    }
+}
+
 pub const NCCL: Knobs = Knobs {
     ifname: "NCCL_SOCKET_IFNAME",
+    if_ip: None,
     comm_id: Some("NCCL_COMM_ID"),
 };
 
 pub const HCCL: Knobs = Knobs {
     ifname: "HCCL_SOCKET_IFNAME",
+    if_ip: Some("HCCL_IF_IP"),
     comm_id: None,
 };
 
@@ -53,8 +64,7 @@ fn root_bind(knobs: Knobs) -> Result<SocketAddr, CollError> {
                 CollError::InvalidArgument(format!("NCCL_COMM_ID={value} is not host:port"))
             });
     }
-    let iface = ifname::from_env(knobs.ifname).map_err(CollError::System)?;
-    Ok(iface.socket_addr(0))
+    Ok(knobs.interface()?.socket_addr(0))
 }
 
 /// A fresh id: `prefix` (the library's magic, pid and counter: 24 bytes) followed by the
@@ -101,5 +111,5 @@ pub fn init_rank(
             return Ok(handle);
         }
     }
-    comm::init(lib, &info, nranks, rank, knobs.ifname)
+    comm::init(lib, &info, nranks, rank, knobs)
 }
