@@ -1,6 +1,6 @@
 //! The collective engine shared by the NCCL and HCCL roles: communicators, the rank-by-rank
-//! init rendezvous, and a 2-or-more-rank allgather that really gathers the bytes and is timed
-//! on the ranks' virtual stream clocks.
+//! init rendezvous, and 2-or-more-rank allgathers and all-reduces that really gather (reduce)
+//! the bytes and are timed on the ranks' virtual stream clocks.
 //!
 //! Model:
 //! - A *clique* is the set of communicators created together (one `ncclCommInitAll` /
@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 use crate::config;
 use crate::device;
 use crate::memory::{self, Api, Location};
+use crate::net::reduce::{reduce_into, Elem, RedOp};
 use crate::timing::{self, StreamRef};
 
 /// Which collective library a communicator belongs to.
@@ -119,11 +120,20 @@ impl std::fmt::Display for CollError {
     }
 }
 
-/// One rank's contribution to an allgather.
+/// What an operation does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    AllGather,
+    AllReduce(Elem, RedOp),
+}
+
+/// One rank's contribution to an allgather or all-reduce.
 #[derive(Clone, Copy, Debug)]
 struct Part {
+    kind: Kind,
     send: usize,
     recv: usize,
+    /// Bytes per rank (allgather), bytes of the buffer (all-reduce).
     bytes: usize,
     stream: StreamRef,
     /// CPU of the thread that enqueued the call.
@@ -624,6 +634,34 @@ pub fn prepare_allgather(
     elem_size: usize,
     raw_stream: *mut c_void,
 ) -> Result<Prepared, CollError> {
+    let call = (send, recv, count, elem_size);
+    prepare(lib, handle, call, raw_stream, Kind::AllGather)
+}
+
+/// Validates an all-reduce call like [`prepare_allgather`], with a receive buffer of the send
+/// buffer's size (in place is fine).
+#[allow(clippy::too_many_arguments, reason = "the C signature's arguments")]
+pub fn prepare_allreduce(
+    lib: Lib,
+    handle: *mut c_void,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: u64,
+    elem: Elem,
+    op: RedOp,
+    raw_stream: *mut c_void,
+) -> Result<Prepared, CollError> {
+    let call = (send, recv, count, elem.size());
+    prepare(lib, handle, call, raw_stream, Kind::AllReduce(elem, op))
+}
+
+fn prepare(
+    lib: Lib,
+    handle: *mut c_void,
+    (send, recv, count, elem_size): (*const c_void, *mut c_void, u64, usize),
+    raw_stream: *mut c_void,
+    kind: Kind,
+) -> Result<Prepared, CollError> {
     if handle.is_null() {
         return Err(CollError::NullPointer("comm"));
     }
@@ -640,7 +678,10 @@ pub fn prepare_allgather(
         .ok()
         .and_then(|c| c.checked_mul(elem_size))
         .ok_or_else(too_big)?;
-    let total = bytes.checked_mul(nranks).ok_or_else(too_big)?;
+    let total = match kind {
+        Kind::AllGather => bytes.checked_mul(nranks).ok_or_else(too_big)?,
+        Kind::AllReduce(..) => bytes,
+    };
     let stream = match (lib, raw_stream as usize) {
         (Lib::Nccl, 0..=2) | (Lib::Hccl, 0) => StreamRef::Default(dev),
         (_, h) => StreamRef::Handle(h),
@@ -681,6 +722,7 @@ pub fn prepare_allgather(
         clique,
         rank,
         part: Part {
+            kind,
             send: send as usize,
             recv: recv as usize,
             bytes,
@@ -827,11 +869,28 @@ fn complete(clique: &Clique, mut st: MutexGuard<'_, CliqueState>, seq: u64) {
     clique.cv.notify_all();
 }
 
-/// Gathers the bytes and advances the clocks.
+/// Virtual duration of an all-reduce of `bytes` in nanoseconds: `bytes * 2 (nranks - 1) /
+/// nranks / gbps`, so that nccl-tests' all-reduce bus bandwidth comes out as exactly `gbps`.
+pub fn allreduce_duration_ns(bytes: usize, nranks: usize, gbps: f64) -> f64 {
+    let n = nranks as f64;
+    bytes as f64 * 2.0 * (n - 1.0).max(0.0) / n / gbps
+}
+
+/// Gathers (or reduces) the bytes and advances the clocks.
 fn execute(clique: &Clique, parts: &[Part]) -> Result<(), CollError> {
     let n = clique.nranks();
     if parts.len() != n {
         return Err(CollError::Internal);
+    }
+    let kind = parts[0].kind;
+    if parts.iter().any(|p| p.kind != kind) {
+        return Err(CollError::InvalidArgument(
+            "ranks disagree on the collective (allgather vs all-reduce, data type or op)"
+                .to_owned(),
+        ));
+    }
+    if let Kind::AllReduce(elem, op) = kind {
+        return execute_allreduce(clique, parts, elem, op);
     }
     let bytes = parts[0].bytes;
     if let Some(p) = parts.iter().find(|p| p.bytes != bytes) {
@@ -872,15 +931,70 @@ fn execute(clique: &Clique, parts: &[Part]) -> Result<(), CollError> {
             "a buffer was freed before the collective ran".to_owned(),
         ));
     }
-    let cfg = config::get();
-    let gbps = parts
-        .iter()
-        .enumerate()
-        .map(|(rank, p)| cfg.pair_gbps_for(rank, p.cpu))
-        .fold(f64::INFINITY, f64::min);
+    let gbps = clique_gbps(parts);
     let mut streams: Vec<StreamRef> = parts.iter().map(|p| p.stream).collect();
     streams.dedup();
     timing::join_advance(&streams, clique.lib.api(), duration_ns(bytes, n, gbps));
+    Ok(())
+}
+
+/// The rate of an operation: the slowest rank's `CHD_FAKE_PAIR_GBPS` rate.
+fn clique_gbps(parts: &[Part]) -> f64 {
+    let cfg = config::get();
+    parts
+        .iter()
+        .enumerate()
+        .map(|(rank, p)| cfg.pair_gbps_for(rank, p.cpu))
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// Reduces every rank's send buffer into every rank's receive buffer and advances the clocks.
+fn execute_allreduce(
+    clique: &Clique,
+    parts: &[Part],
+    elem: Elem,
+    op: RedOp,
+) -> Result<(), CollError> {
+    let n = clique.nranks();
+    let bytes = parts[0].bytes;
+    if let Some(p) = parts.iter().find(|p| p.bytes != bytes) {
+        return Err(CollError::InvalidArgument(format!(
+            "ranks disagree on the all-reduce size ({bytes} vs {} bytes)",
+            p.bytes
+        )));
+    }
+    let ranges: Vec<(usize, usize, usize)> = parts
+        .iter()
+        .zip(&clique.devices)
+        .flat_map(|(p, &dev)| [(p.send, bytes, dev), (p.recv, bytes, dev)])
+        .collect();
+    let reduced = memory::with_live_ranges(&ranges, || {
+        if bytes == 0 {
+            return;
+        }
+        // SAFETY: every range lies inside a live device allocation (checked just now, and no
+        // allocation can be freed while the registry lock is held); all sends are read into
+        // `acc` before any receive buffer is written, so in-place calls are fine.
+        unsafe {
+            let mut acc = std::slice::from_raw_parts(parts[0].send as *const u8, bytes).to_vec();
+            for p in &parts[1..] {
+                let src = std::slice::from_raw_parts(p.send as *const u8, bytes);
+                reduce_into(&mut acc, src, elem, op);
+            }
+            for p in parts {
+                std::ptr::copy_nonoverlapping(acc.as_ptr(), p.recv as *mut u8, bytes);
+            }
+        }
+    });
+    if reduced.is_none() {
+        return Err(CollError::InvalidArgument(
+            "a buffer was freed before the collective ran".to_owned(),
+        ));
+    }
+    let mut streams: Vec<StreamRef> = parts.iter().map(|p| p.stream).collect();
+    streams.dedup();
+    let ns = allreduce_duration_ns(bytes, n, clique_gbps(parts));
+    timing::join_advance(&streams, clique.lib.api(), ns);
     Ok(())
 }
 
@@ -922,7 +1036,18 @@ fn wait(t: &Ticket, deadline: Instant) -> Result<(), CollError> {
 
 #[cfg(test)]
 mod tests {
-    use super::duration_ns;
+    use super::{allreduce_duration_ns, duration_ns};
+
+    #[test]
+    fn allreduce_bus_bandwidth_of_the_duration_is_the_configured_rate() {
+        let bytes = 64 << 20;
+        for (n, gbps) in [(2, 13.7), (4, 4.0), (8, 0.2)] {
+            let ns = allreduce_duration_ns(bytes, n, gbps);
+            let busbw = bytes as f64 * 2.0 * (n - 1) as f64 / n as f64 / ns;
+            assert!((busbw - gbps).abs() < 1e-12, "{n} ranks: {busbw} vs {gbps}");
+        }
+        assert_eq!(allreduce_duration_ns(bytes, 1, 13.7), 0.0);
+    }
 
     #[test]
     fn bus_bandwidth_of_the_duration_is_the_configured_rate() {

@@ -269,8 +269,8 @@ pub unsafe extern "C" fn HcclAllGather(
 }
 
 /// `HcclAllReduce`: `count` elements of `dataType` reduced with `op` (0 sum, 1 prod, 2 max,
-/// 3 min) into `recvBuf` on every rank. Cross-process communicators only (a ring over the
-/// sockets); on an in-process communicator: `HCCL_E_NOT_SUPPORT`.
+/// 3 min) into `recvBuf` on every rank: in-process like [`HcclAllGather`] (blocking, timed
+/// at `CHD_FAKE_PAIR_GBPS` bus bandwidth), across processes a ring over the sockets.
 #[no_mangle]
 pub unsafe extern "C" fn HcclAllReduce(
     send_buf: *mut c_void,
@@ -281,27 +281,36 @@ pub unsafe extern "C" fn HcclAllReduce(
     comm: HcclComm,
     stream: *mut c_void,
 ) -> HcclResult {
-    ffi::guard(HCCL_E_INTERNAL, || {
-        let run = || {
-            let elem = net::reduce::Elem::from_hccl(data_type).ok_or_else(|| {
-                CollError::InvalidArgument(format!("invalid dataType {data_type}"))
-            })?;
-            let op = net::reduce::RedOp::from_hccl(op)
-                .ok_or_else(|| CollError::InvalidArgument(format!("invalid op {op}")))?;
-            if !net_comm::is_comm(Lib::Hccl, comm) {
-                collective::comm_info(Lib::Hccl, comm)?;
-                return Ok(false);
-            }
+    api(|| {
+        let elem = net::reduce::Elem::from_hccl(data_type)
+            .ok_or_else(|| CollError::InvalidArgument(format!("invalid dataType {data_type}")))?;
+        let op = net::reduce::RedOp::from_hccl(op)
+            .ok_or_else(|| CollError::InvalidArgument(format!("invalid op {op}")))?;
+        if net_comm::is_comm(Lib::Hccl, comm) {
             let count = usize::try_from(count)
                 .map_err(|_| CollError::InvalidArgument(format!("count {count} is too large")))?;
-            net_comm::allreduce(Lib::Hccl, comm, send_buf, recv_buf, count, elem, op, stream)
-                .map(|()| true)
-        };
-        match run() {
-            Ok(true) => HCCL_SUCCESS,
-            Ok(false) => HCCL_E_NOT_SUPPORT,
-            Err(e) => code(&e),
+            return net_comm::allreduce(
+                Lib::Hccl,
+                comm,
+                send_buf,
+                recv_buf,
+                count,
+                elem,
+                op,
+                stream,
+            );
         }
+        let prepared = collective::prepare_allreduce(
+            Lib::Hccl,
+            comm,
+            send_buf,
+            recv_buf,
+            count,
+            elem,
+            op,
+            stream,
+        )?;
+        collective::run(vec![prepared])
     })
 }
 

@@ -379,23 +379,29 @@ pub unsafe extern "C" fn ncclAllGather(
                     stream,
                 )
             });
-        GROUP.with(|g| {
-            let mut g = g.borrow_mut();
-            if g.depth == 0 {
-                drop(g);
-                return collective::run(vec![prepared?]);
+        in_process_call(prepared)
+    })
+}
+
+/// Runs a validated in-process collective now (outside a group) or queues it for
+/// `ncclGroupEnd`; a call that failed validation inside a group fails the group.
+fn in_process_call(prepared: Result<Prepared, CollError>) -> Result<(), CollError> {
+    GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.depth == 0 {
+            drop(g);
+            return collective::run(vec![prepared?]);
+        }
+        match prepared {
+            Ok(p) => {
+                g.calls.push(p);
+                Ok(())
             }
-            match prepared {
-                Ok(p) => {
-                    g.calls.push(p);
-                    Ok(())
-                }
-                Err(e) => {
-                    g.error.get_or_insert(e.clone());
-                    Err(e)
-                }
+            Err(e) => {
+                g.error.get_or_insert(e.clone());
+                Err(e)
             }
-        })
+        }
     })
 }
 
@@ -413,8 +419,9 @@ fn net_call(call: NetCall) -> Result<(), CollError> {
 }
 
 /// `ncclAllReduce`: `count` elements of `datatype` reduced with `op` (0 sum, 1 prod, 2 max,
-/// 3 min) into `recvbuff` on every rank (in place is fine). Cross-process communicators
-/// only (a ring over the sockets); on an in-process communicator: `ncclInvalidUsage`.
+/// 3 min) into `recvbuff` on every rank (in place is fine): in-process like
+/// [`ncclAllGather`] (timed at `CHD_FAKE_PAIR_GBPS` bus bandwidth), across processes a ring
+/// over the sockets.
 #[no_mangle]
 pub unsafe extern "C" fn ncclAllReduce(
     sendbuff: *const c_void,
@@ -431,10 +438,17 @@ pub unsafe extern "C" fn ncclAllReduce(
         let op = net::reduce::RedOp::from_nccl(op)
             .ok_or_else(|| CollError::InvalidArgument(format!("invalid reduction op {op}")))?;
         if !net_comm::is_comm(Lib::Nccl, comm) {
-            collective::comm_info(Lib::Nccl, comm)?;
-            return Err(CollError::InvalidUsage(
-                "the fake runs ncclAllReduce on cross-process communicators only".to_owned(),
-            ));
+            let prepared = collective::prepare_allreduce(
+                Lib::Nccl,
+                comm,
+                sendbuff,
+                recvbuff,
+                count as u64,
+                elem,
+                op,
+                stream,
+            );
+            return in_process_call(prepared);
         }
         let (send, recv, stream) = (sendbuff as usize, recvbuff as usize, stream as usize);
         net_call(Box::new(move || {
