@@ -1,6 +1,6 @@
 //! The collective engine shared by the NCCL and HCCL roles: communicators, the rank-by-rank
-//! init rendezvous, and a 2-or-more-rank allgather that really gathers the bytes and is timed
-//! on the ranks' virtual stream clocks.
+//! init rendezvous, and 2-or-more-rank allgathers and all-reduces that really gather (reduce)
+//! the bytes and are timed on the ranks' virtual stream clocks.
 //!
 //! Model:
 //! - A *clique* is the set of communicators created together (one `ncclCommInitAll` /
@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 use crate::config;
 use crate::device;
 use crate::memory::{self, Api, Location};
+use crate::net::reduce::{reduce_into, Elem, RedOp};
 use crate::timing::{self, StreamRef};
 
 /// Which collective library a communicator belongs to.
@@ -90,6 +91,12 @@ pub enum CollError {
     Busy(String),
     /// An internal panic while running the operation.
     Internal,
+    /// A peer process failed or went away (cross-process communicators: connection closed
+    /// or reset); the text names the peer.
+    Remote(String),
+    /// A local system failure (cross-process communicators: no interface, no answer within
+    /// the timeout, a socket that cannot be opened); the text says which.
+    System(String),
 }
 
 impl std::fmt::Display for CollError {
@@ -99,7 +106,9 @@ impl std::fmt::Display for CollError {
             CollError::InvalidArgument(why)
             | CollError::InvalidUsage(why)
             | CollError::BadStream(why)
-            | CollError::Busy(why) => f.write_str(why),
+            | CollError::Busy(why)
+            | CollError::Remote(why)
+            | CollError::System(why) => f.write_str(why),
             CollError::NoDevice => f.write_str("the calling thread has no valid current device"),
             CollError::Planted => f.write_str("collective failed (CHD_FAKE_PAIR_FAIL)"),
             CollError::Timeout => f.write_str(
@@ -111,11 +120,20 @@ impl std::fmt::Display for CollError {
     }
 }
 
-/// One rank's contribution to an allgather.
+/// What an operation does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    AllGather,
+    AllReduce(Elem, RedOp),
+}
+
+/// One rank's contribution to an allgather or all-reduce.
 #[derive(Clone, Copy, Debug)]
 struct Part {
+    kind: Kind,
     send: usize,
     recv: usize,
+    /// Bytes per rank (allgather), bytes of the buffer (all-reduce).
     bytes: usize,
     stream: StreamRef,
     /// CPU of the thread that enqueued the call.
@@ -273,14 +291,19 @@ fn refuse_concurrent_hccl(
     }
 }
 
-/// Live communicators of both libraries.
+/// Live communicators of both libraries, in-process and cross-process.
 pub fn live_communicators() -> u64 {
-    with_comms(|m| m.len() as u64)
+    with_comms(|m| m.len() as u64) + crate::net::comm::live()
 }
 
 /// Completed collective calls of `lib` (a 2-rank allgather counts 2: one per rank's call).
 pub fn completed(lib: Lib) -> u64 {
     COMPLETED[lib.index()].load(Ordering::Relaxed)
+}
+
+/// Counts `calls` completed collective calls of `lib` (cross-process communicators).
+pub fn count_completed(lib: Lib, calls: u64) {
+    COMPLETED[lib.index()].fetch_add(calls, Ordering::Relaxed);
 }
 
 /// What a communicator handle stands for.
@@ -293,10 +316,13 @@ pub struct CommInfo {
     pub async_error: Option<CollError>,
 }
 
-/// Looks up a live communicator of `lib`.
+/// Looks up a live communicator of `lib` (in-process or cross-process).
 pub fn comm_info(lib: Lib, handle: *mut c_void) -> Result<CommInfo, CollError> {
     if handle.is_null() {
         return Err(CollError::NullPointer("comm"));
+    }
+    if let Some(info) = crate::net::comm::info(lib, handle) {
+        return Ok(info);
     }
     let (clique, rank) = with_comms(|m| match m.get(&(handle as usize)) {
         Some(c) if c.lib == lib => Ok((Arc::clone(&c.clique), c.rank)),
@@ -476,15 +502,32 @@ type InitKey = (Lib, Vec<u8>);
 static INITS: Mutex<Option<HashMap<InitKey, PendingInit>>> = Mutex::new(None);
 static INITS_CV: Condvar = Condvar::new();
 
+/// Wakes the ranks waiting in [`init_rank`], so that they look at their [`Handover`] again.
+pub fn wake_inits() {
+    let _guard = INITS.lock().unwrap_or_else(|e| e.into_inner());
+    INITS_CV.notify_all();
+}
+
+/// How an in-process rendezvous may hand its ranks over to the cross-process path (see
+/// `net::bootstrap`): `switched` says a rank of another process registered for the id (the
+/// waiting ranks leave); `claim` is asked when all ranks met here and says whether the id
+/// may stay in-process (`false`: it just switched, the ranks leave).
+pub struct Handover<'a> {
+    pub switched: &'a dyn Fn() -> bool,
+    pub claim: &'a dyn Fn() -> bool,
+}
+
 /// Rank `rank` of `nranks` joins the rendezvous named by `id` (`ncclCommInitRank`,
 /// `HcclCommInitRootInfo`) with the calling thread's current device, blocking until all
-/// ranks joined or `CHD_FAKE_PAIR_TIMEOUT_MS` passed.
+/// ranks joined or `CHD_FAKE_PAIR_TIMEOUT_MS` passed. `Ok(None)`: the id was handed over
+/// to the cross-process path (see [`Handover`]); the caller joins it there.
 pub fn init_rank(
     lib: Lib,
     id: &[u8],
     nranks: usize,
     rank: usize,
-) -> Result<*mut c_void, CollError> {
+    handover: &Handover<'_>,
+) -> Result<Option<*mut c_void>, CollError> {
     if nranks == 0 || rank >= nranks {
         return Err(CollError::InvalidArgument(format!(
             "rank {rank} is out of range for {nranks} ranks"
@@ -515,6 +558,12 @@ pub fn init_rank(
             )));
         }
         entry.devices[rank] = Some(dev);
+        if entry.devices.iter().all(Option::is_some) && !(handover.claim)() {
+            entry.devices.iter_mut().for_each(|d| *d = None);
+            map.remove(&key);
+            INITS_CV.notify_all();
+            return Ok(None);
+        }
         if entry.devices.iter().all(Option::is_some) {
             let devs: Vec<usize> = entry.devices.iter().flatten().copied().collect();
             let duplicate = devs
@@ -531,14 +580,22 @@ pub fn init_rank(
     loop {
         let map = guard.get_or_insert_with(HashMap::new);
         let Some(entry) = map.get_mut(&key) else {
-            return Err(CollError::Internal);
+            // Removed by a rank that found the id handed over.
+            return Ok(None);
         };
         if let Some(result) = entry.result.clone() {
             entry.picked += 1;
             if entry.picked == nranks {
                 map.remove(&key);
             }
-            return result.map(|clique| register(lib, &clique, rank) as *mut c_void);
+            return result.map(|clique| Some(register(lib, &clique, rank) as *mut c_void));
+        }
+        if (handover.switched)() {
+            entry.devices[rank] = None;
+            if entry.devices.iter().all(Option::is_none) {
+                map.remove(&key);
+            }
+            return Ok(None);
         }
         let now = Instant::now();
         if now >= deadline {
@@ -577,6 +634,34 @@ pub fn prepare_allgather(
     elem_size: usize,
     raw_stream: *mut c_void,
 ) -> Result<Prepared, CollError> {
+    let call = (send, recv, count, elem_size);
+    prepare(lib, handle, call, raw_stream, Kind::AllGather)
+}
+
+/// Validates an all-reduce call like [`prepare_allgather`], with a receive buffer of the send
+/// buffer's size (in place is fine).
+#[allow(clippy::too_many_arguments, reason = "the C signature's arguments")]
+pub fn prepare_allreduce(
+    lib: Lib,
+    handle: *mut c_void,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: u64,
+    elem: Elem,
+    op: RedOp,
+    raw_stream: *mut c_void,
+) -> Result<Prepared, CollError> {
+    let call = (send, recv, count, elem.size());
+    prepare(lib, handle, call, raw_stream, Kind::AllReduce(elem, op))
+}
+
+fn prepare(
+    lib: Lib,
+    handle: *mut c_void,
+    (send, recv, count, elem_size): (*const c_void, *mut c_void, u64, usize),
+    raw_stream: *mut c_void,
+    kind: Kind,
+) -> Result<Prepared, CollError> {
     if handle.is_null() {
         return Err(CollError::NullPointer("comm"));
     }
@@ -593,7 +678,10 @@ pub fn prepare_allgather(
         .ok()
         .and_then(|c| c.checked_mul(elem_size))
         .ok_or_else(too_big)?;
-    let total = bytes.checked_mul(nranks).ok_or_else(too_big)?;
+    let total = match kind {
+        Kind::AllGather => bytes.checked_mul(nranks).ok_or_else(too_big)?,
+        Kind::AllReduce(..) => bytes,
+    };
     let stream = match (lib, raw_stream as usize) {
         (Lib::Nccl, 0..=2) | (Lib::Hccl, 0) => StreamRef::Default(dev),
         (_, h) => StreamRef::Handle(h),
@@ -634,6 +722,7 @@ pub fn prepare_allgather(
         clique,
         rank,
         part: Part {
+            kind,
             send: send as usize,
             recv: recv as usize,
             bytes,
@@ -780,11 +869,28 @@ fn complete(clique: &Clique, mut st: MutexGuard<'_, CliqueState>, seq: u64) {
     clique.cv.notify_all();
 }
 
-/// Gathers the bytes and advances the clocks.
+/// Virtual duration of an all-reduce of `bytes` in nanoseconds: `bytes * 2 (nranks - 1) /
+/// nranks / gbps`, so that nccl-tests' all-reduce bus bandwidth comes out as exactly `gbps`.
+pub fn allreduce_duration_ns(bytes: usize, nranks: usize, gbps: f64) -> f64 {
+    let n = nranks as f64;
+    bytes as f64 * 2.0 * (n - 1.0).max(0.0) / n / gbps
+}
+
+/// Gathers (or reduces) the bytes and advances the clocks.
 fn execute(clique: &Clique, parts: &[Part]) -> Result<(), CollError> {
     let n = clique.nranks();
     if parts.len() != n {
         return Err(CollError::Internal);
+    }
+    let kind = parts[0].kind;
+    if parts.iter().any(|p| p.kind != kind) {
+        return Err(CollError::InvalidArgument(
+            "ranks disagree on the collective (allgather vs all-reduce, data type or op)"
+                .to_owned(),
+        ));
+    }
+    if let Kind::AllReduce(elem, op) = kind {
+        return execute_allreduce(clique, parts, elem, op);
     }
     let bytes = parts[0].bytes;
     if let Some(p) = parts.iter().find(|p| p.bytes != bytes) {
@@ -825,15 +931,70 @@ fn execute(clique: &Clique, parts: &[Part]) -> Result<(), CollError> {
             "a buffer was freed before the collective ran".to_owned(),
         ));
     }
-    let cfg = config::get();
-    let gbps = parts
-        .iter()
-        .enumerate()
-        .map(|(rank, p)| cfg.pair_gbps_for(rank, p.cpu))
-        .fold(f64::INFINITY, f64::min);
+    let gbps = clique_gbps(parts);
     let mut streams: Vec<StreamRef> = parts.iter().map(|p| p.stream).collect();
     streams.dedup();
     timing::join_advance(&streams, clique.lib.api(), duration_ns(bytes, n, gbps));
+    Ok(())
+}
+
+/// The rate of an operation: the slowest rank's `CHD_FAKE_PAIR_GBPS` rate.
+fn clique_gbps(parts: &[Part]) -> f64 {
+    let cfg = config::get();
+    parts
+        .iter()
+        .enumerate()
+        .map(|(rank, p)| cfg.pair_gbps_for(rank, p.cpu))
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// Reduces every rank's send buffer into every rank's receive buffer and advances the clocks.
+fn execute_allreduce(
+    clique: &Clique,
+    parts: &[Part],
+    elem: Elem,
+    op: RedOp,
+) -> Result<(), CollError> {
+    let n = clique.nranks();
+    let bytes = parts[0].bytes;
+    if let Some(p) = parts.iter().find(|p| p.bytes != bytes) {
+        return Err(CollError::InvalidArgument(format!(
+            "ranks disagree on the all-reduce size ({bytes} vs {} bytes)",
+            p.bytes
+        )));
+    }
+    let ranges: Vec<(usize, usize, usize)> = parts
+        .iter()
+        .zip(&clique.devices)
+        .flat_map(|(p, &dev)| [(p.send, bytes, dev), (p.recv, bytes, dev)])
+        .collect();
+    let reduced = memory::with_live_ranges(&ranges, || {
+        if bytes == 0 {
+            return;
+        }
+        // SAFETY: every range lies inside a live device allocation (checked just now, and no
+        // allocation can be freed while the registry lock is held); all sends are read into
+        // `acc` before any receive buffer is written, so in-place calls are fine.
+        unsafe {
+            let mut acc = std::slice::from_raw_parts(parts[0].send as *const u8, bytes).to_vec();
+            for p in &parts[1..] {
+                let src = std::slice::from_raw_parts(p.send as *const u8, bytes);
+                reduce_into(&mut acc, src, elem, op);
+            }
+            for p in parts {
+                std::ptr::copy_nonoverlapping(acc.as_ptr(), p.recv as *mut u8, bytes);
+            }
+        }
+    });
+    if reduced.is_none() {
+        return Err(CollError::InvalidArgument(
+            "a buffer was freed before the collective ran".to_owned(),
+        ));
+    }
+    let mut streams: Vec<StreamRef> = parts.iter().map(|p| p.stream).collect();
+    streams.dedup();
+    let ns = allreduce_duration_ns(bytes, n, clique_gbps(parts));
+    timing::join_advance(&streams, clique.lib.api(), ns);
     Ok(())
 }
 
@@ -875,7 +1036,18 @@ fn wait(t: &Ticket, deadline: Instant) -> Result<(), CollError> {
 
 #[cfg(test)]
 mod tests {
-    use super::duration_ns;
+    use super::{allreduce_duration_ns, duration_ns};
+
+    #[test]
+    fn allreduce_bus_bandwidth_of_the_duration_is_the_configured_rate() {
+        let bytes = 64 << 20;
+        for (n, gbps) in [(2, 13.7), (4, 4.0), (8, 0.2)] {
+            let ns = allreduce_duration_ns(bytes, n, gbps);
+            let busbw = bytes as f64 * 2.0 * (n - 1) as f64 / n as f64 / ns;
+            assert!((busbw - gbps).abs() < 1e-12, "{n} ranks: {busbw} vs {gbps}");
+        }
+        assert_eq!(allreduce_duration_ns(bytes, 1, 13.7), 0.0);
+    }
 
     #[test]
     fn bus_bandwidth_of_the_duration_is_the_configured_rate() {

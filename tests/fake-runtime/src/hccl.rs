@@ -22,6 +22,7 @@ use std::ffi::{c_char, c_int, c_void};
 use crate::collective::{self, CollError, Lib};
 use crate::ffi;
 use crate::nccl::fresh_id;
+use crate::net::{self, comm as net_comm};
 
 /// `HcclResult` (values from `hccl_types.h`).
 pub type HcclResult = c_int;
@@ -36,6 +37,8 @@ pub const HCCL_E_NOT_FOUND: HcclResult = 6;
 pub const HCCL_E_UNAVAIL: HcclResult = 7;
 pub const HCCL_E_SYSCALL: HcclResult = 8;
 pub const HCCL_E_TIMEOUT: HcclResult = 9;
+pub const HCCL_E_TCP_CONNECT: HcclResult = 11;
+pub const HCCL_E_TCP_TRANSFER: HcclResult = 13;
 pub const HCCL_E_RUNTIME: HcclResult = 15;
 /// `HCCL_E_AGAIN` ("try again"): `HcclCommDestroy` of a communicator in use.
 pub const HCCL_E_AGAIN: HcclResult = 20;
@@ -79,6 +82,8 @@ fn code(e: &CollError) -> HcclResult {
         CollError::Timeout => HCCL_E_TIMEOUT,
         CollError::Busy(_) => HCCL_E_AGAIN,
         CollError::Planted | CollError::Aborted | CollError::Internal => HCCL_E_INTERNAL,
+        CollError::Remote(_) => HCCL_E_TCP_TRANSFER,
+        CollError::System(_) => HCCL_E_TCP_CONNECT,
     }
 }
 
@@ -100,13 +105,17 @@ unsafe fn put<T>(out: *mut T, value: T, what: &'static str) -> Result<(), CollEr
     }
 }
 
-/// `HcclGetRootInfo`: a fresh root info naming one `HcclCommInitRootInfo` rendezvous in this
-/// process.
+/// `HcclGetRootInfo`: a fresh root info naming one `HcclCommInitRootInfo` rendezvous: the
+/// address of a root listener on the `HCCL_SOCKET_IFNAME` interface and a nonce.
 #[no_mangle]
 pub unsafe extern "C" fn HcclGetRootInfo(root_info: *mut HcclRootInfo) -> HcclResult {
     api(|| {
+        if root_info.is_null() {
+            return Err(CollError::NullPointer("rootInfo"));
+        }
+        let id = net::new_id(fresh_id(ROOT_MAGIC), net::HCCL)?;
         let mut internal = [0 as c_char; HCCL_ROOT_INFO_BYTES];
-        for (slot, byte) in internal.iter_mut().zip(fresh_id(ROOT_MAGIC)) {
+        for (slot, byte) in internal.iter_mut().zip(id) {
             *slot = byte as c_char;
         }
         // SAFETY: module contract.
@@ -116,7 +125,8 @@ pub unsafe extern "C" fn HcclGetRootInfo(root_info: *mut HcclRootInfo) -> HcclRe
 
 /// `HcclCommInitRootInfo`: rank `rank` of `nRanks`, on the calling thread's current device
 /// (`aclrtSetDevice`). Blocks until all ranks called it with the same root info
-/// (`HCCL_E_TIMEOUT` after `CHD_FAKE_PAIR_TIMEOUT_MS`).
+/// (`HCCL_E_TIMEOUT` after `CHD_FAKE_PAIR_TIMEOUT_MS`): in-process when the root info was made
+/// here and every rank joins here, else over sockets (`crate::net`).
 #[no_mangle]
 pub unsafe extern "C" fn HcclCommInitRootInfo(
     n_ranks: u32,
@@ -139,7 +149,7 @@ pub unsafe extern "C" fn HcclCommInitRootInfo(
                 "the root info was not made by HcclGetRootInfo".to_owned(),
             ));
         }
-        let handle = collective::init_rank(Lib::Hccl, &id, n_ranks as usize, rank as usize)?;
+        let handle = net::init_rank(Lib::Hccl, &id, n_ranks as usize, rank as usize, net::HCCL)?;
         // SAFETY: module contract.
         unsafe { put(comm, handle, "comm") }
     })
@@ -178,7 +188,12 @@ pub unsafe extern "C" fn HcclCommInitAll(
 /// abort, so a hung allgather keeps its communicator until it returns.
 #[no_mangle]
 pub unsafe extern "C" fn HcclCommDestroy(comm: HcclComm) -> HcclResult {
-    api(|| collective::destroy_hccl(comm))
+    api(|| {
+        if net_comm::is_comm(Lib::Hccl, comm) {
+            return net_comm::teardown(Lib::Hccl, comm, false);
+        }
+        collective::destroy_hccl(comm)
+    })
 }
 
 /// `HcclGetRankSize`.
@@ -231,6 +246,15 @@ pub unsafe extern "C" fn HcclAllGather(
     api(|| {
         let size = hccl_type_size(data_type)
             .ok_or_else(|| CollError::InvalidArgument(format!("invalid dataType {data_type}")))?;
+        if net_comm::is_comm(Lib::Hccl, comm) {
+            let bytes = usize::try_from(send_count)
+                .ok()
+                .and_then(|c| c.checked_mul(size))
+                .ok_or_else(|| {
+                    CollError::InvalidArgument(format!("count {send_count} is too large"))
+                })?;
+            return net_comm::allgather(Lib::Hccl, comm, send_buf, recv_buf, bytes, stream);
+        }
         let prepared = collective::prepare_allgather(
             Lib::Hccl,
             comm,
@@ -238,6 +262,52 @@ pub unsafe extern "C" fn HcclAllGather(
             recv_buf,
             send_count,
             size,
+            stream,
+        )?;
+        collective::run(vec![prepared])
+    })
+}
+
+/// `HcclAllReduce`: `count` elements of `dataType` reduced with `op` (0 sum, 1 prod, 2 max,
+/// 3 min) into `recvBuf` on every rank: in-process like [`HcclAllGather`] (blocking, timed
+/// at `CHD_FAKE_PAIR_GBPS` bus bandwidth), across processes a ring over the sockets.
+#[no_mangle]
+pub unsafe extern "C" fn HcclAllReduce(
+    send_buf: *mut c_void,
+    recv_buf: *mut c_void,
+    count: u64,
+    data_type: c_int,
+    op: c_int,
+    comm: HcclComm,
+    stream: *mut c_void,
+) -> HcclResult {
+    api(|| {
+        let elem = net::reduce::Elem::from_hccl(data_type)
+            .ok_or_else(|| CollError::InvalidArgument(format!("invalid dataType {data_type}")))?;
+        let op = net::reduce::RedOp::from_hccl(op)
+            .ok_or_else(|| CollError::InvalidArgument(format!("invalid op {op}")))?;
+        if net_comm::is_comm(Lib::Hccl, comm) {
+            let count = usize::try_from(count)
+                .map_err(|_| CollError::InvalidArgument(format!("count {count} is too large")))?;
+            return net_comm::allreduce(
+                Lib::Hccl,
+                comm,
+                send_buf,
+                recv_buf,
+                count,
+                elem,
+                op,
+                stream,
+            );
+        }
+        let prepared = collective::prepare_allreduce(
+            Lib::Hccl,
+            comm,
+            send_buf,
+            recv_buf,
+            count,
+            elem,
+            op,
             stream,
         )?;
         collective::run(vec![prepared])

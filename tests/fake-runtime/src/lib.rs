@@ -12,7 +12,7 @@
 //! Module map: [`config`] (environment), [`device`] (per-thread current device, current CPU),
 //! [`memory`] (allocation registry), [`cost`] (simulated pinning and copy time), [`host_clock`] (the host time enqueue calls take), [`timing`] (streams, events, virtual clocks, holds), [`pending`]
 //! (ACL work not yet synchronized), [`copy`]
-//! (the copy engine), [`collective`] (communicators and the allgather engine), [`cublas`] (gemms that load a
+//! (the copy engine), [`collective`] (communicators and the allgather engine), [`net`] (collectives across processes over sockets), [`cublas`] (gemms that load a
 //! device), [`cuda`],
 //! [`nvml`], [`acl`], [`nccl`], [`hccl`] (the exported C APIs), [`fatbinary`] (nvcc's
 //! registration calls, for nvcc-built host programs), [`exit_report`] (what the process still
@@ -36,6 +36,7 @@ pub mod hooks;
 pub mod host_clock;
 pub mod memory;
 pub mod nccl;
+pub mod net;
 pub mod nvml;
 pub mod pending;
 pub mod timing;

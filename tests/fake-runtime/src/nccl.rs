@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::collective::{self, CollError, Lib, Prepared, Teardown};
 use crate::ffi;
+use crate::net::{self, comm as net_comm};
 
 /// `ncclResult_t`.
 pub type NcclResult = c_int;
@@ -73,7 +74,10 @@ fn code(e: &CollError) -> NcclResult {
         CollError::NullPointer(_) | CollError::InvalidArgument(_) => NCCL_INVALID_ARGUMENT,
         CollError::InvalidUsage(_) | CollError::Busy(_) => NCCL_INVALID_USAGE,
         CollError::BadStream(_) | CollError::NoDevice => NCCL_UNHANDLED_CUDA_ERROR,
-        CollError::Planted | CollError::Timeout | CollError::Aborted => NCCL_SYSTEM_ERROR,
+        CollError::Planted | CollError::Timeout | CollError::Aborted | CollError::System(_) => {
+            NCCL_SYSTEM_ERROR
+        }
+        CollError::Remote(_) => NCCL_REMOTE_ERROR,
         CollError::Internal => NCCL_INTERNAL_ERROR,
     }
 }
@@ -88,11 +92,16 @@ thread_local! {
 struct Group {
     depth: usize,
     calls: Vec<Prepared>,
+    /// Collectives of cross-process communicators, run in order at `ncclGroupEnd`.
+    net_calls: Vec<NetCall>,
     /// `ncclCommDestroy`/`ncclCommAbort` calls queued for `ncclGroupEnd`.
     teardowns: Vec<(usize, Teardown)>,
     /// First error of a call made inside the group; `ncclGroupEnd` returns it.
     error: Option<CollError>,
 }
+
+/// A queued collective of a cross-process communicator.
+type NetCall = Box<dyn FnOnce() -> Result<(), CollError>>;
 
 fn api(name: &str, body: impl FnOnce() -> Result<(), CollError>) -> NcclResult {
     let mut failure = None;
@@ -132,12 +141,17 @@ pub unsafe extern "C" fn ncclGetVersion(version: *mut c_int) -> NcclResult {
     })
 }
 
-/// `ncclGetUniqueId`: a fresh id naming one `ncclCommInitRank` rendezvous in this process.
+/// `ncclGetUniqueId`: a fresh id naming one `ncclCommInitRank` rendezvous: the address of a
+/// root listener (on `NCCL_COMM_ID`, else the `NCCL_SOCKET_IFNAME` interface) and a nonce.
 #[no_mangle]
 pub unsafe extern "C" fn ncclGetUniqueId(unique_id: *mut ncclUniqueId) -> NcclResult {
     api("ncclGetUniqueId", || {
+        if unique_id.is_null() {
+            return Err(CollError::NullPointer("uniqueId"));
+        }
+        let id = net::new_id(fresh_id(ID_MAGIC), net::NCCL)?;
         let mut internal = [0 as c_char; NCCL_UNIQUE_ID_BYTES];
-        for (slot, byte) in internal.iter_mut().zip(fresh_id(ID_MAGIC)) {
+        for (slot, byte) in internal.iter_mut().zip(id) {
             *slot = byte as c_char;
         }
         // SAFETY: module contract.
@@ -156,7 +170,8 @@ pub(crate) fn fresh_id(magic: &[u8]) -> Vec<u8> {
 
 /// `ncclCommInitRank`: rank `rank` of `nranks`, on the calling thread's current device.
 /// Blocks until all `nranks` ranks called it with the same id (or `CHD_FAKE_PAIR_TIMEOUT_MS`
-/// passed: `ncclSystemError`). The id must come from [`ncclGetUniqueId`].
+/// passed: `ncclSystemError`). The id must come from [`ncclGetUniqueId`] (of any process):
+/// in-process when made here and every rank joins here, else over sockets (`crate::net`).
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommInitRank(
     comm: *mut ncclComm_t,
@@ -179,7 +194,7 @@ pub unsafe extern "C" fn ncclCommInitRank(
                 "rank {rank} / nranks {nranks} out of range"
             )));
         };
-        let handle = collective::init_rank(Lib::Nccl, &id, nranks, rank)?;
+        let handle = net::init_rank(Lib::Nccl, &id, nranks, rank, net::NCCL)?;
         // SAFETY: module contract.
         unsafe { put(comm, handle, "comm") }
     })
@@ -236,11 +251,25 @@ fn tear_down(comm: ncclComm_t, how: Teardown) -> Result<(), CollError> {
         let mut g = g.borrow_mut();
         if g.depth == 0 {
             drop(g);
-            return collective::teardown(&[(comm as usize, how)]);
+            return teardown(&[(comm as usize, how)]);
         }
         g.teardowns.push((comm as usize, how));
         Ok(())
     })
+}
+
+/// Tears down cross-process communicators (local: their peers see the connections close)
+/// and, together, the in-process ones.
+fn teardown(calls: &[(usize, Teardown)]) -> Result<(), CollError> {
+    let (remote, local): (Vec<_>, Vec<_>) = calls
+        .iter()
+        .partition(|&&(h, _)| net_comm::is_comm(Lib::Nccl, h as ncclComm_t));
+    let mut result = collective::teardown(&local);
+    for (h, how) in remote {
+        let r = net_comm::teardown(Lib::Nccl, h as ncclComm_t, how == Teardown::Abort);
+        result = result.and(r);
+    }
+    result
 }
 
 /// `ncclCommDestroy`: an intra-node collective call (see `collective::teardown`): returns
@@ -318,6 +347,25 @@ pub unsafe extern "C" fn ncclAllGather(
     stream: *mut c_void,
 ) -> NcclResult {
     api("ncclAllGather", || {
+        if net_comm::is_comm(Lib::Nccl, comm) {
+            let size = nccl_type_size(datatype).ok_or_else(|| {
+                CollError::InvalidArgument(format!("invalid datatype {datatype}"))
+            })?;
+            let bytes = sendcount.checked_mul(size).ok_or_else(|| {
+                CollError::InvalidArgument(format!("count {sendcount} is too large"))
+            })?;
+            let (send, recv, stream) = (sendbuff as usize, recvbuff as usize, stream as usize);
+            return net_call(Box::new(move || {
+                net_comm::allgather(
+                    Lib::Nccl,
+                    comm,
+                    send as *const c_void,
+                    recv as *mut c_void,
+                    bytes,
+                    stream as *mut c_void,
+                )
+            }));
+        }
         let prepared = nccl_type_size(datatype)
             .ok_or_else(|| CollError::InvalidArgument(format!("invalid datatype {datatype}")))
             .and_then(|size| {
@@ -331,23 +379,90 @@ pub unsafe extern "C" fn ncclAllGather(
                     stream,
                 )
             });
-        GROUP.with(|g| {
-            let mut g = g.borrow_mut();
-            if g.depth == 0 {
-                drop(g);
-                return collective::run(vec![prepared?]);
+        in_process_call(prepared)
+    })
+}
+
+/// Runs a validated in-process collective now (outside a group) or queues it for
+/// `ncclGroupEnd`; a call that failed validation inside a group fails the group.
+fn in_process_call(prepared: Result<Prepared, CollError>) -> Result<(), CollError> {
+    GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.depth == 0 {
+            drop(g);
+            return collective::run(vec![prepared?]);
+        }
+        match prepared {
+            Ok(p) => {
+                g.calls.push(p);
+                Ok(())
             }
-            match prepared {
-                Ok(p) => {
-                    g.calls.push(p);
-                    Ok(())
-                }
-                Err(e) => {
-                    g.error.get_or_insert(e.clone());
-                    Err(e)
-                }
+            Err(e) => {
+                g.error.get_or_insert(e.clone());
+                Err(e)
             }
-        })
+        }
+    })
+}
+
+/// Runs a cross-process collective now (outside a group) or queues it for `ncclGroupEnd`.
+fn net_call(call: NetCall) -> Result<(), CollError> {
+    GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.depth == 0 {
+            drop(g);
+            return call();
+        }
+        g.net_calls.push(call);
+        Ok(())
+    })
+}
+
+/// `ncclAllReduce`: `count` elements of `datatype` reduced with `op` (0 sum, 1 prod, 2 max,
+/// 3 min) into `recvbuff` on every rank (in place is fine): in-process like
+/// [`ncclAllGather`] (timed at `CHD_FAKE_PAIR_GBPS` bus bandwidth), across processes a ring
+/// over the sockets.
+#[no_mangle]
+pub unsafe extern "C" fn ncclAllReduce(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: c_int,
+    op: c_int,
+    comm: ncclComm_t,
+    stream: *mut c_void,
+) -> NcclResult {
+    api("ncclAllReduce", || {
+        let elem = net::reduce::Elem::from_nccl(datatype)
+            .ok_or_else(|| CollError::InvalidArgument(format!("invalid datatype {datatype}")))?;
+        let op = net::reduce::RedOp::from_nccl(op)
+            .ok_or_else(|| CollError::InvalidArgument(format!("invalid reduction op {op}")))?;
+        if !net_comm::is_comm(Lib::Nccl, comm) {
+            let prepared = collective::prepare_allreduce(
+                Lib::Nccl,
+                comm,
+                sendbuff,
+                recvbuff,
+                count as u64,
+                elem,
+                op,
+                stream,
+            );
+            return in_process_call(prepared);
+        }
+        let (send, recv, stream) = (sendbuff as usize, recvbuff as usize, stream as usize);
+        net_call(Box::new(move || {
+            net_comm::allreduce(
+                Lib::Nccl,
+                comm,
+                send as *const c_void,
+                recv as *mut c_void,
+                count,
+                elem,
+                op,
+                stream as *mut c_void,
+            )
+        }))
     })
 }
 
@@ -380,17 +495,21 @@ pub unsafe extern "C" fn ncclGroupEnd() -> NcclResult {
                 return Ok(None);
             }
             let calls = std::mem::take(&mut g.calls);
+            let net_calls = std::mem::take(&mut g.net_calls);
             let teardowns = std::mem::take(&mut g.teardowns);
             match g.error.take() {
                 Some(e) => Err(e),
-                None => Ok(Some((calls, teardowns))),
+                None => Ok(Some((calls, net_calls, teardowns))),
             }
         })?;
-        let Some((calls, teardowns)) = queued else {
+        let Some((calls, net_calls, teardowns)) = queued else {
             return Ok(());
         };
-        let ran = collective::run(calls);
-        let torn = collective::teardown(&teardowns);
+        let mut ran = collective::run(calls);
+        for call in net_calls {
+            ran = ran.and(call());
+        }
+        let torn = teardown(&teardowns);
         ran.and(torn)
     })
 }

@@ -226,3 +226,49 @@ fn argument_errors_and_strings() {
     // SAFETY: valid pointer.
     assert_eq!(unsafe { aclrtSetDevice(0) }, ACL_SUCCESS);
 }
+
+/// In-process `HcclAllReduce`, one thread per rank: int8 sums (wrapping) on every rank at
+/// exactly `CHD_FAKE_PAIR_GBPS` of all-reduce bus bandwidth.
+#[test]
+fn allreduce_one_thread_per_rank() {
+    let _g = setup();
+    let done = chd_fake_collectives(1);
+    let devices = [0, 3];
+    let comms = init_all(&devices);
+    let threads: Vec<_> = (0..2)
+        .map(|rank| {
+            let comm = comms[rank] as usize;
+            std::thread::spawn(move || {
+                let r = AclRank::new(devices[rank], MIB8, 2, 60 + rank as u8);
+                r.start();
+                // SAFETY: live buffers/stream/communicator.
+                let rc = unsafe {
+                    HcclAllReduce(
+                        r.send,
+                        r.recv,
+                        MIB8 as u64,
+                        HCCL_DATA_TYPE_INT8,
+                        0,
+                        comm as HcclComm,
+                        r.stream,
+                    )
+                };
+                assert_eq!(rc, HCCL_SUCCESS);
+                (r.stop_ms(), r.recv_bytes())
+            })
+        })
+        .collect();
+    let (a, b) = (common::pattern(MIB8, 60), common::pattern(MIB8, 61));
+    let sum: Vec<u8> = a.iter().zip(&b).map(|(x, y)| x.wrapping_add(*y)).collect();
+    for t in threads {
+        let (ms, bytes) = t.join().unwrap();
+        let busbw = MIB8 as f64 * 2.0 * (2.0 - 1.0) / 2.0 / (f64::from(ms) * 1e-3) / 1e9;
+        assert_rate(busbw, 20.0);
+        assert!(bytes[..MIB8] == sum[..]);
+    }
+    assert_eq!(chd_fake_collectives(1), done + 2);
+    for c in comms {
+        // SAFETY: live communicator.
+        assert_eq!(unsafe { HcclCommDestroy(c) }, HCCL_SUCCESS);
+    }
+}

@@ -512,3 +512,65 @@ fn a_broken_clique_fails_later_collectives_at_once() {
     }
     assert_eq!(aborter.join().unwrap(), NCCL_SUCCESS);
 }
+
+/// In-process `ncclAllReduce`: every rank's buffer holds the element-wise sum (u8 wraps), the
+/// bus bandwidth (bytes x 2 (n - 1) / n / time) is exactly `CHD_FAKE_PAIR_GBPS`, max in
+/// place works, and `ncclAvg` (unsupported) is refused.
+#[test]
+fn allreduce_grouped_after_init_all() {
+    let _g = setup();
+    let done = chd_fake_collectives(0);
+    let comms = init_all(&[0, 1]);
+    let ranks = [
+        CudaRank::new(0, MIB16, 2, 11),
+        CudaRank::new(1, MIB16, 2, 22),
+    ];
+    ranks.iter().for_each(CudaRank::start);
+    let grouped = |op: c_int, in_place: bool| {
+        // SAFETY: live buffers/streams/communicators; recv holds 2 x MIB16 bytes.
+        unsafe {
+            assert_eq!(ncclGroupStart(), NCCL_SUCCESS);
+            for (r, c) in ranks.iter().zip(&comms) {
+                let send = if in_place {
+                    r.recv.cast_const()
+                } else {
+                    r.send
+                };
+                let rc = ncclAllReduce(send, r.recv, MIB16, NCCL_UINT8, op, *c, r.stream);
+                assert_eq!(rc, NCCL_SUCCESS);
+            }
+            ncclGroupEnd()
+        }
+    };
+    assert_eq!(grouped(0, false), NCCL_SUCCESS);
+    let (a, b) = (pattern(MIB16, 11), pattern(MIB16, 22));
+    let sum: Vec<u8> = a.iter().zip(&b).map(|(x, y)| x.wrapping_add(*y)).collect();
+    for r in &ranks {
+        let ms = r.stop_ms();
+        let busbw = MIB16 as f64 * 2.0 * (2.0 - 1.0) / 2.0 / (f64::from(ms) * 1e-3) / 1e9;
+        assert_rate(busbw, 13.7);
+        assert!(r.recv_bytes()[..MIB16] == sum[..], "device {}", r.device);
+    }
+    assert_eq!(chd_fake_collectives(0), done + 2);
+
+    // Max, in place over the sums: the sums are equal on both ranks, so they stay.
+    assert_eq!(grouped(2, true), NCCL_SUCCESS);
+    for r in &ranks {
+        assert!(r.recv_bytes()[..MIB16] == sum[..], "device {}", r.device);
+    }
+    // SAFETY: live buffers; op 4 (ncclAvg) is refused before anything runs.
+    let rc = unsafe {
+        ncclAllReduce(
+            ranks[0].send,
+            ranks[0].recv,
+            16,
+            NCCL_UINT8,
+            4,
+            comms[0],
+            null_mut(),
+        )
+    };
+    assert_eq!(rc, NCCL_INVALID_ARGUMENT);
+    assert!(last_error().contains("reduction op 4"), "{}", last_error());
+    destroy(&comms);
+}

@@ -1,0 +1,323 @@
+//! Cross-process communicators (one rank of a clique whose ranks live in several processes):
+//! creation through the bootstrap, the collectives over the ring, abort and the sticky
+//! error, and the timing rule: a collective sets its stream's clock to the latest of the
+//! ranks' stream clocks at the call plus the wall time the bytes took on the sockets (the
+//! longest of the ranks' times), the same end clock on every rank.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::bootstrap::{self, IdInfo};
+use super::reduce::{Elem, RedOp};
+use super::ring::{self, Ring};
+use super::Knobs;
+use crate::collective::{self, CollError, CommInfo, Lib};
+use crate::config;
+use crate::device;
+use crate::memory::{self, Location};
+use crate::timing::{self, StreamRef};
+
+/// One rank of a cross-process clique.
+#[derive(Debug)]
+struct NetComm {
+    lib: Lib,
+    rank: usize,
+    nranks: usize,
+    device: usize,
+    ring: Ring,
+    /// Sticky error: a failed collective or an abort.
+    broken: Mutex<Option<CollError>>,
+    /// Serializes the collectives of this communicator (they are matched by order).
+    ops: Mutex<()>,
+}
+
+impl NetComm {
+    fn broken(&self) -> MutexGuard<'_, Option<CollError>> {
+        self.broken.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Marks the communicator broken with `e` (unless it already is) and returns the sticky
+    /// error.
+    fn fail(&self, e: CollError) -> CollError {
+        self.broken().get_or_insert(e).clone()
+    }
+}
+
+static COMMS: Mutex<Option<HashMap<usize, Arc<NetComm>>>> = Mutex::new(None);
+static NEXT_HANDLE: AtomicUsize = AtomicUsize::new(0);
+
+fn with_comms<R>(f: impl FnOnce(&mut HashMap<usize, Arc<NetComm>>) -> R) -> R {
+    let mut g = COMMS.lock().unwrap_or_else(|e| e.into_inner());
+    f(g.get_or_insert_with(HashMap::new))
+}
+
+fn get(lib: Lib, handle: *mut c_void) -> Option<Arc<NetComm>> {
+    with_comms(|m| m.get(&(handle as usize)).filter(|c| c.lib == lib).cloned())
+}
+
+/// Whether `handle` is a live cross-process communicator of `lib`.
+pub fn is_comm(lib: Lib, handle: *mut c_void) -> bool {
+    get(lib, handle).is_some()
+}
+
+/// Live cross-process communicators.
+pub fn live() -> u64 {
+    with_comms(|m| m.len() as u64)
+}
+
+/// What a cross-process communicator handle stands for, if it is one.
+pub fn info(lib: Lib, handle: *mut c_void) -> Option<CommInfo> {
+    get(lib, handle).map(|c| CommInfo {
+        rank: c.rank,
+        nranks: c.nranks,
+        device: c.device,
+        async_error: c.broken().clone(),
+    })
+}
+
+fn timeout() -> Duration {
+    Duration::from_millis(config::get().pair_timeout_ms)
+}
+
+/// Rank `rank` of `nranks` joins the clique of the id `info` over the sockets, on the
+/// calling thread's current device and the interface the library's `knobs` select.
+pub fn init(
+    lib: Lib,
+    info: &IdInfo,
+    nranks: usize,
+    rank: usize,
+    knobs: Knobs,
+) -> Result<*mut c_void, CollError> {
+    let device = device::current_checked().ok_or(CollError::NoDevice)?;
+    let iface = knobs.interface()?;
+    let (listener, data) = ring::listen(&iface)?;
+    let timeout = timeout();
+    let peers = bootstrap::join(info, nranks, rank, data, timeout)?;
+    let ring = Ring::connect(listener, &iface, &peers, rank, &info.nonce, timeout)?;
+    let handle = 0x7fc0_0000_0000 + (NEXT_HANDLE.fetch_add(1, Ordering::Relaxed) + 1) * 64;
+    let comm = NetComm {
+        lib,
+        rank,
+        nranks,
+        device,
+        ring,
+        broken: Mutex::new(None),
+        ops: Mutex::new(()),
+    };
+    with_comms(|m| m.insert(handle, Arc::new(comm)));
+    Ok(handle as *mut c_void)
+}
+
+/// Destroys `handle` (local: the peers see its connections close). `abort` also wakes a
+/// thread of this process blocked in one of its collectives (`CollError::Aborted`).
+pub fn teardown(lib: Lib, handle: *mut c_void, abort: bool) -> Result<(), CollError> {
+    let comm = with_comms(|m| {
+        let found = m.get(&(handle as usize)).is_some_and(|c| c.lib == lib);
+        found.then(|| m.remove(&(handle as usize))).flatten()
+    })
+    .ok_or_else(|| CollError::InvalidArgument(format!("{handle:p} is not a live communicator")))?;
+    if abort {
+        comm.fail(CollError::Aborted);
+    }
+    comm.ring.shutdown();
+    Ok(())
+}
+
+/// A collective's arguments, checked.
+struct Call {
+    comm: Arc<NetComm>,
+    stream: StreamRef,
+}
+
+fn check(
+    lib: Lib,
+    handle: *mut c_void,
+    send: *const c_void,
+    send_bytes: usize,
+    recv: *mut c_void,
+    recv_bytes: usize,
+    raw_stream: *mut c_void,
+) -> Result<Call, CollError> {
+    let comm = get(lib, handle).ok_or_else(|| {
+        CollError::InvalidArgument(format!("{handle:p} is not a live communicator"))
+    })?;
+    let dev = comm.device;
+    let stream = match (lib, raw_stream as usize) {
+        (Lib::Nccl, 0..=2) | (Lib::Hccl, 0) => StreamRef::Default(dev),
+        (_, h) => StreamRef::Handle(h),
+    };
+    match timing::stream_device(stream, lib.api()) {
+        Ok(d) if d == dev => {}
+        Ok(d) => {
+            return Err(CollError::BadStream(format!(
+                "stream {raw_stream:p} is on device {d}, the communicator on device {dev}"
+            )))
+        }
+        Err(_) => {
+            return Err(CollError::BadStream(format!(
+                "{raw_stream:p} is not a live stream"
+            )))
+        }
+    }
+    if send_bytes > 0 {
+        if send.is_null() {
+            return Err(CollError::NullPointer("sendbuff"));
+        }
+        if recv.is_null() {
+            return Err(CollError::NullPointer("recvbuff"));
+        }
+        for (what, addr, len) in [
+            ("sendbuff", send as usize, send_bytes),
+            ("recvbuff", recv as usize, recv_bytes),
+        ] {
+            if memory::locate(addr, len) != Location::Device(dev) {
+                return Err(CollError::InvalidArgument(format!(
+                    "{what} {addr:#x} + {len} bytes is not device memory of device {dev}"
+                )));
+            }
+        }
+    }
+    Ok(Call { comm, stream })
+}
+
+/// What every rank must agree on, plus the rank's stream clock.
+fn header(kind: u8, elem_size: usize, op: i32, bytes: usize, clock: f64) -> Vec<u8> {
+    let mut h = vec![kind];
+    h.extend_from_slice(&(elem_size as u32).to_be_bytes());
+    h.extend_from_slice(&op.to_be_bytes());
+    h.extend_from_slice(&(bytes as u64).to_be_bytes());
+    h.extend_from_slice(&clock.to_be_bytes());
+    h
+}
+
+const CLOCK_AT: usize = 1 + 4 + 4 + 8;
+
+/// Runs one collective: agrees with the peers on what it is (and the latest start clock),
+/// moves the bytes with `body`, and advances the stream by the wall time that took.
+fn run(
+    call: &Call,
+    kind: u8,
+    what: &str,
+    elem_size: usize,
+    op: i32,
+    bytes: usize,
+    body: impl FnOnce(&Ring) -> Result<(), CollError>,
+) -> Result<(), CollError> {
+    let cfg = config::get();
+    if cfg.pair_fail {
+        return Err(CollError::Planted);
+    }
+    let comm = &call.comm;
+    let _order = comm.ops.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(e) = comm.broken().clone() {
+        return Err(e);
+    }
+    let api = comm.lib.api();
+    let local = timing::clock_ns(call.stream, api).map_err(|_| CollError::Internal)?;
+    let mine = header(kind, elem_size, op, bytes, local);
+    let all = comm.ring.allgather_small(&mine).map_err(|e| comm.fail(e))?;
+    let mut start = local;
+    for (rank, h) in all.iter().enumerate() {
+        if h[..CLOCK_AT] != mine[..CLOCK_AT] {
+            // Every rank sees the same disagreement; the ring stays usable.
+            return Err(CollError::InvalidArgument(format!(
+                "ranks disagree on the {what}: rank {} vs rank {rank} (kind, element size, op \
+                 or bytes per rank differ)",
+                comm.rank
+            )));
+        }
+        let clock = f64::from_be_bytes(h[CLOCK_AT..CLOCK_AT + 8].try_into().unwrap_or_default());
+        start = start.max(clock);
+    }
+    let t0 = Instant::now();
+    body(&comm.ring).map_err(|e| comm.fail(e))?;
+    let wall_ns = t0.elapsed().as_nanos() as f64;
+    // The ranks agree on the duration too (the longest rank's wall time), so that the
+    // operation ends at the same clock on every rank, as in-process.
+    let walls = comm
+        .ring
+        .allgather_small(&wall_ns.to_be_bytes())
+        .map_err(|e| comm.fail(e))?;
+    let duration = walls
+        .iter()
+        .map(|w| f64::from_be_bytes(w[..8].try_into().unwrap_or_default()))
+        .fold(wall_ns, f64::max);
+    timing::advance(call.stream, api, start - local + duration).map_err(|_| CollError::Internal)?;
+    collective::count_completed(comm.lib, 1);
+    Ok(())
+}
+
+/// Allgather across processes: `bytes` from `send` to `recv + rank * bytes` on every rank.
+pub fn allgather(
+    lib: Lib,
+    handle: *mut c_void,
+    send: *const c_void,
+    recv: *mut c_void,
+    bytes: usize,
+    raw_stream: *mut c_void,
+) -> Result<(), CollError> {
+    let nranks = get(lib, handle).map_or(1, |c| c.nranks);
+    let total = bytes
+        .checked_mul(nranks)
+        .ok_or_else(|| CollError::InvalidArgument(format!("{bytes} bytes is too large")))?;
+    let call = check(lib, handle, send, bytes, recv, total, raw_stream)?;
+    let rank = call.comm.rank;
+    run(&call, 1, "allgather", 1, 0, bytes, |ring| {
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: `recv` is a live device allocation of at least `total` bytes (checked),
+        // which the caller must keep alive for the call, as with real NCCL; `send` may lie
+        // inside it (in place), hence `ptr::copy`.
+        let buf = unsafe {
+            std::ptr::copy(
+                send as *const u8,
+                (recv as *mut u8).add(rank * bytes),
+                bytes,
+            );
+            std::slice::from_raw_parts_mut(recv as *mut u8, total)
+        };
+        ring.allgather(buf, bytes)
+    })
+}
+
+/// All-reduce across processes: `count` elements of `elem` from `send`, reduced with `op`,
+/// into `recv` on every rank (in place is fine).
+#[allow(clippy::too_many_arguments, reason = "the C signature's arguments")]
+pub fn allreduce(
+    lib: Lib,
+    handle: *mut c_void,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    elem: Elem,
+    op: RedOp,
+    raw_stream: *mut c_void,
+) -> Result<(), CollError> {
+    let bytes = count
+        .checked_mul(elem.size())
+        .ok_or_else(|| CollError::InvalidArgument(format!("count {count} is too large")))?;
+    let call = check(lib, handle, send, bytes, recv, bytes, raw_stream)?;
+    run(
+        &call,
+        2,
+        "all-reduce",
+        elem.size(),
+        op as i32,
+        bytes,
+        |ring| {
+            if bytes == 0 {
+                return Ok(());
+            }
+            // SAFETY: as in `allgather`: `recv` holds `bytes` bytes of a live device allocation.
+            let buf = unsafe {
+                std::ptr::copy(send as *const u8, recv as *mut u8, bytes);
+                std::slice::from_raw_parts_mut(recv as *mut u8, bytes)
+            };
+            ring.allreduce(buf, elem, op)
+        },
+    )
+}
