@@ -482,6 +482,13 @@ pub struct FabricArgs {
     /// Parallel TCP streams per transfer.
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub streams: u32,
+    /// Where each rail's streams run: auto (the CPUs of the NUMA node its network device
+    /// sits on, as sysfs says, among this rank's allowed CPUs and without those the node's
+    /// affinity probe found unbindable: production placement), none, or a cpulist for every
+    /// rail. A rail without a NUMA node (virtual, loopback) runs unbound; each rail's record
+    /// names its CPUs.
+    #[arg(long, value_name = "auto|none|CPULIST", default_value = "auto")]
+    pub bind: chd::fabric::placement::Bind,
     /// The collectives over all ranks after the rails, a ring over TCP as NCCL's ring moves
     /// data (bus bandwidth as nccl-tests defines it): allgather, allreduce, or none.
     #[arg(long, value_name = "OPS", default_value = "allgather,allreduce")]
@@ -1166,6 +1173,7 @@ impl Cli {
                     rails: a.rails.clone(),
                     bytes: a.bytes.clone(),
                     streams: a.streams,
+                    bind: a.bind.clone(),
                     collectives: a.collectives.clone(),
                     collective_sizes: a.collective_sizes.clone(),
                     timeout: std::time::Duration::from_secs(a.timeout),

@@ -277,6 +277,7 @@ mod tests {
             seconds: gbps.map(|_| 1.0),
             error: gbps.is_none().then(|| "refused".into()),
             slow: false,
+            cpus: None,
         }
     }
 

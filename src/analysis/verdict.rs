@@ -715,6 +715,7 @@ mod tests {
             seconds: gbps.map(|g| 1.0 / g),
             error: gbps.is_none().then(|| "timed out".to_string()),
             slow: false,
+            cpus: None,
         };
         let record = |run: &str, peer: &str, rails: Vec<RailRecord>| FabricRecord {
             schema: SCHEMA,

@@ -169,6 +169,7 @@ mod tests {
                     seconds: Some(1.0),
                     error: None,
                     slow: false,
+                    cpus: None,
                 })
                 .collect(),
             collectives: Vec::new(),

@@ -69,7 +69,7 @@ pub fn run(req: &FabricRequest) -> anyhow::Result<()> {
         .map(Regex::new)
         .transpose()
         .map_err(|e| anyhow!("--rails: {e}"))?;
-    let rails = rails::choose(&rails::interface_addresses()?, pattern.as_ref())?;
+    let mut rails = rails::choose(&rails::interface_addresses()?, pattern.as_ref())?;
     let bytes = chd::probe::plan::parse_size(&req.bytes).map_err(|e| anyhow!("--bytes: {e}"))?;
     if bytes == 0 {
         bail!("--bytes: a transfer must move at least one byte");
@@ -94,6 +94,7 @@ pub fn run(req: &FabricRequest) -> anyhow::Result<()> {
             dir
         }
     };
+    place(&mut rails, &req.bind, &config.roots, &state_dir)?;
     tracing::info!(
         "rank {} of {} (local rank {}, from {}), node {node}, rails {}, rank 0 at {}",
         launch.rank,
@@ -102,7 +103,15 @@ pub fn run(req: &FabricRequest) -> anyhow::Result<()> {
         launch.engine.as_str(),
         rails
             .iter()
-            .map(|r| format!("{} {}", r.name, r.address))
+            .map(|r| match r.cpus.as_slice() {
+                [] => format!("{} {} (unbound)", r.name, r.address),
+                cpus => format!(
+                    "{} {} (CPUs {})",
+                    r.name,
+                    r.address,
+                    chd::topology::cpulist::format(cpus)
+                ),
+            })
             .collect::<Vec<_>>()
             .join(", "),
         launch.rendezvous
@@ -341,4 +350,54 @@ fn print_text(outcome: &RankOutcome, launch: &Launch, node: &str, files: &[Strin
     for f in files {
         println!("wrote {f}");
     }
+}
+
+/// Each rail's CPUs under `bind` ([`chd::fabric::placement`]): of this rank's allowed CPUs,
+/// without those the node's affinity probe found unbindable (its state file, when there is
+/// one that reads).
+fn place(
+    rails: &mut [chd::fabric::rails::Rail],
+    bind: &chd::fabric::placement::Bind,
+    roots: &chd::topology::Roots,
+    state_dir: &Path,
+) -> anyhow::Result<()> {
+    use chd::fabric::placement::{self, Bind};
+    if *bind == Bind::Off {
+        return Ok(());
+    }
+    let topology =
+        chd::topology::Topology::read(roots).context("reading the topology for --bind")?;
+    let allowed = chd::affinity::current_cpus().context("reading this rank's CPUs")?;
+    let unbindable: Vec<u32> = std::fs::read(chd::store::persist::state_path(state_dir))
+        .ok()
+        .and_then(|bytes| chd::store::persist::decode(&bytes).ok())
+        .map(|store| {
+            store
+                .bindable()
+                .iter()
+                .filter(|(_, b)| !b.bindable)
+                .map(|(&cpu, _)| cpu)
+                .collect()
+        })
+        .unwrap_or_default();
+    for rail in rails.iter_mut() {
+        rail.cpus = placement::rail_cpus(
+            bind,
+            &roots.sysfs,
+            &topology,
+            &rail.name,
+            &allowed,
+            &unbindable,
+        );
+    }
+    if let Bind::Cpus(wanted) = bind {
+        if rails.iter().all(|r| r.cpus.is_empty()) {
+            anyhow::bail!(
+                "--bind {}: none of these CPUs may be used by this rank (allowed: {})",
+                chd::topology::cpulist::format(wanted),
+                chd::topology::cpulist::format(&allowed)
+            );
+        }
+    }
+    Ok(())
 }

@@ -61,6 +61,8 @@ pub struct FabricRequest {
     pub rails: Option<String>,
     pub bytes: String,
     pub streams: u32,
+    /// Where each rail's streams run.
+    pub bind: chd::fabric::placement::Bind,
     /// `allgather,allreduce`, or `none`.
     pub collectives: String,
     pub collective_sizes: String,

@@ -2,7 +2,7 @@
 //! torchrun, MPI) starts one `chd probe fabric` per rank; each learns who it is
 //! ([`launch`]), finds its rails ([`rails`]), meets the others at rank 0 with the run's token
 //! ([`token`], [`wire`], [`session`]), and measures what rank 0 planned ([`plan`]) over TCP
-//! streams ([`stream`]), then the collective over all ranks ([`ring`]). Each node keeps its side of the results in its state directory
+//! streams ([`stream`]) on the CPUs nearest each rail ([`placement`]), then the collective over all ranks ([`ring`]). Each node keeps its side of the results in its state directory
 //! (`format::fabric`), where `chd serve` publishes them.
 //!
 //! Which node pairs run together is the schedule's: [`rounds`] (`chd fabric rounds`), the
@@ -12,6 +12,7 @@
 pub mod hostlist;
 pub mod launch;
 pub mod nodes;
+pub mod placement;
 pub mod plan;
 pub mod rails;
 pub mod ring;

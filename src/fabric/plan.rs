@@ -68,6 +68,15 @@ pub fn steps(ranks: &[RankInfo], volume: Volume) -> Vec<Step> {
     out
 }
 
+/// The CPUs `rank`'s streams of its rail `rail` ran on, as a cpulist (none: unbound).
+fn cpus_of(rank: &RankInfo, rail: &str) -> Option<String> {
+    rank.endpoints
+        .iter()
+        .find(|e| e.rail.name == rail)
+        .filter(|e| !e.rail.cpus.is_empty())
+        .map(|e| crate::topology::cpulist::format(&e.rail.cpus))
+}
+
 /// When and how a run went, for its records.
 #[derive(Debug, Clone)]
 pub struct RunFacts<'a> {
@@ -129,6 +138,7 @@ pub fn records(
                 seconds: mm.seconds,
                 error: mm.error.clone(),
                 slow: false,
+                cpus: cpus_of(mine, rail),
             });
         }
         for e in &mine.endpoints {
@@ -151,6 +161,7 @@ pub fn records(
                         peer.node, e.rail.address, e.rail.prefix
                     )),
                     slow: false,
+                    cpus: None,
                 });
             }
         }
@@ -219,6 +230,7 @@ mod tests {
                 name: name.into(),
                 address: addr.parse().unwrap(),
                 prefix: 24,
+                cpus: Vec::new(),
             },
             port,
         }

@@ -15,6 +15,9 @@ pub struct Rail {
     pub address: IpAddr,
     /// The subnet's prefix length.
     pub prefix: u8,
+    /// The CPUs its streams run on ([`super::placement`]); empty: unbound.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpus: Vec<u32>,
 }
 
 impl Rail {
@@ -120,6 +123,7 @@ pub fn choose(
             name: a.interface.clone(),
             address: a.address,
             prefix: a.prefix,
+            cpus: Vec::new(),
         });
     }
     rails.sort_by(|a, b| a.name.cmp(&b.name));
@@ -192,21 +196,25 @@ mod tests {
             name: "v1".into(),
             address: "10.77.1.1".parse().unwrap(),
             prefix: 24,
+            cpus: Vec::new(),
         };
         let b = Rail {
             name: "v1".into(),
             address: "10.77.1.2".parse().unwrap(),
             prefix: 24,
+            cpus: Vec::new(),
         };
         let c = Rail {
             name: "v2".into(),
             address: "10.77.2.2".parse().unwrap(),
             prefix: 24,
+            cpus: Vec::new(),
         };
         let d = Rail {
             name: "v2".into(),
             address: "fd00::2".parse().unwrap(),
             prefix: 64,
+            cpus: Vec::new(),
         };
         assert!(a.same_subnet(&b));
         assert!(!a.same_subnet(&c));
@@ -215,6 +223,7 @@ mod tests {
             name: "lo".into(),
             address: "127.0.0.1".parse().unwrap(),
             prefix: 8,
+            cpus: Vec::new(),
         };
         assert!(lo.same_subnet(&lo.clone()));
     }

@@ -331,7 +331,7 @@ fn root(
         )
         .map_err(|why| fail(SessionError::Peer(why), &facts))?;
         let measured = if step.sender == 0 {
-            measure(step, settings.transfer_timeout)
+            measure(step, settings)
         } else {
             let m = members
                 .get_mut(&step.sender)
@@ -617,14 +617,21 @@ fn collective(
     ring::run(links.as_mut().expect("linked"), step.op, step.bytes, me, n)
 }
 
-fn measure(step: &Step, timeout: Duration) -> Measured {
+/// One transfer, its streams on the CPUs of this rank's rail.
+fn measure(step: &Step, settings: &Settings) -> Measured {
+    let cpus = settings
+        .rails
+        .iter()
+        .find(|r| r.name == step.rail)
+        .map_or(&[][..], |r| r.cpus.as_slice());
     stream::send(
         &step.rail,
         step.from,
         step.to,
         step.bytes,
         step.streams,
-        timeout,
+        cpus,
+        settings.transfer_timeout,
     )
 }
 
@@ -798,7 +805,7 @@ fn member(
                     ));
                 };
                 if s.sender == me.rank {
-                    let measured = measure(s, settings.transfer_timeout);
+                    let measured = measure(s, settings);
                     if let Err(e) = wire::send(&mut conn, &FromRank::Measured { step, measured }) {
                         return Err((lost(e, &format!("after step {}", step + 1)), facts));
                     }

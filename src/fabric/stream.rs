@@ -7,6 +7,7 @@
 //! Each header is the planned byte count (8 bytes, big-endian); each confirmation the bytes
 //! received (8 bytes). The listener lives for one run and is closed with it.
 
+use super::placement;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,16 +37,18 @@ pub struct Listener {
 }
 
 impl Listener {
-    /// Listen on `rail`'s address (port chosen by the kernel).
+    /// Listen on `rail`'s address (port chosen by the kernel); the receiving streams run on
+    /// the rail's CPUs.
     pub fn bind(rail: &Rail) -> io::Result<Listener> {
         let listener = TcpListener::bind(SocketAddr::new(rail.address, 0))?;
         listener.set_nonblocking(true)?;
         let port = listener.local_addr()?.port();
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let cpus = rail.cpus.clone();
         let thread = std::thread::Builder::new()
             .name(format!("fabric-rx-{}", rail.name))
-            .spawn(move || accept_loop(listener, flag))?;
+            .spawn(move || accept_loop(listener, flag, &cpus))?;
         Ok(Listener {
             port,
             stop,
@@ -67,14 +70,16 @@ impl Drop for Listener {
     }
 }
 
-fn accept_loop(listener: TcpListener, stop: Arc<AtomicBool>) {
+fn accept_loop(listener: TcpListener, stop: Arc<AtomicBool>, cpus: &[u32]) {
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((conn, _)) => {
                 let stop = stop.clone();
+                let cpus = cpus.to_vec();
                 let _ = std::thread::Builder::new()
                     .name("fabric-rx-stream".into())
                     .spawn(move || {
+                        pin(&cpus);
                         if let Err(e) = sink(conn, &stop) {
                             tracing::debug!("fabric stream ended: {e}");
                         }
@@ -112,14 +117,23 @@ fn sink(mut conn: TcpStream, stop: &AtomicBool) -> io::Result<()> {
     conn.write_all(&got.to_be_bytes())
 }
 
+/// Pin the calling stream thread to `cpus` (none: unbound); a failure costs the placement,
+/// not the transfer.
+fn pin(cpus: &[u32]) {
+    if let Err(e) = placement::bind_this_thread(cpus) {
+        tracing::warn!("a fabric stream runs unbound: binding it to CPUs {cpus:?} failed: {e}");
+    }
+}
+
 /// Stream `bytes` in `streams` parallel connections from `from` (on interface `rail`) to `to`,
-/// cut at `deadline` after the start.
+/// each on `cpus` (none: unbound), cut at `deadline` after the start.
 pub fn send(
     rail: &str,
     from: IpAddr,
     to: SocketAddr,
     bytes: u64,
     streams: u32,
+    cpus: &[u32],
     deadline: Duration,
 ) -> Measured {
     let streams = streams.max(1);
@@ -153,7 +167,9 @@ pub fn send(
             };
             let start_line = start_line.clone();
             let cut = cut.clone();
+            let cpus = cpus.to_vec();
             std::thread::spawn(move || {
+                pin(&cpus);
                 start_line.wait();
                 pour(conn, planned, &cut)
             })
@@ -246,6 +262,7 @@ mod tests {
             name: "lo".into(),
             address: "127.0.0.1".parse().unwrap(),
             prefix: 8,
+            cpus: Vec::new(),
         }
     }
 
@@ -253,7 +270,15 @@ mod tests {
     fn streams_over_loopback_carry_every_byte() {
         let rx = Listener::bind(&lo()).unwrap();
         let to = SocketAddr::new(lo().address, rx.port());
-        let m = send("lo", lo().address, to, 8 << 20, 3, Duration::from_secs(60));
+        let m = send(
+            "lo",
+            lo().address,
+            to,
+            8 << 20,
+            3,
+            &[],
+            Duration::from_secs(60),
+        );
         assert_eq!(m.error, None);
         assert_eq!(m.bytes, 8 << 20);
         assert!(m.gbps().unwrap() > 0.0);
@@ -266,7 +291,15 @@ mod tests {
             l.local_addr().unwrap().port()
         };
         let to = SocketAddr::new(lo().address, port);
-        let m = send("lo", lo().address, to, 1 << 20, 2, Duration::from_secs(5));
+        let m = send(
+            "lo",
+            lo().address,
+            to,
+            1 << 20,
+            2,
+            &[],
+            Duration::from_secs(5),
+        );
         assert_eq!((m.bytes, m.gbps()), (0, None));
         let e = m.error.unwrap();
         assert!(e.contains("stream 1 of 2 from 127.0.0.1 (lo)"), "{e}");
@@ -277,7 +310,7 @@ mod tests {
         let rx = Listener::bind(&lo()).unwrap();
         let to = SocketAddr::new(lo().address, rx.port());
         // Far more than loopback carries in no time: cut at once.
-        let m = send("lo", lo().address, to, 1 << 40, 1, Duration::ZERO);
+        let m = send("lo", lo().address, to, 1 << 40, 1, &[], Duration::ZERO);
         assert!(m.bytes < 1 << 40);
         assert!(m.error.unwrap().contains("deadline"));
     }

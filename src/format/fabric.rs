@@ -85,6 +85,10 @@ pub struct RailRecord {
     /// Judged slow in this run: below 0.7 x the median of the node's other rails to this peer,
     /// same direction.
     pub slow: bool,
+    /// The CPUs this node's streams of the rail ran on (a cpulist, `chd probe fabric --bind`);
+    /// absent: unbound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<String>,
 }
 
 /// One run as one node saw it against one peer node.
@@ -350,6 +354,7 @@ mod tests {
                 seconds: Some(0.1),
                 error: None,
                 slow: false,
+                cpus: None,
             }],
             collectives: Vec::new(),
         }

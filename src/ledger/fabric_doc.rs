@@ -126,6 +126,7 @@ mod tests {
             seconds: Some(1.0),
             error: None,
             slow,
+            cpus: None,
         }
     }
 

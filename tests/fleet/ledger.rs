@@ -392,6 +392,7 @@ fn a_state_directory_with_fabric_results_gives_the_fabric_section_and_its_verdic
         seconds: Some(1.0 / gbps),
         error: None,
         slow: false,
+        cpus: None,
     };
     for (i, peer) in ["node-b", "node-c", "node-d"].iter().enumerate() {
         let mut rails = vec![

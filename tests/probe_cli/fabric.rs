@@ -320,6 +320,7 @@ fn chd_report_on_a_fleet_names_the_slow_node_and_the_slow_path() {
         seconds: Some(1.0),
         error: None,
         slow: false,
+        cpus: None,
     };
     for s in nodes {
         for r in nodes.iter().filter(|r| **r != s) {
@@ -378,4 +379,61 @@ fn chd_report_on_a_fleet_names_the_slow_node_and_the_slow_path() {
     let csv = std::fs::read_to_string(out.join("fabric.csv")).unwrap();
     assert_eq!(csv.lines().count(), 1 + 20 * 4, "{csv}");
     assert!(std::fs::metadata(out.join("fabric.png")).unwrap().len() > 1000);
+}
+
+/// `--bind CPULIST` pins a rank's streams there and its records say so; `auto` on loopback
+/// (no network device, no NUMA node) runs unbound and says nothing; CPUs the rank may not use
+/// are refused before anyone waits.
+#[test]
+fn bind_places_a_ranks_streams_and_its_records_name_the_cpus() {
+    let allowed = crate::chd_process::allowed_cpus();
+    let cpu = allowed[allowed.len() - 1].to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let (sa, sb) = (dir.path().join("a"), dir.path().join("b"));
+    let r0 = Running::start(rank(
+        0,
+        port,
+        "node-a",
+        &sa,
+        TOKEN,
+        &["--bytes", "8MiB", "--bind", &cpu],
+    ));
+    let r1 = Running::start(rank(1, port, "node-b", &sb, TOKEN, &["--bytes", "8MiB"]));
+    let (ok1, _, log1) = r1.finish();
+    let (ok0, _, log0) = r0.finish();
+    assert!(ok0 && ok1, "rank 0:\n{log0}\nrank 1:\n{log1}");
+    assert!(
+        log0.contains(&format!("lo 127.0.0.1 (CPUs {cpu})")),
+        "{log0}"
+    );
+    assert!(log1.contains("lo 127.0.0.1 (unbound)"), "{log1}");
+    for r in records(&sa)[0]["rails"].as_array().unwrap() {
+        assert_eq!(r["cpus"], cpu.as_str(), "{r}");
+    }
+    for r in records(&sb)[0]["rails"].as_array().unwrap() {
+        assert!(r.get("cpus").is_none(), "{r}");
+    }
+
+    let out = std::process::Command::new(chd_bin())
+        .args(["probe", "fabric", "--world-size", "2", "--rank", "0"])
+        .args([
+            "--rendezvous",
+            "127.0.0.1:1",
+            "--rails",
+            "^lo$",
+            "--bind",
+            "4000",
+        ])
+        .arg("--state-dir")
+        .arg(dir.path().join("c"))
+        .env("CHD_FABRIC_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("--bind 4000: none of these CPUs may be used"),
+        "{err}"
+    );
 }
