@@ -55,7 +55,8 @@ pub fn run(req: &FabricRequest) -> anyhow::Result<()> {
         req.token_file.as_deref(),
         std::env::var("CHD_FABRIC_TOKEN").ok(),
     )?;
-    let launch: Launch = launch::derive(&|k| std::env::var(k).ok(), &req.overrides)?;
+    let mut launch: Launch = launch::derive(&|k| std::env::var(k).ok(), &req.overrides)?;
+    slurm_node_addr(&mut launch);
     let config = Config::resolve([req.layer.clone()])?;
     let node = match &req.node {
         Some(n) => n.clone(),
@@ -400,4 +401,36 @@ fn place(
         }
     }
     Ok(())
+}
+
+/// Under Slurm, rank 0's host is the first node of the step by its Slurm name, which need not
+/// resolve (`NodeName=gpu01 NodeAddr=10.1.0.1`): a rank that must reach it over the network
+/// and cannot resolve the name asks Slurm for the node's address (`scontrol show node`), as
+/// srun itself does. Nothing changes where the name resolves or Slurm cannot say.
+fn slurm_node_addr(launch: &mut Launch) {
+    use std::net::ToSocketAddrs;
+    let rv = &launch.rendezvous;
+    if launch.engine != launch::Engine::Slurm
+        || launch.rank == 0
+        || launch.rank0_here
+        || (rv.host.as_str(), rv.port).to_socket_addrs().is_ok()
+    {
+        return;
+    }
+    let addr = chd::slurm::scontrol::Scontrol::locate(None, std::env::var_os("PATH"), None)
+        .and_then(|s| s.node_addr(&rv.host));
+    match addr {
+        Ok(Some(addr)) if addr != rv.host => {
+            tracing::info!(
+                "rank 0's node {} does not resolve; Slurm's NodeAddr is {addr}",
+                rv.host
+            );
+            launch.rendezvous.host = addr;
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(
+            "rank 0's node {} does not resolve, and Slurm gives no address for it: {e}",
+            rv.host
+        ),
+    }
 }

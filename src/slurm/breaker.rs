@@ -147,6 +147,7 @@ mod tests {
             partitions: partitions.iter().map(|p| p.to_string()).collect(),
             reason: reason.map(str::to_string),
             reason_by: None,
+            addr: None,
         }
     }
 

@@ -138,6 +138,7 @@ mod tests {
             partitions: vec!["debug".into()],
             reason: reason.map(str::to_string),
             reason_by: None,
+            addr: None,
         }
     }
 

@@ -29,6 +29,8 @@ pub struct Node {
     pub reason: Option<String>,
     /// Who set the reason and when (`root@2024-05-02T10:11:12`), when Slurm says.
     pub reason_by: Option<String>,
+    /// The address Slurm reaches it at (`NodeAddr=`; the name itself where it is not set).
+    pub addr: Option<String>,
 }
 
 /// A node state: its base (`IDLE`, `ALLOCATED`, `MIXED`, `DOWN`, `UNKNOWN`, `ERROR`,
@@ -103,6 +105,7 @@ struct Record {
     partitions: Vec<String>,
     reason: Option<String>,
     reason_by: Option<String>,
+    addr: Option<String>,
     /// The last line read was the reason's (a continuation may follow).
     in_reason: bool,
 }
@@ -118,12 +121,14 @@ impl Record {
             partitions: self.partitions,
             reason: self.reason,
             reason_by: self.reason_by,
+            addr: self.addr,
         })
     }
 
     fn field(&mut self, key: &str, value: &str) {
         match key {
             "State" => self.state = Some(value.to_string()),
+            "NodeAddr" if !value.is_empty() => self.addr = Some(value.to_string()),
             "Partitions" => {
                 self.partitions = value
                     .split(',')
@@ -326,6 +331,7 @@ NodeName=vm Arch=x86_64 CoresPerSocket=1
             ghost1.reason_by.as_deref(),
             Some("root@2026-12-02T00:53:44")
         );
+        assert_eq!(ghost1.addr.as_deref(), Some("127.0.0.1"), "NodeAddr");
         assert_eq!(nodes[1].reason.as_deref(), Some("maintenance: new PSU"));
         assert_eq!(nodes[2].reason, None);
         assert!(!nodes[2].state.drain());

@@ -125,6 +125,17 @@ impl Scontrol {
         Ok(nodes::parse(&text)?)
     }
 
+    /// The address Slurm reaches node `name` at (`NodeAddr`), for a name that does not
+    /// resolve (`scontrol show node NAME`).
+    pub fn node_addr(&self, name: &str) -> Result<Option<String>, SlurmError> {
+        let text = self.run(&["show".into(), "node".into(), name.into()])?;
+        let node = nodes::parse(&text)?
+            .into_iter()
+            .find(|n| n.name == name)
+            .ok_or_else(|| SlurmError::NoSuchNode(name.to_string()))?;
+        Ok(node.addr)
+    }
+
     /// `name` and every node, from one `scontrol show nodes`.
     pub fn node_and_all(&self, name: &str) -> Result<(Node, Vec<Node>), SlurmError> {
         let all = self.nodes()?;

@@ -135,6 +135,8 @@ fn a_round_starts_one_two_node_step_per_pair_with_the_probes_flags() {
             &[
                 ("CHD_FABRIC_BACKEND", "host"),
                 ("CHD_FABRIC_RAILS", "^eth[01]$"),
+                ("CHD_FABRIC_BYTES", "256MiB"),
+                ("CHD_FABRIC_COLLECTIVE_SIZES", "1GiB"),
                 ("CHD_FABRIC_TOKEN_FILE", token.to_str().unwrap()),
             ],
         )
@@ -174,6 +176,10 @@ fn a_round_starts_one_two_node_step_per_pair_with_the_probes_flags() {
                 "host",
                 "--rails",
                 "^eth[01]$",
+                "--bytes",
+                "256MiB",
+                "--collective-sizes",
+                "1GiB",
                 "--token-file",
                 token.to_str().unwrap(),
             ],

@@ -34,6 +34,7 @@ mod workbook_files;
 mod advise;
 mod cluster_health;
 mod fabric_netns;
+mod fabric_sbatch;
 mod fabric_srun;
 mod fleet_replay;
 mod ledger;

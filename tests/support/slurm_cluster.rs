@@ -122,6 +122,13 @@ impl Cluster {
     /// Start munged, slurmctld and slurmd with `health_check` as the first health check
     /// program's script body (see [`Cluster::set_health_check`]).
     pub fn start(case: &str, chd_line: &str) -> Cluster {
+        Cluster::start_nodes(case, chd_line, &[NODE])
+    }
+
+    /// [`Cluster::start`] with these nodes, each a slurmd of its own on this machine
+    /// (`slurmd -N NAME`, its own port): a cluster of several nodes on one host, as Slurm's
+    /// own test suite emulates one.
+    pub fn start_nodes(case: &str, chd_line: &str, names: &[&str]) -> Cluster {
         // The effective uid: the second field of /proc/self/status's Uid line.
         let status = fs::read_to_string("/proc/self/status").unwrap();
         let euid = status
@@ -184,6 +191,18 @@ impl Cluster {
         let host = fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
         let host = host.trim().split('.').next().unwrap().to_string();
         let dir = cluster.dir.path().display().to_string();
+        // One node: slurmd on SlurmdPort; several: each on its own.
+        let node_lines: String = names
+            .iter()
+            .map(|n| {
+                let port = if names.len() > 1 {
+                    format!(" Port={}", free_port())
+                } else {
+                    String::new()
+                };
+                format!("NodeName={n} NodeAddr=127.0.0.1{port} CPUs=1 RealMemory=100\n")
+            })
+            .collect();
         let conf = format!(
             "# chd's tests/support/slurm_cluster.rs: a one-node cluster in a scratch directory.\n\
              ClusterName=chdtest\n\
@@ -214,12 +233,13 @@ impl Cluster {
              HealthCheckProgram={dir}/health-check\n\
              HealthCheckInterval={HEALTH_CHECK_INTERVAL_S}\n\
              HealthCheckNodeState=ANY\n\
-             NodeName={NODE} NodeAddr=127.0.0.1 CPUs=1 RealMemory=100\n\
+             {node_lines}\
              NodeName=ghost[1-4] NodeAddr=127.0.0.1 Port={ghost} CPUs=1 RealMemory=100\n\
              PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n",
             ctld = free_port(),
             slurmd = free_port(),
             ghost = cluster.ghost_port.port,
+            node_lines = node_lines,
             socket = socket.display(),
         );
         fs::write(cluster.conf(), conf).unwrap();
@@ -242,15 +262,22 @@ impl Cluster {
             }
             c.scontrol(&["ping"]).0
         });
-        let child = Command::new(slurmd)
-            .args(["-D", "-N", NODE, "-f"])
-            .arg(cluster.conf())
-            .env("SLURM_CONF", cluster.conf())
-            .stdout(out("slurmd"))
-            .stderr(out("slurmd.err"))
-            .spawn()
-            .unwrap();
-        cluster.procs.push(("slurmd", child));
+        for (i, name) in names.iter().enumerate() {
+            let suffix = if i == 0 {
+                String::new()
+            } else {
+                format!("-{name}")
+            };
+            let child = Command::new(&slurmd)
+                .args(["-D", "-N", name, "-f"])
+                .arg(cluster.conf())
+                .env("SLURM_CONF", cluster.conf())
+                .stdout(out(&format!("slurmd{suffix}")))
+                .stderr(out(&format!("slurmd{suffix}.err")))
+                .spawn()
+                .unwrap();
+            cluster.procs.push(("slurmd", child));
+        }
         cluster
     }
 
@@ -322,6 +349,17 @@ impl Cluster {
     /// `srun ARGS` with this cluster's config and `env` added to the step's environment.
     pub fn srun(&self, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
         Command::new(tool("srun"))
+            .args(args)
+            .env("SLURM_CONF", self.conf())
+            .envs(env.iter().copied())
+            .output()
+            .unwrap()
+    }
+
+    /// `sbatch ARGS` with this cluster's config and `env` added to the job's environment
+    /// (sbatch exports the submitter's environment to the job by default).
+    pub fn sbatch(&self, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+        Command::new(tool("sbatch"))
             .args(args)
             .env("SLURM_CONF", self.conf())
             .envs(env.iter().copied())
