@@ -278,6 +278,7 @@ mod tests {
             error: gbps.is_none().then(|| "refused".into()),
             slow: false,
             cpus: None,
+            rdma_port: None,
         }
     }
 

@@ -716,6 +716,7 @@ mod tests {
             error: gbps.is_none().then(|| "timed out".to_string()),
             slow: false,
             cpus: None,
+            rdma_port: None,
         };
         let record = |run: &str, peer: &str, rails: Vec<RailRecord>| FabricRecord {
             schema: SCHEMA,

@@ -170,6 +170,7 @@ mod tests {
                     error: None,
                     slow: false,
                     cpus: None,
+                    rdma_port: None,
                 })
                 .collect(),
             collectives: Vec::new(),

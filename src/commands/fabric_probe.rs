@@ -95,6 +95,9 @@ pub fn run(req: &FabricRequest) -> anyhow::Result<()> {
             dir
         }
     };
+    for rail in &mut rails {
+        rail.rdma_port = chd::fabric::nic::rdma_port(&config.roots.sysfs, &rail.name);
+    }
     place(&mut rails, &req.bind, &config.roots, &state_dir)?;
     tracing::info!(
         "rank {} of {} (local rank {}, from {}), node {node}, rails {}, rank 0 at {}",
@@ -104,14 +107,21 @@ pub fn run(req: &FabricRequest) -> anyhow::Result<()> {
         launch.engine.as_str(),
         rails
             .iter()
-            .map(|r| match r.cpus.as_slice() {
-                [] => format!("{} {} (unbound)", r.name, r.address),
-                cpus => format!(
-                    "{} {} (CPUs {})",
-                    r.name,
-                    r.address,
-                    chd::topology::cpulist::format(cpus)
-                ),
+            .map(|r| {
+                let port = r
+                    .rdma_port
+                    .as_ref()
+                    .map(|p| format!(" {p}"))
+                    .unwrap_or_default();
+                match r.cpus.as_slice() {
+                    [] => format!("{}{port} {} (unbound)", r.name, r.address),
+                    cpus => format!(
+                        "{}{port} {} (CPUs {})",
+                        r.name,
+                        r.address,
+                        chd::topology::cpulist::format(cpus)
+                    ),
+                }
             })
             .collect::<Vec<_>>()
             .join(", "),
@@ -311,6 +321,10 @@ fn print_text(outcome: &RankOutcome, launch: &Launch, node: &str, files: &[Strin
         );
         for rail in &r.rails {
             let gbps = rail.gbps.map_or("-".to_string(), |g| format!("{g:.3}"));
+            let name = match &rail.rdma_port {
+                Some(port) => format!("{} ({port})", rail.rail),
+                None => rail.rail.clone(),
+            };
             let judged = match (&rail.error, rail.slow) {
                 (Some(e), _) => format!("failed: {e}"),
                 (None, true) => "slow".to_string(),
@@ -318,7 +332,7 @@ fn print_text(outcome: &RankOutcome, launch: &Launch, node: &str, files: &[Strin
             };
             println!(
                 "{:<16} {:<8} {:<16} {:>10}  {judged}",
-                rail.rail,
+                name,
                 rail.way.as_str(),
                 rail.peer_rail.as_deref().unwrap_or("-"),
                 gbps

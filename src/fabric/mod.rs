@@ -11,6 +11,7 @@
 
 pub mod hostlist;
 pub mod launch;
+pub mod nic;
 pub mod nodes;
 pub mod placement;
 pub mod plan;

@@ -1,5 +1,5 @@
-//! Where a rail's streams run: on the CPUs of the NUMA node its network device sits on (sysfs
-//! `class/net/<interface>/device/numa_node`), as a production rank that drives the NIC is
+//! Where a rail's streams run: on the CPUs of the NUMA node its network device sits on
+//! ([`super::nic`]), as a production rank that drives the NIC is
 //! placed, among the CPUs this rank may use and without those the node's affinity probe
 //! found unbindable (the state directory's ledger, when there is one). `--bind none` leaves
 //! the streams where the kernel puts them; `--bind CPULIST` pins every rail's streams there.
@@ -44,16 +44,6 @@ impl FromStr for Bind {
     }
 }
 
-/// The NUMA node of `interface`'s device, as sysfs says (none for `-1`, a missing file, or an
-/// interface without a device).
-pub fn device_numa_node(sysfs: &Path, interface: &str) -> Option<u32> {
-    let path = sysfs
-        .join("class/net")
-        .join(interface)
-        .join("device/numa_node");
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
-}
-
 /// The CPUs `interface`'s streams run on under `bind`: of `allowed` (this rank's affinity),
 /// without `unbindable`; empty for unbound.
 pub fn rail_cpus(
@@ -68,7 +58,7 @@ pub fn rail_cpus(
         Bind::Off => return Vec::new(),
         Bind::Cpus(cpus) => cpus.clone(),
         Bind::Auto => {
-            let Some(node) = device_numa_node(sysfs, interface) else {
+            let Some(node) = super::nic::numa_node(sysfs, interface) else {
                 return Vec::new();
             };
             match topology.numa_nodes.iter().find(|n| n.id == node) {

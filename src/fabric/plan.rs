@@ -77,6 +77,14 @@ fn cpus_of(rank: &RankInfo, rail: &str) -> Option<String> {
         .map(|e| crate::topology::cpulist::format(&e.rail.cpus))
 }
 
+/// The RDMA port `rank`'s rail `rail` is, where it is one.
+fn rdma_port_of(rank: &RankInfo, rail: &str) -> Option<String> {
+    rank.endpoints
+        .iter()
+        .find(|e| e.rail.name == rail)
+        .and_then(|e| e.rail.rdma_port.clone())
+}
+
 /// When and how a run went, for its records.
 #[derive(Debug, Clone)]
 pub struct RunFacts<'a> {
@@ -139,6 +147,7 @@ pub fn records(
                 error: mm.error.clone(),
                 slow: false,
                 cpus: cpus_of(mine, rail),
+                rdma_port: rdma_port_of(mine, rail),
             });
         }
         for e in &mine.endpoints {
@@ -162,6 +171,7 @@ pub fn records(
                     )),
                     slow: false,
                     cpus: None,
+                    rdma_port: e.rail.rdma_port.clone(),
                 });
             }
         }
@@ -231,6 +241,7 @@ mod tests {
                 address: addr.parse().unwrap(),
                 prefix: 24,
                 cpus: Vec::new(),
+                rdma_port: None,
             },
             port,
         }

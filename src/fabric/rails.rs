@@ -18,6 +18,9 @@ pub struct Rail {
     /// The CPUs its streams run on ([`super::placement`]); empty: unbound.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cpus: Vec<u32>,
+    /// The RDMA port the interface is (`mlx5_0:1`, [`super::nic`]); none for a plain NIC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rdma_port: Option<String>,
 }
 
 impl Rail {
@@ -124,6 +127,7 @@ pub fn choose(
             address: a.address,
             prefix: a.prefix,
             cpus: Vec::new(),
+            rdma_port: None,
         });
     }
     rails.sort_by(|a, b| a.name.cmp(&b.name));
@@ -197,24 +201,28 @@ mod tests {
             address: "10.77.1.1".parse().unwrap(),
             prefix: 24,
             cpus: Vec::new(),
+            rdma_port: None,
         };
         let b = Rail {
             name: "v1".into(),
             address: "10.77.1.2".parse().unwrap(),
             prefix: 24,
             cpus: Vec::new(),
+            rdma_port: None,
         };
         let c = Rail {
             name: "v2".into(),
             address: "10.77.2.2".parse().unwrap(),
             prefix: 24,
             cpus: Vec::new(),
+            rdma_port: None,
         };
         let d = Rail {
             name: "v2".into(),
             address: "fd00::2".parse().unwrap(),
             prefix: 64,
             cpus: Vec::new(),
+            rdma_port: None,
         };
         assert!(a.same_subnet(&b));
         assert!(!a.same_subnet(&c));
@@ -224,6 +232,7 @@ mod tests {
             address: "127.0.0.1".parse().unwrap(),
             prefix: 8,
             cpus: Vec::new(),
+            rdma_port: None,
         };
         assert!(lo.same_subnet(&lo.clone()));
     }

@@ -263,6 +263,7 @@ mod tests {
             address: "127.0.0.1".parse().unwrap(),
             prefix: 8,
             cpus: Vec::new(),
+            rdma_port: None,
         }
     }
 

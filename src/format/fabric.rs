@@ -89,6 +89,9 @@ pub struct RailRecord {
     /// absent: unbound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpus: Option<String>,
+    /// The RDMA port the local interface is (`mlx5_0:1`); absent for a plain NIC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rdma_port: Option<String>,
 }
 
 /// One run as one node saw it against one peer node.
@@ -355,6 +358,7 @@ mod tests {
                 error: None,
                 slow: false,
                 cpus: None,
+                rdma_port: None,
             }],
             collectives: Vec::new(),
         }

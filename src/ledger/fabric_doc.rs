@@ -127,6 +127,7 @@ mod tests {
             error: None,
             slow,
             cpus: None,
+            rdma_port: None,
         }
     }
 

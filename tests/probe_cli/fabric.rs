@@ -321,6 +321,7 @@ fn chd_report_on_a_fleet_names_the_slow_node_and_the_slow_path() {
         error: None,
         slow: false,
         cpus: None,
+        rdma_port: None,
     };
     for s in nodes {
         for r in nodes.iter().filter(|r| **r != s) {
@@ -436,4 +437,44 @@ fn bind_places_a_ranks_streams_and_its_records_name_the_cpus() {
         err.contains("--bind 4000: none of these CPUs may be used"),
         "{err}"
     );
+}
+
+/// A rail that is an RDMA port (a RoCE interface on its HCA, in the kernel's sysfs layout:
+/// `class/net/<if>` -> `<function>/net/<if>`, `<function>/infiniband/<hca>/ports/<n>`) is named
+/// `HCA:PORT` in its records and in the rank's log.
+#[test]
+fn a_rail_on_an_hca_is_named_by_its_rdma_port() {
+    let dir = tempfile::tempdir().unwrap();
+    let sys = dir.path().join("sys");
+    let function = sys.join("devices/pci0000:16/0000:16:02.0/0000:18:00.0");
+    std::fs::create_dir_all(function.join("net/lo")).unwrap();
+    std::fs::write(function.join("net/lo/dev_port"), "0\n").unwrap();
+    std::fs::write(function.join("numa_node"), "0\n").unwrap();
+    std::fs::create_dir_all(function.join("infiniband/mlx5_9/ports/1")).unwrap();
+    std::fs::create_dir_all(sys.join("class/net")).unwrap();
+    std::os::unix::fs::symlink(
+        "../../devices/pci0000:16/0000:16:02.0/0000:18:00.0/net/lo",
+        sys.join("class/net/lo"),
+    )
+    .unwrap();
+    let port = free_port();
+    let (sa, sb) = (dir.path().join("a"), dir.path().join("b"));
+    let sys_arg = sys.display().to_string();
+    let extra = [
+        "--bytes",
+        "4MiB",
+        "--bind",
+        "none",
+        "--sysfs-root",
+        sys_arg.as_str(),
+    ];
+    let r0 = Running::start(rank(0, port, "node-a", &sa, TOKEN, &extra));
+    let r1 = Running::start(rank(1, port, "node-b", &sb, TOKEN, &extra));
+    let (ok1, _, log1) = r1.finish();
+    let (ok0, _, log0) = r0.finish();
+    assert!(ok0 && ok1, "rank 0:\n{log0}\nrank 1:\n{log1}");
+    assert!(log0.contains("lo mlx5_9:1 127.0.0.1 (unbound)"), "{log0}");
+    for r in records(&sa)[0]["rails"].as_array().unwrap() {
+        assert_eq!(r["rdma_port"], "mlx5_9:1", "{r}");
+    }
 }
