@@ -306,6 +306,72 @@ fn report_ledger(fx: &Fixture, rounds: usize) {
         "scrape: ledger cached_ms={kept:.3} rebuilt_ms={built:.1} bytes={bytes} ratio={:.0}",
         built / kept
     );
+
+    // The same kept page with the state directory's fabric results as `chd serve` has them:
+    // 15 peers x the 8 runs kept of each, 8 rails both ways; every request lists the
+    // directory (its stamp is part of the page's key).
+    let state = tempfile::tempdir().expect("temporary state directory");
+    let dir = chd::format::fabric::dir_of(state.path());
+    for peer in 0..15 {
+        for run in 0..chd::format::fabric::KEEP_PER_PEER {
+            chd::format::fabric::write(&dir, &fabric_record(peer, run)).expect("write a record");
+        }
+    }
+    let with_fabric = CalibrationPage {
+        fabric: Some(chd::format::fabric_dir::FabricDir::of_state_dir(state.path())),
+        ..page()
+    }
+    .renderer();
+    let fabric_bytes = with_fabric().body().len();
+    let mut kept_fabric = Vec::new();
+    for _ in 0..rounds {
+        kept_fabric.push(median_ms(1, || {
+            black_box(with_fabric());
+        }));
+    }
+    println!(
+        "scrape: ledger with fabric cached_ms={:.3} files={} bytes={fabric_bytes}",
+        median(kept_fabric),
+        15 * chd::format::fabric::KEEP_PER_PEER
+    );
+}
+
+/// One node's record of run `run` against peer `peer`: 8 rails both ways at 24 GB/s.
+fn fabric_record(peer: usize, run: usize) -> chd::format::fabric::FabricRecord {
+    use chd::format::fabric::{FabricRecord, Outcome, RailRecord, Way, SCHEMA};
+    let rails = (0..8)
+        .flat_map(|r| {
+            [Way::Send, Way::Receive].map(|way| RailRecord {
+                rail: format!("eth{r}"),
+                address: format!("10.{r}.0.1"),
+                peer_rail: Some(format!("eth{r}")),
+                peer_address: Some(format!("10.{r}.0.{}", peer + 2)),
+                way,
+                gbps: Some(24.0),
+                bytes: 1 << 30,
+                streams: 4,
+                seconds: Some(0.045),
+                error: None,
+                slow: false,
+                cpus: None,
+                rdma_port: Some(format!("mlx5_{r}:1")),
+            })
+        })
+        .collect();
+    FabricRecord {
+        schema: SCHEMA,
+        run: format!("run{run}"),
+        node: "seed-a3".into(),
+        peer: format!("peer{peer:02}"),
+        backend: "host".into(),
+        world_size: 2,
+        started: 1000.0 + run as f64,
+        finished: 1001.0 + run as f64,
+        outcome: Outcome::Ok,
+        error: None,
+        rails,
+        collectives: Vec::new(),
+    }
 }
 
 /// An exposition served by `exposition::server` on 127.0.0.1 in a runtime of its own.

@@ -129,6 +129,15 @@ row "/api/v1/calibration, kept per store generation (median)" "$ledger_cached ms
   "$ledger_bytes bytes, same store; target < 5 ms"
 row "/api/v1/calibration, built per request (median)" "$ledger_rebuilt ms" \
   "$ledger_ratio x the kept page's time, same rounds"
+read -r fabric_cached fabric_files fabric_bytes <<<"$(sed -n \
+  's/^scrape: ledger with fabric cached_ms=\([0-9.]*\) files=\([0-9]*\) bytes=\([0-9]*\)$/\1 \2 \3/p' \
+  "$out/scrape.txt")"
+if [ -z "$fabric_cached" ]; then
+  echo "scripts/bench.sh: no ledger-with-fabric figures in $out/scrape.txt" >&2
+  exit 1
+fi
+row "/api/v1/calibration with fabric results, kept (median)" "$fabric_cached ms" \
+  "$fabric_files result files listed per request (15 peers x 8 runs), $fabric_bytes bytes"
 row "RSS after building the store and registry" "$(($(fig rss_after_build_kib) / 1024)) MiB" \
   "benches/scrape.rs process"
 
