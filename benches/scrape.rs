@@ -318,7 +318,9 @@ fn report_ledger(fx: &Fixture, rounds: usize) {
         }
     }
     let with_fabric = CalibrationPage {
-        fabric: Some(chd::format::fabric_dir::FabricDir::of_state_dir(state.path())),
+        fabric: Some(chd::format::fabric_dir::FabricDir::of_state_dir(
+            state.path(),
+        )),
         ..page()
     }
     .renderer();

@@ -262,43 +262,8 @@ pub fn matrix_findings(m: &NodeMatrix) -> MatrixFindings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::fabric::SCHEMA;
 
-    fn rail(name: &str, way: Way, gbps: Option<f64>) -> RailRecord {
-        RailRecord {
-            rail: name.into(),
-            address: "10.0.0.1".into(),
-            peer_rail: Some(name.into()),
-            peer_address: Some("10.0.0.2".into()),
-            way,
-            gbps,
-            bytes: 1,
-            streams: 1,
-            seconds: gbps.map(|_| 1.0),
-            error: gbps.is_none().then(|| "refused".into()),
-            slow: false,
-            cpus: None,
-            rdma_port: None,
-        }
-    }
-
-    fn run(id: &str, peer: &str, finished: f64, rails: Vec<RailRecord>) -> FabricRecord {
-        FabricRecord {
-            schema: SCHEMA,
-            run: id.into(),
-            node: "a".into(),
-            peer: peer.into(),
-            backend: "host".into(),
-            world_size: 2,
-            started: finished - 1.0,
-            finished,
-            outcome: Outcome::Ok,
-            error: None,
-            rails,
-            collectives: Vec::new(),
-        }
-    }
-
+    use crate::format::fabric::samples::{rail, record as run};
     #[test]
     fn a_rail_below_seven_tenths_of_the_others_is_slow_per_direction() {
         let mut rails = vec![

@@ -702,36 +702,8 @@ mod tests {
     #[test]
     fn a_slow_fabric_rail_degrades_the_node_and_a_dead_one_too() {
         use crate::analysis::fabric::summarize;
-        use crate::format::fabric::{FabricRecord, Outcome, RailRecord, Way, SCHEMA};
-        let rail = |name: &str, way: Way, gbps: Option<f64>| RailRecord {
-            rail: name.into(),
-            address: "10.0.0.1".into(),
-            peer_rail: Some(name.into()),
-            peer_address: Some("10.0.0.2".into()),
-            way,
-            gbps,
-            bytes: 1 << 30,
-            streams: 4,
-            seconds: gbps.map(|g| 1.0 / g),
-            error: gbps.is_none().then(|| "timed out".to_string()),
-            slow: false,
-            cpus: None,
-            rdma_port: None,
-        };
-        let record = |run: &str, peer: &str, rails: Vec<RailRecord>| FabricRecord {
-            schema: SCHEMA,
-            run: run.into(),
-            node: "a".into(),
-            peer: peer.into(),
-            backend: "host".into(),
-            world_size: 2,
-            started: 1.0,
-            finished: 2.0,
-            outcome: Outcome::Ok,
-            error: None,
-            rails,
-            collectives: Vec::new(),
-        };
+        use crate::format::fabric::samples::{rail, record};
+        use crate::format::fabric::{FabricRecord, Way};
         // Rail eth2 sends at a tenth of the others to both peers; eth3 carries nothing out;
         // every rail receives alike.
         let records: Vec<FabricRecord> = ["b", "c"]
@@ -747,7 +719,7 @@ mod tests {
                 rails.extend(
                     ["eth1", "eth2", "eth3", "eth4"].map(|r| rail(r, Way::Receive, Some(12.0))),
                 );
-                record(&i.to_string(), peer, rails)
+                record(&i.to_string(), peer, 2.0, rails)
             })
             .collect();
         let observed = Observed {
@@ -771,7 +743,12 @@ mod tests {
         // With one rail there is nothing to judge it against.
         let single = Observed {
             fabric_rails: summarize(
-                &[record("1", "b", vec![rail("eth1", Way::Send, Some(1.0))])],
+                &[record(
+                    "1",
+                    "b",
+                    2.0,
+                    vec![rail("eth1", Way::Send, Some(1.0))],
+                )],
                 8,
             )
             .rails,

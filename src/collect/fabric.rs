@@ -136,7 +136,7 @@ pub const SPEC: CollectorSpec = CollectorSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::fabric::{self as results, FabricRecord, Outcome, RailRecord, Way, SCHEMA};
+    use crate::format::fabric::{self as results, samples, FabricRecord, Way};
 
     fn record(
         run: &str,
@@ -144,37 +144,11 @@ mod tests {
         finished: f64,
         rails: &[(&str, Way, Option<f64>)],
     ) -> FabricRecord {
-        FabricRecord {
-            schema: SCHEMA,
-            run: run.into(),
-            node: "a".into(),
-            peer: peer.into(),
-            backend: "host".into(),
-            world_size: 2,
-            started: finished - 1.0,
-            finished,
-            outcome: Outcome::Ok,
-            error: None,
-            rails: rails
-                .iter()
-                .map(|(rail, way, gbps)| RailRecord {
-                    rail: rail.to_string(),
-                    address: "10.0.0.1".into(),
-                    peer_rail: Some(rail.to_string()),
-                    peer_address: Some("10.0.0.2".into()),
-                    way: *way,
-                    gbps: *gbps,
-                    bytes: 1,
-                    streams: 1,
-                    seconds: Some(1.0),
-                    error: None,
-                    slow: false,
-                    cpus: None,
-                    rdma_port: None,
-                })
-                .collect(),
-            collectives: Vec::new(),
-        }
+        let rails = rails
+            .iter()
+            .map(|(rail, way, gbps)| samples::rail(rail, *way, *gbps))
+            .collect();
+        samples::record(run, peer, finished, rails)
     }
 
     fn scrape(c: &FabricCollector) -> (Vec<String>, u64) {

@@ -329,11 +329,32 @@ pub fn by_peer(records: Vec<FabricRecord>) -> BTreeMap<String, Vec<FabricRecord>
     out
 }
 
+/// Records for the tests of the modules that read them.
 #[cfg(test)]
-mod tests {
+pub(crate) mod samples {
     use super::*;
 
-    pub(crate) fn record(run: &str, peer: &str, finished: f64) -> FabricRecord {
+    /// `name` in direction `way` to a peer rail of the same name; `None` carried nothing.
+    pub fn rail(name: &str, way: Way, gbps: Option<f64>) -> RailRecord {
+        RailRecord {
+            rail: name.into(),
+            address: "10.0.0.1".into(),
+            peer_rail: Some(name.into()),
+            peer_address: Some("10.0.0.2".into()),
+            way,
+            gbps,
+            bytes: 1 << 30,
+            streams: 4,
+            seconds: gbps.map(|g| 1.0 / g),
+            error: gbps.is_none().then(|| "refused".into()),
+            slow: false,
+            cpus: None,
+            rdma_port: None,
+        }
+    }
+
+    /// Node `a`'s successful run `run` against `peer`, finished at `finished`.
+    pub fn record(run: &str, peer: &str, finished: f64, rails: Vec<RailRecord>) -> FabricRecord {
         FabricRecord {
             schema: SCHEMA,
             run: run.into(),
@@ -345,23 +366,21 @@ mod tests {
             finished,
             outcome: Outcome::Ok,
             error: None,
-            rails: vec![RailRecord {
-                rail: "eth1".into(),
-                address: "10.0.1.1".into(),
-                peer_rail: Some("eth1".into()),
-                peer_address: Some("10.0.1.2".into()),
-                way: Way::Send,
-                gbps: Some(9.5),
-                bytes: 1 << 20,
-                streams: 4,
-                seconds: Some(0.1),
-                error: None,
-                slow: false,
-                cpus: None,
-                rdma_port: None,
-            }],
+            rails,
             collectives: Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn record(run: &str, peer: &str, finished: f64) -> FabricRecord {
+        let mut rail = samples::rail("eth1", Way::Send, Some(9.5));
+        rail.address = "10.0.1.1".into();
+        rail.peer_address = Some("10.0.1.2".into());
+        samples::record(run, peer, finished, vec![rail])
     }
 
     #[test]

@@ -116,23 +116,10 @@ impl FabricDir {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::fabric::{Outcome, SCHEMA};
+    use crate::format::fabric::samples;
 
     fn record(run: &str, peer: &str) -> FabricRecord {
-        FabricRecord {
-            schema: SCHEMA,
-            run: run.into(),
-            node: "a".into(),
-            peer: peer.into(),
-            backend: "host".into(),
-            world_size: 2,
-            started: 1.0,
-            finished: 2.0,
-            outcome: Outcome::Ok,
-            error: None,
-            rails: Vec::new(),
-            collectives: Vec::new(),
-        }
+        samples::record(run, peer, 2.0, Vec::new())
     }
 
     #[test]

@@ -111,45 +111,30 @@ fn peers(records: &[FabricRecord]) -> Vec<doc::FabricPeer> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::fabric::{RailRecord, SCHEMA};
+    use crate::format::fabric::{samples, RailRecord};
 
     fn rail(name: &str, way: Way, gbps: Option<f64>, slow: bool) -> RailRecord {
         RailRecord {
-            rail: name.into(),
-            address: "10.0.0.1".into(),
-            peer_rail: Some(format!("{name}p")),
-            peer_address: Some("10.0.0.2".into()),
-            way,
-            gbps,
-            bytes: 1 << 30,
-            streams: 4,
-            seconds: Some(1.0),
-            error: None,
             slow,
-            cpus: None,
-            rdma_port: None,
+            ..samples::rail(name, way, gbps)
         }
     }
 
     fn record(run: &str, peer: &str, finished: f64, outcome: Outcome) -> FabricRecord {
         FabricRecord {
-            schema: SCHEMA,
-            run: run.into(),
-            node: "a".into(),
-            peer: peer.into(),
-            backend: "host".into(),
-            world_size: 2,
-            started: finished - 1.0,
-            finished,
             outcome,
             error: (outcome == Outcome::Failed).then(|| "rank 1 never arrived".to_string()),
-            rails: vec![
-                rail("eth1", Way::Send, Some(12.0), false),
-                rail("eth2", Way::Send, Some(3.0), true),
-                rail("eth1", Way::Receive, Some(11.0), false),
-                rail("eth2", Way::Receive, Some(11.0), false),
-            ],
-            collectives: Vec::new(),
+            ..samples::record(
+                run,
+                peer,
+                finished,
+                vec![
+                    rail("eth1", Way::Send, Some(12.0), false),
+                    rail("eth2", Way::Send, Some(3.0), true),
+                    rail("eth1", Way::Receive, Some(11.0), false),
+                    rail("eth2", Way::Receive, Some(11.0), false),
+                ],
+            )
         }
     }
 
