@@ -682,6 +682,34 @@ fn prepare(
         Kind::AllGather => bytes.checked_mul(nranks).ok_or_else(too_big)?,
         Kind::AllReduce(..) => bytes,
     };
+    let stream = check_operands(lib, dev, raw_stream, (send, bytes), (recv, total))?;
+    Ok(Prepared {
+        handle: handle as usize,
+        clique,
+        rank,
+        part: Part {
+            kind,
+            send: send as usize,
+            recv: recv as usize,
+            bytes,
+            stream,
+            cpu: device::current_cpu(),
+        },
+    })
+}
+
+/// The stream a collective of `lib` on device `dev` runs on (NULL and NCCL's legacy and
+/// per-thread handles 1 and 2: the device's default stream), checked to be a live stream of
+/// that device; and, when the call moves bytes, its send and receive buffers (`(pointer,
+/// bytes)`) checked to be device memory of `dev`. Shared by the in-process and the
+/// cross-process collectives.
+pub(crate) fn check_operands(
+    lib: Lib,
+    dev: usize,
+    raw_stream: *mut c_void,
+    (send, send_bytes): (*const c_void, usize),
+    (recv, recv_bytes): (*mut c_void, usize),
+) -> Result<StreamRef, CollError> {
     let stream = match (lib, raw_stream as usize) {
         (Lib::Nccl, 0..=2) | (Lib::Hccl, 0) => StreamRef::Default(dev),
         (_, h) => StreamRef::Handle(h),
@@ -699,37 +727,25 @@ fn prepare(
             )))
         }
     }
-    if bytes > 0 {
+    if send_bytes > 0 {
         if send.is_null() {
             return Err(CollError::NullPointer("sendbuff"));
         }
         if recv.is_null() {
             return Err(CollError::NullPointer("recvbuff"));
         }
-        if memory::locate(send as usize, bytes) != Location::Device(dev) {
-            return Err(CollError::InvalidArgument(format!(
-                "sendbuff {send:p} + {bytes} bytes is not device memory of device {dev}"
-            )));
-        }
-        if memory::locate(recv as usize, total) != Location::Device(dev) {
-            return Err(CollError::InvalidArgument(format!(
-                "recvbuff {recv:p} + {total} bytes is not device memory of device {dev}"
-            )));
+        for (what, addr, len) in [
+            ("sendbuff", send as usize, send_bytes),
+            ("recvbuff", recv as usize, recv_bytes),
+        ] {
+            if memory::locate(addr, len) != Location::Device(dev) {
+                return Err(CollError::InvalidArgument(format!(
+                    "{what} {addr:#x} + {len} bytes is not device memory of device {dev}"
+                )));
+            }
         }
     }
-    Ok(Prepared {
-        handle: handle as usize,
-        clique,
-        rank,
-        part: Part {
-            kind,
-            send: send as usize,
-            recv: recv as usize,
-            bytes,
-            stream,
-            cpu: device::current_cpu(),
-        },
-    })
+    Ok(stream)
 }
 
 /// Virtual duration of an allgather in nanoseconds: `bytes_per_rank * (nranks - 1) / gbps`

@@ -17,7 +17,6 @@ use super::Knobs;
 use crate::collective::{self, CollError, CommInfo, Lib};
 use crate::config;
 use crate::device;
-use crate::memory::{self, Location};
 use crate::timing::{self, StreamRef};
 
 /// One rank of a cross-process clique.
@@ -144,42 +143,13 @@ fn check(
     let comm = get(lib, handle).ok_or_else(|| {
         CollError::InvalidArgument(format!("{handle:p} is not a live communicator"))
     })?;
-    let dev = comm.device;
-    let stream = match (lib, raw_stream as usize) {
-        (Lib::Nccl, 0..=2) | (Lib::Hccl, 0) => StreamRef::Default(dev),
-        (_, h) => StreamRef::Handle(h),
-    };
-    match timing::stream_device(stream, lib.api()) {
-        Ok(d) if d == dev => {}
-        Ok(d) => {
-            return Err(CollError::BadStream(format!(
-                "stream {raw_stream:p} is on device {d}, the communicator on device {dev}"
-            )))
-        }
-        Err(_) => {
-            return Err(CollError::BadStream(format!(
-                "{raw_stream:p} is not a live stream"
-            )))
-        }
-    }
-    if send_bytes > 0 {
-        if send.is_null() {
-            return Err(CollError::NullPointer("sendbuff"));
-        }
-        if recv.is_null() {
-            return Err(CollError::NullPointer("recvbuff"));
-        }
-        for (what, addr, len) in [
-            ("sendbuff", send as usize, send_bytes),
-            ("recvbuff", recv as usize, recv_bytes),
-        ] {
-            if memory::locate(addr, len) != Location::Device(dev) {
-                return Err(CollError::InvalidArgument(format!(
-                    "{what} {addr:#x} + {len} bytes is not device memory of device {dev}"
-                )));
-            }
-        }
-    }
+    let stream = collective::check_operands(
+        lib,
+        comm.device,
+        raw_stream,
+        (send, send_bytes),
+        (recv, recv_bytes),
+    )?;
     Ok(Call { comm, stream })
 }
 
