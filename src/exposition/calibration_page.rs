@@ -46,6 +46,14 @@ pub struct CalibrationPage {
 }
 
 impl CalibrationPage {
+    /// The fabric results' stamp now (0 without a directory or when it cannot be listed).
+    fn fabric_stamp(&self) -> u64 {
+        self.fabric
+            .as_ref()
+            .and_then(|d| d.stamp().ok())
+            .unwrap_or_default()
+    }
+
     /// The fabric results now (none without a directory, or when it cannot be listed).
     fn fabric(&self) -> Listing {
         let Some(dir) = &self.fabric else {
@@ -110,9 +118,10 @@ impl CalibrationPage {
             // Read before the build: a cell recorded meanwhile makes the next request build
             // again rather than keep a page that misses it.
             let generation = self.generation();
-            let fabric = self.fabric();
-            cache.get((generation, held.clone(), fabric.stamp), || {
-                self.build(held.as_ref(), &fabric)
+            // Only the files' stamps per request: the records are read when the page is built.
+            let fabric = self.fabric_stamp();
+            cache.get((generation, held.clone(), fabric), || {
+                self.build(held.as_ref(), &self.fabric())
             })
         })
     }

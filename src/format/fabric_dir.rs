@@ -51,12 +51,12 @@ impl FabricDir {
         &self.dir
     }
 
-    /// The directory's records now (none when it does not exist); only a directory that
-    /// cannot be listed is an error, a file that cannot be read costs only itself.
-    pub fn list(&self) -> Result<Listing, FabricFileError> {
+    /// The directory's files with their stamps, and the listing's stamp (0: no directory).
+    #[allow(clippy::type_complexity)]
+    fn scan(&self) -> Result<Option<(Vec<(PathBuf, Stamp)>, u64)>, FabricFileError> {
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(e) => e,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Listing::default()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(source) => {
                 return Err(FabricFileError::Io {
                     path: self.dir.clone(),
@@ -79,11 +79,25 @@ impl FabricDir {
             .collect();
         files.sort();
         let mut hasher = DefaultHasher::new();
-        1u8.hash(&mut hasher);
         files.hash(&mut hasher);
+        Ok(Some((files, hasher.finish().max(1))))
+    }
+
+    /// The stamp of the directory now, without reading a file: it changes whenever a file
+    /// appears, goes or changes (0: no directory).
+    pub fn stamp(&self) -> Result<u64, FabricFileError> {
+        Ok(self.scan()?.map_or(0, |(_, stamp)| stamp))
+    }
+
+    /// The directory's records now (none when it does not exist); only a directory that
+    /// cannot be listed is an error, a file that cannot be read costs only itself.
+    pub fn list(&self) -> Result<Listing, FabricFileError> {
+        let Some((files, stamp)) = self.scan()? else {
+            return Ok(Listing::default());
+        };
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         let mut listing = Listing {
-            stamp: hasher.finish().max(1),
+            stamp,
             ..Listing::default()
         };
         for (path, stamp) in &files {
@@ -134,6 +148,11 @@ mod tests {
         assert_eq!(one.records.len(), 1);
         assert_ne!(one.stamp, 0);
         assert_eq!(dir.list().unwrap().stamp, one.stamp, "nothing changed");
+        assert_eq!(
+            dir.stamp().unwrap(),
+            one.stamp,
+            "the same stamp without reading"
+        );
 
         std::fs::write(dir.path().join("2__c.json"), b"{\"schema\": 1, \"run\": ").unwrap();
         let two = dir.list().unwrap();
