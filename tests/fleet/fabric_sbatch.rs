@@ -66,6 +66,8 @@ fn the_deploy_sbatch_script_runs_a_round_on_two_nodes_and_both_sides_are_kept() 
         text(&out.stderr),
         cluster.logs()
     );
+    // With --nocapture: what the pair's step printed (each rank's table, srun's labels).
+    eprintln!("{job}\n{pair_log}");
     assert!(
         job.contains("chd-fabric-round: fabnode1-fabnode2: ok")
             && job.contains("round 1: all 1 pairs ok"),
