@@ -33,7 +33,7 @@ pub struct IdInfo {
     pub nonce: [u8; NONCE_LEN],
 }
 
-/// Encodes a socket address into [`ADDR_LEN`] bytes.
+/// Encodes a socket address into `ADDR_LEN` bytes.
 pub fn put_addr(out: &mut Vec<u8>, addr: SocketAddr) {
     let (family, ip, scope) = match addr {
         SocketAddr::V4(a) => (4u8, a.ip().to_ipv6_mapped().octets(), 0),
