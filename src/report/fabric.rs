@@ -144,10 +144,11 @@ fn heatmap(m: &NodeMatrix) -> Heatmap {
     }
 }
 
-/// One row per run, pair, rail and direction.
+/// One row per run, pair, rail and direction, with the rail's RDMA port and the CPUs its
+/// streams ran on where the record names them.
 fn csv(records: &[FabricRecord]) -> String {
     let mut out = String::from(
-        "run,node,peer,rail,direction,peer_rail,gbps,bytes,streams,slow,outcome,error\n",
+        "run,node,peer,rail,direction,peer_rail,gbps,bytes,streams,slow,outcome,error,rdma_port,cpus\n",
     );
     let quote = |s: &str| {
         if s.contains([',', '"', '\n']) {
@@ -160,7 +161,7 @@ fn csv(records: &[FabricRecord]) -> String {
         if r.rails.is_empty() {
             let _ = writeln!(
                 out,
-                "{},{},{},,,,,,,,{},{}",
+                "{},{},{},,,,,,,,{},{},,",
                 quote(&r.run),
                 quote(&r.node),
                 quote(&r.peer),
@@ -171,7 +172,7 @@ fn csv(records: &[FabricRecord]) -> String {
         for rail in &r.rails {
             let _ = writeln!(
                 out,
-                "{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 quote(&r.run),
                 quote(&r.node),
                 quote(&r.peer),
@@ -183,7 +184,9 @@ fn csv(records: &[FabricRecord]) -> String {
                 rail.streams,
                 rail.slow,
                 r.outcome.as_str(),
-                quote(rail.error.as_deref().unwrap_or(""))
+                quote(rail.error.as_deref().unwrap_or("")),
+                quote(rail.rdma_port.as_deref().unwrap_or("")),
+                quote(rail.cpus.as_deref().unwrap_or(""))
             );
         }
     }

@@ -477,4 +477,25 @@ fn a_rail_on_an_hca_is_named_by_its_rdma_port() {
     for r in records(&sa)[0]["rails"].as_array().unwrap() {
         assert_eq!(r["rdma_port"], "mlx5_9:1", "{r}");
     }
+    // chd report's fabric.csv carries the port of every rail row.
+    let out = dir.path().join("report");
+    let ran = crate::chd_process::run_chd(
+        &[
+            "report",
+            sa.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(ran.status.success(), "{}", text(&ran.stderr));
+    let csv = std::fs::read_to_string(out.join("fabric.csv")).unwrap();
+    let mut lines = csv.lines();
+    assert!(
+        lines.next().unwrap().ends_with(",error,rdma_port,cpus"),
+        "{csv}"
+    );
+    let rows: Vec<&str> = lines.collect();
+    assert_eq!(rows.len(), 2, "{csv}");
+    assert!(rows.iter().all(|l| l.ends_with(",mlx5_9:1,")), "{csv}");
 }
