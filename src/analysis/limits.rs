@@ -54,6 +54,11 @@ impl MemoryBus {
 /// A configured model's limits, bytes per second per operation (`h2d`, `d2h`, `d2d`).
 pub type ModelLimits = BTreeMap<String, f64>;
 
+/// A `[limits."MODEL"]` table as the config and run.json write it (operation -> GB/s).
+pub fn model_limits(gbps: &BTreeMap<String, f64>) -> ModelLimits {
+    gbps.iter().map(|(op, g)| (op.clone(), g * 1e9)).collect()
+}
+
 /// What chd knows of one device's paths.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DeviceFacts {

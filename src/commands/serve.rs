@@ -611,7 +611,7 @@ fn d2d_limits(
     telemetry: &dyn chd::runtime::telemetry::DeviceTelemetry,
     configured: &std::collections::BTreeMap<String, std::collections::BTreeMap<String, f64>>,
 ) -> chd::analysis::limits::PathLimits {
-    use chd::analysis::limits::{DeviceFacts, MemoryBus, ModelLimits, PathLimits};
+    use chd::analysis::limits::{model_limits, DeviceFacts, MemoryBus, ModelLimits, PathLimits};
     let buses: std::collections::BTreeMap<String, MemoryBus> = telemetry
         .memory_buses()
         .into_iter()
@@ -633,16 +633,11 @@ fn d2d_limits(
             pcie_host_path: false,
         })
         .collect();
+    // Only `d2d` is asked of them here: without a host path (`pcie_host_path: false`), the
+    // host copies' limits are the report's to judge.
     let models: std::collections::BTreeMap<String, ModelLimits> = configured
         .iter()
-        .map(|(model, ops)| {
-            let d2d: ModelLimits = ops
-                .iter()
-                .filter(|(op, _)| op.as_str() == "d2d")
-                .map(|(op, g)| (op.clone(), g * 1e9))
-                .collect();
-            (model.clone(), d2d)
-        })
+        .map(|(model, ops)| (model.clone(), model_limits(ops)))
         .collect();
     PathLimits::build(&facts, &models)
 }

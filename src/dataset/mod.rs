@@ -245,14 +245,7 @@ impl Dataset {
             .devices
             .iter()
             .filter(|d| !d.limits_gbps.is_empty())
-            .map(|d| {
-                let bytes = d
-                    .limits_gbps
-                    .iter()
-                    .map(|(op, g)| (op.clone(), g * 1e9))
-                    .collect();
-                (d.name.clone(), bytes)
-            })
+            .map(|d| (d.name.clone(), limits::model_limits(&d.limits_gbps)))
             .collect();
         PathLimits::build(&facts, &models)
     }

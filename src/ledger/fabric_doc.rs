@@ -5,19 +5,23 @@
 
 use std::collections::BTreeMap;
 
-use crate::analysis::fabric::{summarize, RailSummary, RAIL_SLOW_RATIO};
+use crate::analysis::fabric::{FabricSummary, RailSummary, RAIL_SLOW_RATIO};
 use crate::format::calibration as doc;
 use crate::format::fabric::{FabricRecord, Outcome, Way, KEEP_PER_PEER};
 use crate::stats;
 use crate::topology::natural::natural_cmp;
 
-/// The section of `records` (`None` without any); `unreadable` names the files that could
-/// not be read.
-pub fn fabric(records: &[FabricRecord], unreadable: &[String]) -> Option<doc::Fabric> {
+/// The section of `records` and their `summary` (`analysis::fabric::summarize` over the
+/// last [`KEEP_PER_PEER`] runs of each peer); `None` without any; `unreadable` names the files
+/// that could not be read.
+pub fn fabric(
+    records: &[FabricRecord],
+    summary: &FabricSummary,
+    unreadable: &[String],
+) -> Option<doc::Fabric> {
     if records.is_empty() && unreadable.is_empty() {
         return None;
     }
-    let summary = summarize(records, KEEP_PER_PEER);
     Some(doc::Fabric {
         rails: summary.rails.iter().map(rail).collect(),
         collectives: summary
@@ -140,6 +144,10 @@ mod tests {
 
     #[test]
     fn names_each_peer_with_its_rails_and_the_slow_rail_over_all_peers() {
+        let fabric = |records: &[FabricRecord], unreadable: &[String]| {
+            let summary = crate::analysis::fabric::summarize(records, KEEP_PER_PEER);
+            super::fabric(records, &summary, unreadable)
+        };
         assert_eq!(fabric(&[], &[]), None, "no results, no section");
         let mut failed = record("3", "node10", 30.0, Outcome::Failed);
         failed.rails.clear();

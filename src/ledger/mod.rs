@@ -27,7 +27,7 @@ pub mod source;
 pub use source::Source;
 
 use crate::analysis::best_cpus::best_cpus;
-use crate::analysis::fabric::summarize;
+use crate::analysis::fabric::{summarize, RailSummary};
 use crate::analysis::live;
 use crate::analysis::verdict::{causes_of_store, NodeVerdict, Observed};
 use crate::analysis::StoreAnalysis;
@@ -57,6 +57,7 @@ pub fn build(src: &Source) -> Ledger {
         })
         .collect();
     delta.sort_by(|a, b| natural_cmp(&a.0, &b.0));
+    let fabric = summarize(&src.fabric.records, KEEP_PER_PEER);
     let d2d = live::d2d_devices(src.store, src.d2d_limits);
     let p2p = live::p2p_matrix(src.store, src.p2p_paths, src.p2p_methods);
     let mut findings = analysis_doc::findings(&analysis, &by_matrix, &numa);
@@ -77,12 +78,12 @@ pub fn build(src: &Source) -> Ledger {
         load_profile_delta: NaturalMap(delta),
         analysis: analysis_doc::analysis(&analysis),
         findings,
-        verdict: Some(verdict_doc(src, &numa)),
+        verdict: Some(verdict_doc(src, &numa, &fabric.rails)),
         d2d: kinds::d2d(&d2d),
         p2p: kinds::p2p(&p2p),
         sweeps: kinds::sweeps(src.curves),
         basics: src.basics.map(kinds::basics).unwrap_or_default(),
-        fabric: fabric_doc::fabric(&src.fabric.records, &unreadable(src.fabric)),
+        fabric: fabric_doc::fabric(&src.fabric.records, &fabric, &unreadable(src.fabric)),
     }
 }
 
@@ -104,14 +105,18 @@ fn unreadable(listing: &Listing) -> Vec<String> {
 
 /// `src`'s verdict as the ledger records it: the held one given, else the store judged as a
 /// snapshot (RDMA ports are read live by `chd serve` only).
-fn verdict_doc(src: &Source, numa: &crate::analysis::NumaMap) -> doc::Verdict {
+fn verdict_doc(
+    src: &Source,
+    numa: &crate::analysis::NumaMap,
+    fabric_rails: &[RailSummary],
+) -> doc::Verdict {
     let snapshot;
     let (verdict, held) = match src.verdict {
         Some(v) => (v, true),
         None => {
             let observed = Observed {
                 p2p_paths: src.p2p_paths.clone(),
-                fabric_rails: summarize(&src.fabric.records, KEEP_PER_PEER).rails,
+                fabric_rails: fabric_rails.to_vec(),
                 d2d_limits: src.d2d_limits.clone(),
                 ..Observed::default()
             };

@@ -262,7 +262,9 @@ fn a_throttled_rail_between_two_namespaces_fires_on_both_of_its_nodes() {
     // Each node's ledger holds its fabric section and a verdict naming its slow rails, and
     // validates against the schema.
     for (node, serve, dir) in [("node-a", &serve_a, &sa), ("node-b", &serve_b, &sb)] {
-        // The scheduler's first tick judges right after start; the ledger may come first.
+        // The scheduler's first tick judges right after start (and logs the change); the
+        // held verdict is written right after the line.
+        serve.wait_for_log("node verdict ok -> ", Duration::from_secs(60));
         let mut body = String::new();
         for _ in 0..100 {
             let (status, _, b) = serve.get("/api/v1/calibration", None);
@@ -271,7 +273,7 @@ fn a_throttled_rail_between_two_namespaces_fires_on_both_of_its_nodes() {
             if body.contains("slow_fabric_rail") {
                 break;
             }
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(10));
         }
         let path = dir.join("served-ledger.json");
         std::fs::write(&path, &body).unwrap();

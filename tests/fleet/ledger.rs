@@ -260,21 +260,7 @@ fn a_probe_run_with_two_load_profiles_gives_links_and_the_delta() {
 /// `c + 4`), CPUs 6 and 7 offline.
 #[test]
 fn the_served_ledger_has_the_cpus_numa_nodes_packages_and_cores_of_the_node() {
-    let dir = tempfile::tempdir().unwrap();
-    let tree = fixture("topology/two-node-offline");
-    let (sys, proc) = (tree.join("sys"), tree.join("proc"));
-    let chd = Chd::serve(
-        dir.path(),
-        &[
-            "--sysfs-root",
-            sys.to_str().unwrap(),
-            "--procfs-root",
-            proc.to_str().unwrap(),
-            "--no-probe",
-            "--backend",
-            "host",
-        ],
-    );
+    let (dir, chd) = crate::chd_process::serve_tree(&fixture("topology/two-node-offline"), &[]);
     let metrics = chd.scrape();
     assert!(!metrics.contains("chd_cpu_info{"), "{metrics}");
     assert!(

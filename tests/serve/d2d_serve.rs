@@ -130,7 +130,7 @@ fn a_device_above_its_memory_limit_is_implausible_not_fast() {
     let dir = tempfile::tempdir().unwrap();
     let env = [
         ("CHD_FAKE_DEVICE_COUNT", "4"),
-        ("CHD_FAKE_D2D_GBPS", "400;1=3000;2=150"),
+        ("CHD_FAKE_D2D_GBPS", "400;1=3000;2=150;3=150"),
     ];
     let chd = Chd::serve_env(dir.path(), &args("4"), &env);
     let m = chd.wait_for(
@@ -155,9 +155,12 @@ fn a_device_above_its_memory_limit_is_implausible_not_fast() {
             "device {d} is plausible"
         );
     }
-    // The typical device is the median of 400, 150 and 400, not pulled up by 3000.
+    // The typical device is the median of 400, 150 and 150 (150), not pulled up by 3000 (a
+    // median of 275 with it).
     let ratio = d2d(&m, "chd_d2d_device_ratio", "2").unwrap();
-    assert!((ratio - 0.375).abs() < 0.01, "{ratio}");
+    assert!((ratio - 1.0).abs() < 0.01, "{ratio}");
+    let ratio = d2d(&m, "chd_d2d_device_ratio", "0").unwrap();
+    assert!((ratio - 400.0 / 150.0).abs() < 0.01, "{ratio}");
     promtool_check_metrics(&chd.scrape());
     let (status, log) = chd.terminate();
     assert!(status.success(), "{log}");

@@ -295,10 +295,16 @@ impl Metrics {
 /// (`tests/fixtures/collectors/<tree>/{sys,proc}`) with `extra` flags; the state directory
 /// lives as long as the returned guard.
 pub fn serve_collector_tree(tree: &str, extra: &[&str]) -> (tempfile::TempDir, Chd) {
-    let dir = tempfile::tempdir().unwrap();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/collectors")
         .join(tree);
+    serve_tree(&root, extra)
+}
+
+/// `chd serve --backend host --no-probe` over the machine `root` (`<root>/sys`,
+/// `<root>/proc`) with `extra` flags; the state directory lives as long as the returned guard.
+pub fn serve_tree(root: &Path, extra: &[&str]) -> (tempfile::TempDir, Chd) {
+    let dir = tempfile::tempdir().unwrap();
     let (sys, proc) = (root.join("sys"), root.join("proc"));
     let mut args = vec![
         "--sysfs-root",
