@@ -40,13 +40,23 @@ pub fn tool(name: &str) -> PathBuf {
         .unwrap_or_else(|| panic!("`{name}` is not installed; the Slurm tests need it: {INSTALL}"))
 }
 
-/// A port nothing listens on right now.
+/// A port nothing listens on right now, below the kernel's ephemeral range
+/// (`net.ipv4.ip_local_port_range`): a port the kernel handed out (`bind(0)`) is one it may
+/// hand to the next outgoing connection of any process before slurmd binds it, which made
+/// slurmd fail with "Address already in use" while other tests' streams ran.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    let low: u16 = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768);
+    let range = 10_000..low.max(10_001);
+    for _ in 0..1000 {
+        let port = rand::random_range(range.clone());
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {range:?} after 1000 tries");
 }
 
 /// The ghost nodes' slurmd port: a listener that accepts each connection and closes it at
