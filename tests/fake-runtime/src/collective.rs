@@ -97,6 +97,9 @@ pub enum CollError {
     /// A local system failure (cross-process communicators: no interface, no answer within
     /// the timeout, a socket that cannot be opened); the text says which.
     System(String),
+    /// A call the real library supports but the fake does not (point-to-point on an
+    /// in-process communicator or one of more than 2 ranks); the text says what is missing.
+    Unsupported(String),
 }
 
 impl std::fmt::Display for CollError {
@@ -108,7 +111,8 @@ impl std::fmt::Display for CollError {
             | CollError::BadStream(why)
             | CollError::Busy(why)
             | CollError::Remote(why)
-            | CollError::System(why) => f.write_str(why),
+            | CollError::System(why)
+            | CollError::Unsupported(why) => f.write_str(why),
             CollError::NoDevice => f.write_str("the calling thread has no valid current device"),
             CollError::Planted => f.write_str("collective failed (CHD_FAKE_PAIR_FAIL)"),
             CollError::Timeout => f.write_str(
@@ -727,22 +731,22 @@ pub(crate) fn check_operands(
             )))
         }
     }
-    if send_bytes > 0 {
-        if send.is_null() {
-            return Err(CollError::NullPointer("sendbuff"));
+    // A buffer of 0 bytes is not looked at (a send has no receive buffer, a receive no send
+    // buffer); the collectives always have both when they move bytes.
+    let buffers = [
+        ("sendbuff", send as usize, send_bytes),
+        ("recvbuff", recv as usize, recv_bytes),
+    ];
+    for (what, addr, len) in buffers {
+        if len > 0 && addr == 0 {
+            return Err(CollError::NullPointer(what));
         }
-        if recv.is_null() {
-            return Err(CollError::NullPointer("recvbuff"));
-        }
-        for (what, addr, len) in [
-            ("sendbuff", send as usize, send_bytes),
-            ("recvbuff", recv as usize, recv_bytes),
-        ] {
-            if memory::locate(addr, len) != Location::Device(dev) {
-                return Err(CollError::InvalidArgument(format!(
-                    "{what} {addr:#x} + {len} bytes is not device memory of device {dev}"
-                )));
-            }
+    }
+    for (what, addr, len) in buffers {
+        if len > 0 && memory::locate(addr, len) != Location::Device(dev) {
+            return Err(CollError::InvalidArgument(format!(
+                "{what} {addr:#x} + {len} bytes is not device memory of device {dev}"
+            )));
         }
     }
     Ok(stream)

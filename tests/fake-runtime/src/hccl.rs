@@ -1,6 +1,7 @@
 //! The exported HCCL subset (`libhccl.so` role, CANN `hccl.h` / `hccl_types.h`):
-//! communicators (all at once, or rank by rank on a root info), allgather, rank queries,
-//! async error and error strings, on top of [`crate::collective`] (same model and
+//! communicators (all at once, or rank by rank on a root info), allgather, all-reduce,
+//! point-to-point send/recv (cross-process 2-rank communicators), rank queries, async error
+//! and error strings, on top of [`crate::collective`] (same model and
 //! `CHD_FAKE_PAIR_*` variables as NCCL). HCCL has no group calls: `HcclAllGather` always
 //! blocks until every rank of the communicator made its matching call, so each rank needs its
 //! own thread.
@@ -84,6 +85,7 @@ fn code(e: &CollError) -> HcclResult {
         CollError::Planted | CollError::Aborted | CollError::Internal => HCCL_E_INTERNAL,
         CollError::Remote(_) => HCCL_E_TCP_TRANSFER,
         CollError::System(_) => HCCL_E_TCP_CONNECT,
+        CollError::Unsupported(_) => HCCL_E_NOT_SUPPORT,
     }
 }
 
@@ -311,6 +313,95 @@ pub unsafe extern "C" fn HcclAllReduce(
             stream,
         )?;
         collective::run(vec![prepared])
+    })
+}
+
+/// Point-to-point for `HcclSend` / `HcclRecv`: the arguments checked, then the transfer
+/// (blocking).
+fn p2p(
+    dir: net_comm::Direction,
+    buf: *mut c_void,
+    count: u64,
+    data_type: c_int,
+    peer: u32,
+    comm: HcclComm,
+    stream: *mut c_void,
+) -> Result<(), CollError> {
+    let size = hccl_type_size(data_type)
+        .ok_or_else(|| CollError::InvalidArgument(format!("invalid dataType {data_type}")))?;
+    let bytes = usize::try_from(count)
+        .ok()
+        .and_then(|c| c.checked_mul(size))
+        .ok_or_else(|| CollError::InvalidArgument(format!("count {count} is too large")))?;
+    let info = collective::comm_info(Lib::Hccl, comm)?;
+    let peer = peer as usize;
+    if peer >= info.nranks {
+        return Err(CollError::InvalidArgument(format!(
+            "rank {peer} is out of range for {} ranks",
+            info.nranks
+        )));
+    }
+    if bytes > 0 && buf.is_null() {
+        return Err(CollError::NullPointer(match dir {
+            net_comm::Direction::Send => "sendBuf",
+            net_comm::Direction::Recv => "recvBuf",
+        }));
+    }
+    if bytes == 0 {
+        return Ok(());
+    }
+    if !net_comm::is_comm(Lib::Hccl, comm) {
+        return Err(CollError::Unsupported(
+            "point-to-point send/recv is not supported by the fake in-process (communicators \
+             of HcclCommInitAll, or whose ranks all joined in one process); it supports \
+             2-rank communicators across processes"
+                .to_owned(),
+        ));
+    }
+    net_comm::p2p(Lib::Hccl, dir, comm, buf, bytes, size, peer, stream)
+}
+
+// Signatures as CANN's hccl.h declares them:
+//   HcclResult HcclSend(void* sendBuf, uint64_t count, HcclDataType dataType,
+//                       uint32_t destRank, HcclComm comm, aclrtStream stream);
+//   HcclResult HcclRecv(void* recvBuf, uint64_t count, HcclDataType dataType,
+//                       uint32_t srcRank, HcclComm comm, aclrtStream stream);
+
+/// `HcclSend`: `count` elements of `dataType` from `sendBuf` to rank `destRank`, which must
+/// call [`HcclRecv`] with the same count and data type from this rank (else both fail with
+/// `HCCL_E_PARA`); blocks until the bytes went. Cross-process communicators of exactly 2
+/// ranks only (others, and in-process communicators: `HCCL_E_NOT_SUPPORT`). The stream
+/// advances by the wall time the bytes took. NULL `stream` is the device's default stream;
+/// count 0 is a success that moves nothing.
+#[no_mangle]
+pub unsafe extern "C" fn HcclSend(
+    send_buf: *mut c_void,
+    count: u64,
+    data_type: c_int,
+    dest_rank: u32,
+    comm: HcclComm,
+    stream: *mut c_void,
+) -> HcclResult {
+    api(|| {
+        let dir = net_comm::Direction::Send;
+        p2p(dir, send_buf, count, data_type, dest_rank, comm, stream)
+    })
+}
+
+/// `HcclRecv`: `count` elements of `dataType` from rank `srcRank` (its matching
+/// [`HcclSend`]) into `recvBuf`; otherwise as [`HcclSend`].
+#[no_mangle]
+pub unsafe extern "C" fn HcclRecv(
+    recv_buf: *mut c_void,
+    count: u64,
+    data_type: c_int,
+    src_rank: u32,
+    comm: HcclComm,
+    stream: *mut c_void,
+) -> HcclResult {
+    api(|| {
+        let dir = net_comm::Direction::Recv;
+        p2p(dir, recv_buf, count, data_type, src_rank, comm, stream)
     })
 }
 

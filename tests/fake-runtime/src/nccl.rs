@@ -1,6 +1,7 @@
 //! The exported NCCL subset (`libnccl.so.2` role, NCCL 2.20.5 ABI): communicators (all at
-//! once, or rank by rank on a unique id), allgather, groups, error strings and queries, on
-//! top of [`crate::collective`].
+//! once, or rank by rank on a unique id), allgather, all-reduce, point-to-point send/recv
+//! (cross-process 2-rank communicators), groups, error strings and queries, on top of
+//! [`crate::collective`].
 //!
 //! Safety contract shared by every function here: pointer arguments must be null or valid
 //! for the access nccl.h documents (out-pointers writable, `devlist` readable for `ndev`
@@ -72,7 +73,9 @@ pub fn nccl_type_size(datatype: c_int) -> Option<usize> {
 fn code(e: &CollError) -> NcclResult {
     match e {
         CollError::NullPointer(_) | CollError::InvalidArgument(_) => NCCL_INVALID_ARGUMENT,
-        CollError::InvalidUsage(_) | CollError::Busy(_) => NCCL_INVALID_USAGE,
+        CollError::InvalidUsage(_) | CollError::Busy(_) | CollError::Unsupported(_) => {
+            NCCL_INVALID_USAGE
+        }
         CollError::BadStream(_) | CollError::NoDevice => NCCL_UNHANDLED_CUDA_ERROR,
         CollError::Planted | CollError::Timeout | CollError::Aborted | CollError::System(_) => {
             NCCL_SYSTEM_ERROR
@@ -463,6 +466,118 @@ pub unsafe extern "C" fn ncclAllReduce(
                 stream as *mut c_void,
             )
         }))
+    })
+}
+
+/// Point-to-point for `ncclSend` / `ncclRecv`: the arguments checked here, the transfer
+/// queued or run like a collective ([`net_call`]).
+fn p2p(
+    dir: net_comm::Direction,
+    buf: *mut c_void,
+    count: usize,
+    datatype: c_int,
+    peer: c_int,
+    comm: ncclComm_t,
+    stream: *mut c_void,
+) -> Result<(), CollError> {
+    let size = nccl_type_size(datatype)
+        .ok_or_else(|| CollError::InvalidArgument(format!("invalid datatype {datatype}")))?;
+    let bytes = count
+        .checked_mul(size)
+        .ok_or_else(|| CollError::InvalidArgument(format!("count {count} is too large")))?;
+    let info = collective::comm_info(Lib::Nccl, comm)?;
+    let peer = usize::try_from(peer)
+        .ok()
+        .filter(|&p| p < info.nranks)
+        .ok_or_else(|| {
+            CollError::InvalidArgument(format!(
+                "peer {peer} is out of range for {} ranks",
+                info.nranks
+            ))
+        })?;
+    if bytes > 0 && buf.is_null() {
+        return Err(CollError::NullPointer(match dir {
+            net_comm::Direction::Send => "sendbuff",
+            net_comm::Direction::Recv => "recvbuff",
+        }));
+    }
+    if bytes == 0 {
+        // NCCL accepts a 0-count send/recv; nothing moves.
+        return Ok(());
+    }
+    if !net_comm::is_comm(Lib::Nccl, comm) {
+        return Err(CollError::Unsupported(
+            "point-to-point send/recv is not supported by the fake in-process (communicators \
+             of ncclCommInitAll, or whose ranks all joined in one process); it supports \
+             2-rank communicators across processes"
+                .to_owned(),
+        ));
+    }
+    let (buf, stream) = (buf as usize, stream as usize);
+    net_call(Box::new(move || {
+        net_comm::p2p(
+            Lib::Nccl,
+            dir,
+            comm,
+            buf as *mut c_void,
+            bytes,
+            size,
+            peer,
+            stream as *mut c_void,
+        )
+    }))
+}
+
+// Signatures as nccl.h (NCCL 2.7+, `src/nccl.h.in`) declares them:
+//   ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype,
+//                         int peer, ncclComm_t comm, cudaStream_t stream);
+//   ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+//                         ncclComm_t comm, cudaStream_t stream);
+
+/// `ncclSend`: `count` elements of `datatype` from `sendbuff` to rank `peer`, which must
+/// call [`ncclRecv`] with the same count and datatype from this rank (else both fail with
+/// `ncclInvalidArgument`). Cross-process communicators of exactly 2 ranks only (others:
+/// `ncclInvalidUsage`); blocking outside a group, queued for `ncclGroupEnd` inside one (run
+/// in order there, not concurrently: a group holding a send and a receive both ways is not
+/// supported). The stream advances by the wall time the bytes took. Count 0: success,
+/// nothing moves.
+#[no_mangle]
+pub unsafe extern "C" fn ncclSend(
+    sendbuff: *const c_void,
+    count: usize,
+    datatype: c_int,
+    peer: c_int,
+    comm: ncclComm_t,
+    stream: *mut c_void,
+) -> NcclResult {
+    api("ncclSend", || {
+        let dir = net_comm::Direction::Send;
+        p2p(
+            dir,
+            sendbuff as *mut c_void,
+            count,
+            datatype,
+            peer,
+            comm,
+            stream,
+        )
+    })
+}
+
+/// `ncclRecv`: `count` elements of `datatype` from rank `peer` (its matching [`ncclSend`])
+/// into `recvbuff`; otherwise as [`ncclSend`].
+#[no_mangle]
+pub unsafe extern "C" fn ncclRecv(
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: c_int,
+    peer: c_int,
+    comm: ncclComm_t,
+    stream: *mut c_void,
+) -> NcclResult {
+    api("ncclRecv", || {
+        let dir = net_comm::Direction::Recv;
+        p2p(dir, recvbuff, count, datatype, peer, comm, stream)
     })
 }
 

@@ -1,6 +1,6 @@
 //! Cross-process communicators (one rank of a clique whose ranks live in several processes):
-//! creation through the bootstrap, the collectives over the ring, abort and the sticky
-//! error, and the timing rule: a collective sets its stream's clock to the latest of the
+//! creation through the bootstrap, the collectives over the ring, point-to-point send/recv
+//! ([`p2p`]: 2-rank communicators only), abort and the sticky error, and the timing rule: a collective sets its stream's clock to the latest of the
 //! ranks' stream clocks at the call plus the wall time the bytes took on the sockets (the
 //! longest of the ranks' times), the same end clock on every rank.
 
@@ -176,6 +176,29 @@ fn run(
     bytes: usize,
     body: impl FnOnce(&Ring) -> Result<(), CollError>,
 ) -> Result<(), CollError> {
+    let rank = call.comm.rank;
+    let agree = |other: usize, mine: &[u8], theirs: &[u8]| {
+        if mine == theirs {
+            return Ok(());
+        }
+        // Every rank sees the same disagreement; the ring stays usable.
+        Err(CollError::InvalidArgument(format!(
+            "ranks disagree on the {what}: rank {rank} vs rank {other} (kind, element size, op \
+             or bytes per rank differ)"
+        )))
+    };
+    run_agreed(call, header(kind, elem_size, op, bytes, 0.0), agree, body)
+}
+
+/// [`run`] with the agreement spelled out: `mine` is this rank's header (its clock field is
+/// filled in here), `agree(rank, mine, theirs)` checks another rank's header (both without
+/// the clock) against it.
+fn run_agreed(
+    call: &Call,
+    mut mine: Vec<u8>,
+    agree: impl Fn(usize, &[u8], &[u8]) -> Result<(), CollError>,
+    body: impl FnOnce(&Ring) -> Result<(), CollError>,
+) -> Result<(), CollError> {
     let cfg = config::get();
     if cfg.pair_fail {
         return Err(CollError::Planted);
@@ -187,17 +210,12 @@ fn run(
     }
     let api = comm.lib.api();
     let local = timing::clock_ns(call.stream, api).map_err(|_| CollError::Internal)?;
-    let mine = header(kind, elem_size, op, bytes, local);
+    mine[CLOCK_AT..CLOCK_AT + 8].copy_from_slice(&local.to_be_bytes());
     let all = comm.ring.allgather_small(&mine).map_err(|e| comm.fail(e))?;
     let mut start = local;
     for (rank, h) in all.iter().enumerate() {
-        if h[..CLOCK_AT] != mine[..CLOCK_AT] {
-            // Every rank sees the same disagreement; the ring stays usable.
-            return Err(CollError::InvalidArgument(format!(
-                "ranks disagree on the {what}: rank {} vs rank {rank} (kind, element size, op \
-                 or bytes per rank differ)",
-                comm.rank
-            )));
+        if rank != comm.rank {
+            agree(rank, &mine[..CLOCK_AT], &h[..CLOCK_AT])?;
         }
         let clock = f64::from_be_bytes(h[CLOCK_AT..CLOCK_AT + 8].try_into().unwrap_or_default());
         start = start.max(clock);
@@ -290,4 +308,187 @@ pub fn allreduce(
             ring.allreduce(buf, elem, op)
         },
     )
+}
+
+/// Which end of a point-to-point transfer a rank is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// `ncclSend` / `HcclSend`: this rank's buffer goes to the peer.
+    Send,
+    /// `ncclRecv` / `HcclRecv`: the peer's bytes land in this rank's buffer.
+    Recv,
+}
+
+const KIND_SEND: u8 = 3;
+const KIND_RECV: u8 = 4;
+
+/// What a header (without its clock) asks for, in words, for a mismatch message.
+fn describe(h: &[u8]) -> String {
+    let elem = u32::from_be_bytes(h[1..5].try_into().unwrap_or_default());
+    let op = u32::from_be_bytes(h[5..9].try_into().unwrap_or_default());
+    let bytes = u64::from_be_bytes(h[9..17].try_into().unwrap_or_default());
+    let (from, to) = (op >> 16, op & 0xffff);
+    match h[0] {
+        KIND_SEND => {
+            format!("a send of {bytes} bytes (element size {elem}) from rank {from} to rank {to}")
+        }
+        KIND_RECV => format!(
+            "a receive of {bytes} bytes (element size {elem}) from rank {from} to rank {to}"
+        ),
+        1 => "an allgather".to_owned(),
+        2 => "an all-reduce".to_owned(),
+        k => format!("an operation of kind {k}"),
+    }
+}
+
+/// The point-to-point rule of the fake, checked on this rank alone: a communicator of
+/// exactly 2 ranks, the peer the other rank.
+fn check_peer(comm: &NetComm, peer: usize) -> Result<(), CollError> {
+    if comm.nranks != 2 {
+        return Err(CollError::Unsupported(format!(
+            "the fake's point-to-point send/recv supports 2-rank communicators only; this one \
+             has {} ranks",
+            comm.nranks
+        )));
+    }
+    if peer >= comm.nranks {
+        return Err(CollError::InvalidArgument(format!(
+            "peer {peer} is out of range for {} ranks",
+            comm.nranks
+        )));
+    }
+    if peer == comm.rank {
+        return Err(CollError::Unsupported(format!(
+            "the fake's point-to-point send/recv supports 2-rank communicators, between the two \
+             ranks: rank {peer} to itself is not supported"
+        )));
+    }
+    Ok(())
+}
+
+/// Point-to-point across processes, one direction: `Send` writes `bytes` from `buf` to rank
+/// `peer`, `Recv` reads `bytes` from rank `peer` into `buf`. The peer must make the matching
+/// call (the other direction, same bytes and element size), else both get
+/// `InvalidArgument`. Only for a communicator of 2 ranks (the peer is the ring's next and
+/// previous rank at once: each direction has its own connection). Timed as the collectives
+/// are: both streams end at the later start clock plus the longer wall time (the receiver's,
+/// as a rule: until the last byte arrived).
+#[allow(clippy::too_many_arguments, reason = "the C signature's arguments")]
+pub fn p2p(
+    lib: Lib,
+    dir: Direction,
+    handle: *mut c_void,
+    buf: *mut c_void,
+    bytes: usize,
+    elem_size: usize,
+    peer: usize,
+    raw_stream: *mut c_void,
+) -> Result<(), CollError> {
+    let comm = get(lib, handle).ok_or_else(|| {
+        CollError::InvalidArgument(format!("{handle:p} is not a live communicator"))
+    })?;
+    check_peer(&comm, peer)?;
+    let call = match dir {
+        Direction::Send => check(lib, handle, buf, bytes, std::ptr::null_mut(), 0, raw_stream)?,
+        Direction::Recv => check(lib, handle, std::ptr::null(), 0, buf, bytes, raw_stream)?,
+    };
+    let rank = comm.rank;
+    let (kind, from, to) = match dir {
+        Direction::Send => (KIND_SEND, rank, peer),
+        Direction::Recv => (KIND_RECV, peer, rank),
+    };
+    let route = ((from as i32) << 16) | to as i32;
+    let mine = header(kind, elem_size, route, bytes, 0.0);
+    let agree = |other: usize, mine: &[u8], theirs: &[u8]| {
+        let want = if mine[0] == KIND_SEND {
+            KIND_RECV
+        } else {
+            KIND_SEND
+        };
+        if theirs[0] == want && theirs[1..] == mine[1..] {
+            return Ok(());
+        }
+        // Both ranks see the same two headers, so both fail; the ring stays usable.
+        Err(CollError::InvalidArgument(format!(
+            "point-to-point mismatch: rank {rank} posted {} but rank {other} posted {} (a send \
+             needs the peer's receive of the same bytes and element size)",
+            describe(mine),
+            describe(theirs)
+        )))
+    };
+    run_agreed(&call, mine, agree, |ring| {
+        if bytes == 0 {
+            return Ok(());
+        }
+        // `buf` holds `bytes` bytes of a live device allocation (checked), which the caller
+        // must keep alive for the call, as with real NCCL.
+        match dir {
+            Direction::Send => {
+                // SAFETY: see above; only read.
+                let data = unsafe { std::slice::from_raw_parts(buf as *const u8, bytes) };
+                ring.send_next(data)
+            }
+            Direction::Recv => {
+                // SAFETY: see above; the receive buffer is the caller's to overwrite.
+                let data = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, bytes) };
+                ring.recv_prev(data)
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::ifname::{choose, interfaces, IfSpec};
+
+    /// A communicator record of `nranks` ranks (its ring unconnected: only the rank rules
+    /// are looked at).
+    fn comm(rank: usize, nranks: usize) -> NetComm {
+        let iface = choose(Some(&IfSpec::parse("=lo")), &interfaces()).expect("lo");
+        let (listener, addr) = ring::listen(&iface).unwrap();
+        let nonce = [1u8; bootstrap::NONCE_LEN];
+        let ring = Ring::connect(listener, &iface, &[addr], 0, &nonce, timeout()).unwrap();
+        NetComm {
+            lib: Lib::Nccl,
+            rank,
+            nranks,
+            device: 0,
+            ring,
+            broken: Mutex::new(None),
+            ops: Mutex::new(()),
+        }
+    }
+
+    #[test]
+    fn point_to_point_is_for_two_ranks_between_them() {
+        assert!(check_peer(&comm(0, 2), 1).is_ok());
+        assert!(check_peer(&comm(1, 2), 0).is_ok());
+        let e = check_peer(&comm(0, 3), 1).unwrap_err();
+        assert!(
+            matches!(&e, CollError::Unsupported(w) if w.contains("2-rank communicators only")),
+            "{e:?}"
+        );
+        let e = check_peer(&comm(1, 2), 1).unwrap_err();
+        assert!(
+            matches!(&e, CollError::Unsupported(w) if w.contains("to itself")),
+            "{e:?}"
+        );
+        let e = check_peer(&comm(0, 2), 2).unwrap_err();
+        assert!(matches!(e, CollError::InvalidArgument(_)), "{e:?}");
+    }
+
+    #[test]
+    fn a_mismatch_names_both_calls() {
+        let send = header(KIND_SEND, 4, 1, 4096, 0.0);
+        assert_eq!(
+            describe(&send[..CLOCK_AT]),
+            "a send of 4096 bytes (element size 4) from rank 0 to rank 1"
+        );
+        let recv = header(KIND_RECV, 4, 1 << 16, 8, 0.0);
+        assert_eq!(
+            describe(&recv[..CLOCK_AT]),
+            "a receive of 8 bytes (element size 4) from rank 1 to rank 0"
+        );
+    }
 }

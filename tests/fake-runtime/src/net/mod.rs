@@ -1,7 +1,9 @@
 //! Collectives across processes, over real sockets: unique ids / root infos that name a
 //! listening root ([`bootstrap`]), the interface rules of `NCCL_SOCKET_IFNAME` /
 //! `HCCL_SOCKET_IFNAME` ([`ifname`]), a TCP ring data plane bound to that interface
-//! ([`ring`]), reductions ([`reduce`]) and the communicators built on them ([`comm`]).
+//! ([`ring`]), reductions ([`reduce`]) and the communicators built on them ([`comm`]):
+//! allgather, all-reduce and, for 2 ranks, point-to-point send/recv ([`comm::p2p`]:
+//! `ncclSend`/`ncclRecv`, `HcclSend`/`HcclRecv`; in-process communicators do not have it).
 //!
 //! Entry points for the NCCL and HCCL roles: [`new_id`] (`ncclGetUniqueId`,
 //! `HcclGetRootInfo`) and [`init_rank`] (`ncclCommInitRank`, `HcclCommInitRootInfo`), which

@@ -1,6 +1,9 @@
 //! The data plane of a cross-process communicator: a TCP ring (each rank connects to the
 //! next, bound to its interface's address and, where permitted, to the device itself with
-//! `SO_BINDTODEVICE`), and the ring allgather and all-reduce that move the bytes over it.
+//! `SO_BINDTODEVICE`), and the ring allgather and all-reduce that move the bytes over it, and
+//! the one-way transfers of point-to-point send/receive (rank `r`'s connection to its next
+//! rank is the one that rank accepted from its previous rank, so with 2 ranks each
+//! direction has its own connection: rank 0's next is rank 1's prev and vice versa).
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -200,6 +203,29 @@ impl Ring {
         })
     }
 
+    /// Point-to-point send: writes `data` to the next rank (for 2 ranks, the peer: this
+    /// connection is the one the peer reads with [`Ring::recv_prev`]).
+    pub fn send_next(&self, data: &[u8]) -> Result<(), CollError> {
+        let Some((next, next_addr)) = &self.next else {
+            return Ok(());
+        };
+        let mut w = next;
+        w.write_all(data)
+            .and_then(|()| w.flush())
+            .map_err(|e| self.io_error(self.next_rank(), *next_addr, "sending to", &e))
+    }
+
+    /// Point-to-point receive: reads `buf.len()` bytes from the previous rank (for 2 ranks,
+    /// the peer's [`Ring::send_next`]).
+    pub fn recv_prev(&self, buf: &mut [u8]) -> Result<(), CollError> {
+        let Some((prev, prev_addr)) = &self.prev else {
+            return Ok(());
+        };
+        let mut r = prev;
+        r.read_exact(buf)
+            .map_err(|e| self.io_error(self.prev_rank(), *prev_addr, "receiving from", &e))
+    }
+
     /// Every rank's `item` (all the same length), index = rank: `nranks - 1` ring steps.
     pub fn allgather_small(&self, item: &[u8]) -> Result<Vec<Vec<u8>>, CollError> {
         let n = self.nranks;
@@ -342,6 +368,34 @@ mod tests {
             assert_eq!(gather, want_gather);
             assert_eq!(sum, want_sum);
         }
+    }
+
+    /// With 2 ranks each direction has its own connection: rank 0's next is rank 1's prev,
+    /// and rank 1's next is rank 0's prev, so both ways can run at once.
+    #[test]
+    fn two_ranks_send_and_receive_both_ways() {
+        let rings = rings(2);
+        let len = 3 << 20;
+        let got: Vec<Vec<u8>> = std::thread::scope(|s| {
+            let hs: Vec<_> = rings
+                .iter()
+                .map(|ring| {
+                    s.spawn(move || {
+                        let mine = vec![ring.rank as u8 + 10; len];
+                        let mut theirs = vec![0u8; len];
+                        std::thread::scope(|s2| {
+                            let tx = s2.spawn(|| ring.send_next(&mine));
+                            ring.recv_prev(&mut theirs).unwrap();
+                            tx.join().unwrap().unwrap();
+                        });
+                        theirs
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(got[0].iter().all(|&b| b == 11), "rank 0 got rank 1's bytes");
+        assert!(got[1].iter().all(|&b| b == 10), "rank 1 got rank 0's bytes");
     }
 
     #[test]
