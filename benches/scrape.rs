@@ -373,6 +373,7 @@ fn fabric_record(peer: usize, run: usize) -> chd::format::fabric::FabricRecord {
                 slow: false,
                 cpus: None,
                 rdma_port: Some(format!("mlx5_{r}:1")),
+                device: None,
             })
         })
         .collect();

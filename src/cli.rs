@@ -443,14 +443,53 @@ pub enum ProbeCommand {
     /// rails judged slow: below 0.7 x the median of the node's other rails) atomically to
     /// STATE_DIR/fabric/RUN__PEER.json, where chd serve publishes it at its next scrape; a
     /// failed run is recorded as failed. --format json prints the rank's results on stdout.
+    ///
+    /// With --backend cuda (NCCL) or acl (HCCL) each rail is measured by the device's own
+    /// library: a point-to-point send of --bytes between two rank processes started for that
+    /// rail alone (NCCL_SOCKET_IFNAME, NCCL_IB_HCA for an RDMA port; HCCL_SOCKET_IFNAME,
+    /// HCCL_IF_IP), on the device nearest the rail's NIC, timed with device events; the
+    /// collectives run in one rank process per rank on --device (default: the local rank's).
     Fabric(Box<FabricArgs>),
+    /// One rank process of a device-backend fabric run: reads its job (one JSON line) on
+    /// stdin, says what it did as JSON lines on stdout. Started by chd probe fabric itself.
+    #[command(hide = true)]
+    FabricRank,
 }
 
 #[derive(Debug, Args)]
 pub struct FabricArgs {
-    /// What measures: host (TCP streams over the rails; the only backend of this release).
+    /// What measures: host (TCP streams over the rails and a TCP ring), cuda (NCCL) or acl
+    /// (HCCL): each rail a send between two rank processes confined to it, the collectives
+    /// over every rank's device.
     #[arg(long, value_name = "BACKEND", default_value = "host")]
     pub backend: String,
+    /// cuda/acl: the device of the collectives (and of every rail) [default: the local
+    /// rank's for the collectives, the device nearest each rail's NIC for the rails].
+    #[arg(long, value_name = "N")]
+    pub device: Option<u32>,
+    /// cuda/acl: the collectives' algorithm: auto (the library's choice) or ring
+    /// (NCCL_ALGO=Ring, HCCL_ALGO=level0:NA;level1:ring; two-node all-reduce with other
+    /// algorithms can overstate what the NICs carry).
+    #[arg(long, value_name = "auto|ring", default_value = "auto", value_parser = ["auto", "ring"])]
+    pub algorithm: String,
+    /// cuda/acl: untimed operations before each timed set.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub warmup: u32,
+    /// cuda/acl: timed operations per rail transfer and per collective (their mean).
+    #[arg(long, alias = "iters", value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub iterations: u32,
+    /// libcudart to load instead of libcudart.so / libcudart.so.12 ... [runtime.cuda_runtime].
+    #[arg(long, value_name = "PATH")]
+    pub cuda_runtime: Option<PathBuf>,
+    /// libascendcl to load instead of libascendcl.so [runtime.acl_runtime].
+    #[arg(long, value_name = "PATH")]
+    pub acl_runtime: Option<PathBuf>,
+    /// libnccl to load instead of libnccl.so / libnccl.so.2 [runtime.nccl].
+    #[arg(long, value_name = "PATH")]
+    pub nccl: Option<PathBuf>,
+    /// libhccl to load instead of libhccl.so [runtime.hccl].
+    #[arg(long, value_name = "PATH")]
+    pub hccl: Option<PathBuf>,
     /// This rank [default: from the launcher's variables].
     #[arg(long, value_name = "N")]
     pub rank: Option<u32>,
@@ -1157,10 +1196,20 @@ impl Cli {
                 out: a.out.clone(),
                 format: a.format.clone(),
             }),
+            ProbeCommand::FabricRank => ProbeRequest::FabricRank,
             ProbeCommand::Fabric(a) => {
+                let mut layer = self.global_layer();
+                layer.runtime.cuda_runtime = a.cuda_runtime.clone();
+                layer.runtime.acl_runtime = a.acl_runtime.clone();
+                layer.runtime.nccl = a.nccl.clone();
+                layer.runtime.hccl = a.hccl.clone();
                 ProbeRequest::Fabric(Box::new(crate::commands::request::FabricRequest {
-                    layer: self.global_layer(),
+                    layer,
                     backend: a.backend.clone(),
+                    device: a.device,
+                    ring_algorithm: a.algorithm == "ring",
+                    warmup: a.warmup,
+                    iterations: a.iterations,
                     overrides: chd::fabric::launch::Overrides {
                         rank: a.rank,
                         world_size: a.world_size,

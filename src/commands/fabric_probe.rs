@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use super::request::FabricRequest;
 use chd::config::{Config, FALLBACK_STATE_DIR};
+use chd::fabric::device::DeviceFabric;
 use chd::fabric::launch::{self, Launch};
 use chd::fabric::plan::{self, RunFacts, Volume};
 use chd::fabric::rails;
@@ -19,6 +20,7 @@ use chd::fabric::session::{self, RankOutcome, Settings};
 use chd::fabric::token::Token;
 use chd::fabric::wire::{CollectiveStep, RankInfo, Transfer};
 use chd::format::fabric::{self as results, FabricRecord, Outcome};
+use chd::runtime::rank_comm::{RankEvent, RankJob};
 
 /// What `--format json` prints.
 #[derive(Serialize)]
@@ -41,15 +43,44 @@ struct WholeRun<'a> {
     transfers: &'a [Transfer],
 }
 
+/// `chd probe fabric-rank`: run the job on stdin, one JSON event per line on stdout.
+pub fn rank_process() -> anyhow::Result<()> {
+    use std::io::{BufRead, Write};
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .context("reading the job on stdin")?;
+    let job: RankJob = serde_json::from_str(&line)
+        .with_context(|| format!("the job on stdin is not a rank job: {}", line.trim()))?;
+    if !job.cpus.is_empty() {
+        chd::fabric::placement::bind_this_thread(&job.cpus).with_context(|| {
+            format!(
+                "binding the rank process to CPUs {}",
+                chd::topology::cpulist::format(&job.cpus)
+            )
+        })?;
+    }
+    let stdout = std::io::stdout();
+    let mut emit = |e: &RankEvent| {
+        let mut out = stdout.lock();
+        let _ = writeln!(
+            out,
+            "{}",
+            serde_json::to_string(e).expect("events serialize")
+        );
+        let _ = out.flush();
+    };
+    chd::runtime::rank_comm::run(&job, &mut emit).map_err(|e| anyhow!(e))
+}
+
 pub fn run(req: &FabricRequest) -> anyhow::Result<()> {
     match req.backend.as_str() {
-        "host" => {}
-        "cuda" | "acl" => bail!(
-            "--backend {}: this release measures the fabric over TCP (--backend host); the \
-             NCCL/HCCL per-rail collective is not built yet",
-            req.backend
-        ),
+        "host" | "cuda" | "acl" => {}
         other => bail!("--backend: {other:?} is not one of host, cuda, acl"),
+    }
+    if req.backend == "host" && (req.device.is_some() || req.ring_algorithm) {
+        bail!("--device and --algorithm ring are for --backend cuda or acl; the host backend measures over TCP");
     }
     let token = Token::load(
         req.token_file.as_deref(),
@@ -97,7 +128,34 @@ pub fn run(req: &FabricRequest) -> anyhow::Result<()> {
     };
     for rail in &mut rails {
         rail.rdma_port = chd::fabric::nic::rdma_port(&config.roots.sysfs, &rail.name);
+        rail.numa_node = chd::fabric::nic::numa_node(&config.roots.sysfs, &rail.name);
     }
+    let device = (req.backend != "host")
+        .then(|| -> anyhow::Result<DeviceFabric> {
+            let cuda = req.backend == "cuda";
+            Ok(DeviceFabric {
+                backend: req.backend.clone(),
+                exe: std::env::current_exe()
+                    .context("locating the chd binary for the rank processes")?,
+                runtime_library: if cuda {
+                    config.runtime.cuda_runtime.clone()
+                } else {
+                    config.runtime.acl_runtime.clone()
+                },
+                collective_library: if cuda {
+                    config.runtime.nccl.clone()
+                } else {
+                    config.runtime.hccl.clone()
+                },
+                sysfs: config.roots.sysfs.clone(),
+                device: req.device,
+                local_rank: launch.local_rank,
+                ring_algorithm: req.ring_algorithm,
+                warmup: req.warmup,
+                iterations: req.iterations,
+            })
+        })
+        .transpose()?;
     place(&mut rails, &req.bind, &config.roots, &state_dir)?;
     tracing::info!(
         "rank {} of {} (local rank {}, from {}), node {node}, rails {}, rank 0 at {}",
@@ -140,6 +198,7 @@ pub fn run(req: &FabricRequest) -> anyhow::Result<()> {
         transfer_timeout: req.transfer_timeout,
         backend: req.backend.clone(),
         collectives,
+        device,
     };
     let fabric_dir = results::dir_of(&state_dir);
     match session::run(&settings) {

@@ -44,6 +44,7 @@ pub fn run(request: ProbeRequest) -> anyhow::Result<()> {
         ProbeRequest::D2d(opts, r) => run_kind(&d2d::KIND, &opts, |s| d2d::prepare(&r, s)),
         ProbeRequest::Affinity(r) => super::affinity::run(&r),
         ProbeRequest::Fabric(r) => super::fabric_probe::run(&r),
+        ProbeRequest::FabricRank => super::fabric_probe::rank_process(),
     }
 }
 

@@ -18,6 +18,8 @@ pub enum ProbeRequest {
     D2d(RunOptions, d2d::Request),
     Affinity(AffinityRequest),
     Fabric(Box<FabricRequest>),
+    /// One rank process of a device-backend fabric run (its job on stdin).
+    FabricRank,
 }
 
 /// The options every measuring `chd probe` subcommand shares: `None` (or `false`) = not
@@ -55,6 +57,12 @@ pub struct AffinityRequest {
 pub struct FabricRequest {
     pub layer: Layer,
     pub backend: String,
+    /// cuda/acl: the collectives' (and every rail's) device.
+    pub device: Option<u32>,
+    /// cuda/acl: NCCL_ALGO=Ring / HCCL_ALGO ring for the collectives.
+    pub ring_algorithm: bool,
+    pub warmup: u32,
+    pub iterations: u32,
     pub overrides: chd::fabric::launch::Overrides,
     pub node: Option<String>,
     pub token_file: Option<PathBuf>,

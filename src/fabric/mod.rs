@@ -9,6 +9,7 @@
 //! round-robin schedule of disjoint node pairs, over [`nodes`] (a checked list of distinct
 //! node names) and [`hostlist`] (Slurm hostlist expressions, `node[01-04,07]`).
 
+pub mod device;
 pub mod hostlist;
 pub mod launch;
 pub mod nic;

@@ -126,11 +126,13 @@ pub fn records(
         let mut rails = Vec::new();
         for t in transfers {
             let (s, mm) = (&t.step, &t.measured);
-            let (way, rail, address, peer_rail, peer_address) =
+            let (way, rail, address, peer_rail, peer_address, device) =
                 if s.sender == me && s.receiver == peer.rank {
-                    (Way::Send, &s.rail, s.from, &s.peer_rail, s.to.ip())
+                    let d = &t.devices.sender;
+                    (Way::Send, &s.rail, s.from, &s.peer_rail, s.to.ip(), d)
                 } else if s.receiver == me && s.sender == peer.rank {
-                    (Way::Receive, &s.peer_rail, s.to.ip(), &s.rail, s.from)
+                    let d = &t.devices.receiver;
+                    (Way::Receive, &s.peer_rail, s.to.ip(), &s.rail, s.from, d)
                 } else {
                     continue;
                 };
@@ -148,6 +150,7 @@ pub fn records(
                 slow: false,
                 cpus: cpus_of(mine, rail),
                 rdma_port: rdma_port_of(mine, rail),
+                device: device.clone(),
             });
         }
         for e in &mine.endpoints {
@@ -172,6 +175,7 @@ pub fn records(
                     slow: false,
                     cpus: None,
                     rdma_port: e.rail.rdma_port.clone(),
+                    device: None,
                 });
             }
         }
@@ -242,6 +246,7 @@ mod tests {
                 prefix: 24,
                 cpus: Vec::new(),
                 rdma_port: None,
+                numa_node: None,
             },
             port,
         }
@@ -255,6 +260,7 @@ mod tests {
             node: node.into(),
             endpoints,
             ring: None,
+            backend: "host".into(),
         }
     }
 
@@ -333,6 +339,7 @@ mod tests {
                     seconds: Some(1.0),
                     error: None,
                 },
+                devices: Default::default(),
             })
             .collect();
         let facts = RunFacts {

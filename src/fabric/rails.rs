@@ -21,6 +21,9 @@ pub struct Rail {
     /// The RDMA port the interface is (`mlx5_0:1`, [`super::nic`]); none for a plain NIC.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rdma_port: Option<String>,
+    /// The NUMA node its network device sits on ([`super::nic`]); none for a virtual one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa_node: Option<u32>,
 }
 
 impl Rail {
@@ -128,6 +131,7 @@ pub fn choose(
             prefix: a.prefix,
             cpus: Vec::new(),
             rdma_port: None,
+            numa_node: None,
         });
     }
     rails.sort_by(|a, b| a.name.cmp(&b.name));
@@ -202,6 +206,7 @@ mod tests {
             prefix: 24,
             cpus: Vec::new(),
             rdma_port: None,
+            numa_node: None,
         };
         let b = Rail {
             name: "v1".into(),
@@ -209,6 +214,7 @@ mod tests {
             prefix: 24,
             cpus: Vec::new(),
             rdma_port: None,
+            numa_node: None,
         };
         let c = Rail {
             name: "v2".into(),
@@ -216,6 +222,7 @@ mod tests {
             prefix: 24,
             cpus: Vec::new(),
             rdma_port: None,
+            numa_node: None,
         };
         let d = Rail {
             name: "v2".into(),
@@ -223,6 +230,7 @@ mod tests {
             prefix: 64,
             cpus: Vec::new(),
             rdma_port: None,
+            numa_node: None,
         };
         assert!(a.same_subnet(&b));
         assert!(!a.same_subnet(&c));
@@ -233,6 +241,7 @@ mod tests {
             prefix: 8,
             cpus: Vec::new(),
             rdma_port: None,
+            numa_node: None,
         };
         assert!(lo.same_subnet(&lo.clone()));
     }

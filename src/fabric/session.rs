@@ -13,6 +13,7 @@ use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use super::device::{DeviceFabric, RankChild};
 use super::launch::Launch;
 use super::plan::{self, RunFacts, Volume};
 use super::rails::Rail;
@@ -27,6 +28,8 @@ use crate::format::fabric::FabricRecord;
 
 /// How long a connected rank's handshake may take.
 const HANDSHAKE: Duration = Duration::from_secs(10);
+
+mod device_steps;
 
 /// Everything one rank needs.
 #[derive(Debug)]
@@ -45,6 +48,19 @@ pub struct Settings {
     pub backend: String,
     /// The collectives over all ranks, after the rails (none: rails only).
     pub collectives: Vec<CollectiveStep>,
+    /// How a device backend runs its rank processes; none: TCP streams and ring (host).
+    pub device: Option<DeviceFabric>,
+}
+
+impl Settings {
+    /// The longest one step (a rail transfer, or one collective) may keep a rank waiting: on
+    /// a device backend the receiving side's rank process starts, then both sides transfer.
+    fn step_budget(&self) -> Duration {
+        match self.device {
+            None => self.transfer_timeout + HANDSHAKE,
+            Some(_) => (self.transfer_timeout + HANDSHAKE) * 2,
+        }
+    }
 }
 
 /// How a run ended for this rank.
@@ -89,6 +105,14 @@ pub fn run(settings: &Settings) -> Result<RankOutcome, (SessionError, FailureFac
     let mut listeners = Vec::new();
     let mut endpoints = Vec::new();
     for rail in &settings.rails {
+        if settings.device.is_some() {
+            // The rank processes listen for themselves.
+            endpoints.push(Endpoint {
+                rail: rail.clone(),
+                port: 0,
+            });
+            continue;
+        }
         let l = Listener::bind(rail).map_err(|source| {
             (
                 SessionError::RailListener {
@@ -112,6 +136,7 @@ pub fn run(settings: &Settings) -> Result<RankOutcome, (SessionError, FailureFac
         node: settings.node.clone(),
         endpoints,
         ring: None,
+        backend: settings.backend.clone(),
     };
     let outcome = if me.rank == 0 {
         root(settings, me, started)
@@ -227,8 +252,9 @@ fn root(
                     let tx = tx.clone();
                     let token = &settings.token;
                     let world = settings.launch.world_size;
+                    let backend = settings.backend.as_str();
                     scope.spawn(move || {
-                        let _ = tx.send(handshake(conn, from, token, world));
+                        let _ = tx.send(handshake(conn, from, token, world, backend));
                     });
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -268,7 +294,7 @@ fn root(
     }
 
     // Rank 0's ring listener, on the address the others reached it at.
-    let ring_listener = if settings.collectives.is_empty() {
+    let ring_listener = if settings.collectives.is_empty() || settings.device.is_some() {
         None
     } else {
         let ip = members
@@ -330,6 +356,20 @@ fn root(
             &format!("at step {}", i + 1),
         )
         .map_err(|why| fail(SessionError::Peer(why), &facts))?;
+        if let Some(dev) = &settings.device {
+            let (measured, devices) =
+                device_steps::root_step(i, steps.len(), step, settings, dev, &mut members)
+                    .map_err(|why| {
+                        abort_all(&mut members, &why);
+                        fail(SessionError::Peer(why), &facts)
+                    })?;
+            transfers.push(Transfer {
+                step: step.clone(),
+                measured,
+                devices,
+            });
+            continue;
+        }
         let measured = if step.sender == 0 {
             measure(step, settings)
         } else {
@@ -338,7 +378,9 @@ fn root(
                 .expect("a planned sender joined");
             let _ = m.conn.set_read_timeout(Some(step_wait));
             match wire::receive::<FromRank>(&mut m.conn) {
-                Ok(FromRank::Measured { step: s, measured }) if s == i => measured,
+                Ok(FromRank::Measured {
+                    step: s, measured, ..
+                }) if s == i => measured,
                 Ok(other) => {
                     let why = format!(
                         "rank {} sent {other:?} instead of step {}'s measurement",
@@ -368,32 +410,51 @@ fn root(
         transfers.push(Transfer {
             step: step.clone(),
             measured,
+            devices: Default::default(),
         });
     }
     let mut collectives = Vec::with_capacity(settings.collectives.len());
     let mut links: Option<Links> = None;
+    // A device backend's rank process for the collectives, started before the first: its
+    // rendezvous goes out with it.
+    let mut own = match &settings.device {
+        Some(dev) if !settings.collectives.is_empty() => {
+            Some(device_steps::collectives_child(dev, settings, 0, None))
+        }
+        _ => None,
+    };
     for (i, c) in settings.collectives.iter().enumerate() {
-        let begin = FromRoot::Collective { index: i };
+        let id = match &mut own {
+            Some(Ok((_, id))) if i == 0 => Some(id.clone()),
+            _ => None,
+        };
+        let begin = FromRoot::Collective { index: i, id };
         broadcast(&mut members, &begin, &format!("at collective {}", i + 1))
             .map_err(|why| fail(SessionError::Peer(why), &facts))?;
-        let listener = ring_listener
-            .as_ref()
-            .expect("a listener when collectives are planned");
         let mut times = Vec::new();
         let mut errors = Vec::new();
-        match collective(
-            &mut links,
-            listener,
-            &ring_addrs,
-            0,
-            c,
-            settings.transfer_timeout,
-        ) {
+        let mine = match &mut own {
+            Some(child) => device_steps::collective_result(child, i, settings),
+            None => {
+                let listener = ring_listener
+                    .as_ref()
+                    .expect("a listener when collectives are planned");
+                collective(
+                    &mut links,
+                    listener,
+                    &ring_addrs,
+                    0,
+                    c,
+                    settings.transfer_timeout,
+                )
+            }
+        };
+        match mine {
             Ok(t) => times.push(t),
             Err(e) => errors.push(format!("rank 0: {e}")),
         }
         for (rank, m) in members.iter_mut() {
-            let _ = m.conn.set_read_timeout(Some(step_wait));
+            let _ = m.conn.set_read_timeout(Some(settings.step_budget()));
             match wire::receive::<FromRank>(&mut m.conn) {
                 Ok(FromRank::Collective {
                     index,
@@ -427,6 +488,7 @@ fn root(
     }
     drop(links);
     drop(ring_listener);
+    drop(own);
     let done = FromRoot::Done {
         ranks: ranks.clone(),
         transfers: transfers.clone(),
@@ -530,7 +592,13 @@ fn listen_address(host: &str, port: u16) -> SocketAddr {
 }
 
 /// Rank 0's side of one connection's handshake.
-fn handshake(mut conn: TcpStream, from: SocketAddr, token: &Token, world: u32) -> Arrival {
+fn handshake(
+    mut conn: TcpStream,
+    from: SocketAddr,
+    token: &Token,
+    world: u32,
+    backend: &str,
+) -> Arrival {
     let refuse = |conn: &mut TcpStream, why: String| {
         let _ = wire::send(conn, &FromRoot::Refused { why: why.clone() });
         Arrival::Refused { from, why }
@@ -571,6 +639,16 @@ fn handshake(mut conn: TcpStream, from: SocketAddr, token: &Token, world: u32) -
                     format!(
                         "rank {} says the world size is {}, rank 0 says {world}",
                         info.rank, info.world_size
+                    ),
+                );
+            }
+            if info.backend != backend {
+                return refuse(
+                    &mut conn,
+                    format!(
+                        "rank {} measures with --backend {}, rank 0 with {backend}: every rank \
+                         of a run uses the same backend",
+                        info.rank, info.backend
                     ),
                 );
             }
@@ -666,7 +744,7 @@ fn member(
         }
     };
     // The ring listener, on the address this rank reached rank 0 from.
-    let ring_listener = if settings.collectives.is_empty() {
+    let ring_listener = if settings.collectives.is_empty() || settings.device.is_some() {
         None
     } else {
         let ip = conn.local_addr().map(|a| a.ip()).map_err(|e| {
@@ -759,11 +837,41 @@ fn member(
     // The peers' node names arrive with the results: a run that fails before says `unknown`.
     facts.run = Some(run.clone());
     tracing::info!("run {run}: the plan has {} transfers", steps.len());
-    let _ = conn.set_read_timeout(Some(settings.transfer_timeout + HANDSHAKE * 2));
+    let _ = conn.set_read_timeout(Some(settings.step_budget() + HANDSHAKE));
     let mut links: Option<Links> = None;
+    let mut own: Option<Result<(RankChild, String), String>> = None;
     loop {
         match wire::receive::<FromRoot>(&mut conn) {
-            Ok(FromRoot::Collective { index }) => {
+            Ok(FromRoot::Collective { index, id }) if settings.device.is_some() => {
+                let dev = settings.device.as_ref().expect("a device backend");
+                if index == 0 {
+                    own = Some(match id {
+                        Some(id) => {
+                            device_steps::collectives_child(dev, settings, me.rank, Some(id))
+                        }
+                        None => Err("rank 0 made no rendezvous for the collectives (its rank \
+                                     process failed)"
+                            .into()),
+                    });
+                }
+                let r = match &mut own {
+                    Some(child) => device_steps::collective_result(child, index, settings),
+                    None => Err(format!("collective {} before the first", index + 1)),
+                };
+                let (seconds, error) = match r {
+                    Ok(t) => (Some(t), None),
+                    Err(e) => (None, Some(e)),
+                };
+                let reply = FromRank::Collective {
+                    index,
+                    seconds,
+                    error,
+                };
+                if let Err(e) = wire::send(&mut conn, &reply) {
+                    return Err((lost(e, &format!("after collective {}", index + 1)), facts));
+                }
+            }
+            Ok(FromRoot::Collective { index, .. }) => {
                 let (seconds, error) = match (planned.get(index), &ring_listener) {
                     (Some(c), Some(listener)) if ring_addrs.len() > me.rank as usize => {
                         match collective(
@@ -804,9 +912,22 @@ fn member(
                         facts,
                     ));
                 };
+                if let Some(dev) = &settings.device {
+                    if let Err(e) =
+                        device_steps::member_step(step, s, me.rank, settings, dev, &mut conn)
+                    {
+                        return Err((e, facts));
+                    }
+                    continue;
+                }
                 if s.sender == me.rank {
                     let measured = measure(s, settings);
-                    if let Err(e) = wire::send(&mut conn, &FromRank::Measured { step, measured }) {
+                    let report = FromRank::Measured {
+                        step,
+                        measured,
+                        device: None,
+                    };
+                    if let Err(e) = wire::send(&mut conn, &report) {
                         return Err((lost(e, &format!("after step {}", step + 1)), facts));
                     }
                 }
@@ -816,6 +937,7 @@ fn member(
                 transfers,
                 collectives,
             }) => {
+                drop(own);
                 let records = plan::records(
                     me.rank,
                     &ranks,

@@ -264,6 +264,7 @@ mod tests {
             prefix: 8,
             cpus: Vec::new(),
             rdma_port: None,
+            numa_node: None,
         }
     }
 

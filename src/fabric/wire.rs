@@ -32,6 +32,13 @@ pub struct RankInfo {
     /// Where its ring listener for the collectives is (none when the run has none).
     #[serde(default)]
     pub ring: Option<SocketAddr>,
+    /// What it measures with (`host`, `cuda`, `acl`): every rank of a run the same.
+    #[serde(default = "host_backend")]
+    pub backend: String,
+}
+
+fn host_backend() -> String {
+    "host".into()
 }
 
 /// One collective of the plan: every rank in rank order, a ring.
@@ -105,6 +112,22 @@ impl Measured {
 pub struct Transfer {
     pub step: Step,
     pub measured: Measured,
+    /// The devices each side ran on (device backends).
+    #[serde(default, skip_serializing_if = "SideDevices::is_empty")]
+    pub devices: SideDevices,
+}
+
+/// The device each side of a rail transfer ran on, where one did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SideDevices {
+    pub sender: Option<String>,
+    pub receiver: Option<String>,
+}
+
+impl SideDevices {
+    pub fn is_empty(&self) -> bool {
+        self.sender.is_none() && self.receiver.is_none()
+    }
 }
 
 /// Messages from rank 0.
@@ -129,13 +152,22 @@ pub enum FromRoot {
         #[serde(default)]
         ring: Vec<SocketAddr>,
     },
-    /// Collective `index` begins; every rank takes part.
+    /// Collective `index` begins; every rank takes part. On a device backend the first
+    /// carries the rendezvous rank 0's rank process made (hex), or none when it failed.
     Collective {
         index: usize,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
     },
-    /// Step `step` begins; its sender runs it.
+    /// Step `step` begins; its sender runs it (on a device backend, its receiver too).
     Go {
         step: usize,
+    },
+    /// Device backends: the rendezvous of step `step`'s receiving side, for its sender, or
+    /// why the receiving side could not start.
+    Rendezvous {
+        step: usize,
+        id: Result<String, String>,
     },
     Done {
         ranks: Vec<RankInfo>,
@@ -160,6 +192,15 @@ pub enum FromRank {
     Measured {
         step: usize,
         measured: Measured,
+        /// Device backends: the device this rank's side ran on.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        device: Option<String>,
+    },
+    /// Device backends: the rendezvous this rank's receiving side of step `step` made, or why
+    /// it could not start.
+    Rendezvous {
+        step: usize,
+        id: Result<String, String>,
     },
     /// This rank's time of collective `index`, or why it failed.
     Collective {

@@ -92,6 +92,10 @@ pub struct RailRecord {
     /// The RDMA port the local interface is (`mlx5_0:1`); absent for a plain NIC.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rdma_port: Option<String>,
+    /// The device this node's side of the transfer ran on (`--backend cuda|acl`: the one
+    /// nearest the rail's NIC); absent on the host backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
 }
 
 /// One run as one node saw it against one peer node.
@@ -350,6 +354,7 @@ pub(crate) mod samples {
             slow: false,
             cpus: None,
             rdma_port: None,
+            device: None,
         }
     }
 

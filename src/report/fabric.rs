@@ -144,11 +144,12 @@ fn heatmap(m: &NodeMatrix) -> Heatmap {
     }
 }
 
-/// One row per run, pair, rail and direction, with the rail's RDMA port and the CPUs its
-/// streams ran on where the record names them.
+/// One row per run, pair, rail and direction, with the rail's RDMA port, the CPUs its
+/// streams ran on and the device its side ran on (device backends) where the record names
+/// them.
 fn csv(records: &[FabricRecord]) -> String {
     let mut out = String::from(
-        "run,node,peer,rail,direction,peer_rail,gbps,bytes,streams,slow,outcome,error,rdma_port,cpus\n",
+        "run,node,peer,rail,direction,peer_rail,gbps,bytes,streams,slow,outcome,error,rdma_port,cpus,device\n",
     );
     let quote = |s: &str| {
         if s.contains([',', '"', '\n']) {
@@ -161,7 +162,7 @@ fn csv(records: &[FabricRecord]) -> String {
         if r.rails.is_empty() {
             let _ = writeln!(
                 out,
-                "{},{},{},,,,,,,,{},{},,",
+                "{},{},{},,,,,,,,{},{},,,",
                 quote(&r.run),
                 quote(&r.node),
                 quote(&r.peer),
@@ -172,7 +173,7 @@ fn csv(records: &[FabricRecord]) -> String {
         for rail in &r.rails {
             let _ = writeln!(
                 out,
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 quote(&r.run),
                 quote(&r.node),
                 quote(&r.peer),
@@ -186,7 +187,8 @@ fn csv(records: &[FabricRecord]) -> String {
                 r.outcome.as_str(),
                 quote(rail.error.as_deref().unwrap_or("")),
                 quote(rail.rdma_port.as_deref().unwrap_or("")),
-                quote(rail.cpus.as_deref().unwrap_or(""))
+                quote(rail.cpus.as_deref().unwrap_or("")),
+                quote(rail.device.as_deref().unwrap_or(""))
             );
         }
     }

@@ -97,6 +97,61 @@ pub(crate) trait CollectiveApi: Send + Sync {
     ) -> Result<(), ApiError>;
     /// Release every rank's communicator of one set together (see the module docs).
     fn release(&self, comms: &[Handle], how: Teardown) -> Released;
+    /// A fresh rendezvous for a communicator whose ranks live in several processes
+    /// (`ncclGetUniqueId`, `HcclGetRootInfo`): the bytes every rank passes to
+    /// [`CollectiveApi::init_rank`]. The calling process is the root: the library's socket
+    /// interface variables (`NCCL_SOCKET_IFNAME`, `HCCL_SOCKET_IFNAME`/`HCCL_IF_IP`) in its
+    /// environment decide where the others reach it.
+    fn unique_id(&self) -> Result<Vec<u8>, ApiError>;
+    /// Rank `rank` of `world` joins the communicator of `id` on the calling thread's current
+    /// device (`ncclCommInitRank`, `HcclCommInitRootInfo`); returns once every rank joined.
+    fn init_rank(&self, world: u32, id: &[u8], rank: u32) -> Result<Handle, ApiError>;
+    /// Enqueue a sum all-reduce of `count` f32 values from `send` into `recv`.
+    fn all_reduce_f32(
+        &self,
+        send: Handle,
+        recv: Handle,
+        count: usize,
+        comm: Handle,
+        stream: Handle,
+    ) -> Result<(), ApiError>;
+    /// Enqueue sending `bytes` of `buf` to rank `peer` (`ncclSend`, `HcclSend`).
+    fn send(
+        &self,
+        buf: Handle,
+        bytes: usize,
+        peer: u32,
+        comm: Handle,
+        stream: Handle,
+    ) -> Result<(), ApiError>;
+    /// Enqueue receiving `bytes` into `buf` from rank `peer` (`ncclRecv`, `HcclRecv`).
+    fn recv(
+        &self,
+        buf: Handle,
+        bytes: usize,
+        peer: u32,
+        comm: Handle,
+        stream: Handle,
+    ) -> Result<(), ApiError>;
+}
+
+/// The error of a call whose symbol the loaded library lacks.
+fn lacking(call: &'static str, source: &str, since: &str) -> ApiError {
+    ApiError {
+        call,
+        code: -1,
+        text: format!("{source} has no {call} ({since})"),
+    }
+}
+
+/// The call's function pointer, or the error saying the library lacks it.
+fn present<T: Copy>(
+    f: Option<T>,
+    call: &'static str,
+    source: &str,
+    since: &str,
+) -> Result<T, ApiError> {
+    f.ok_or_else(|| lacking(call, source, since))
 }
 
 type FnInitAllNccl = unsafe extern "C" fn(*mut *mut c_void, c_int, *const c_int) -> c_int;
@@ -122,6 +177,90 @@ type FnInitAllHccl = unsafe extern "C" fn(u32, *mut i32, *mut *mut c_void) -> c_
 type FnHcclAllGather =
     unsafe extern "C" fn(*mut c_void, *mut c_void, u64, c_int, *mut c_void, *mut c_void) -> c_int;
 
+/// `NCCL_UNIQUE_ID_BYTES` (nccl.h): `typedef struct { char internal[128]; } ncclUniqueId;`.
+pub const NCCL_UNIQUE_ID_BYTES: usize = 128;
+/// `HCCL_ROOT_INFO_BYTES` (hccl_types.h): `typedef struct { char internal[4108]; } HcclRootInfo;`.
+pub const HCCL_ROOT_INFO_BYTES: usize = 4108;
+/// `ncclFloat32` (nccl.h) and `HCCL_DATA_TYPE_FP32` (hccl_types.h).
+const NCCL_FLOAT32: c_int = 7;
+const HCCL_DATA_TYPE_FP32: c_int = 4;
+/// `ncclSum` and `HCCL_REDUCE_SUM`.
+const REDUCE_SUM: c_int = 0;
+
+/// `ncclUniqueId`, passed by value to `ncclCommInitRank`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct NcclUniqueId {
+    internal: [c_char; NCCL_UNIQUE_ID_BYTES],
+}
+
+/// `HcclRootInfo`.
+#[repr(C)]
+struct HcclRootInfo {
+    internal: [c_char; HCCL_ROOT_INFO_BYTES],
+}
+
+// `ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId)`;
+// `ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank)`;
+// `ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+//   ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)`;
+// `ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
+//   ncclComm_t comm, cudaStream_t stream)` and `ncclRecv` likewise (nccl.h of
+//   nvidia-nccl-cu12 2.32.3; send/recv since 2.7).
+type FnNcclUniqueId = unsafe extern "C" fn(*mut NcclUniqueId) -> c_int;
+type FnNcclInitRank = unsafe extern "C" fn(*mut *mut c_void, c_int, NcclUniqueId, c_int) -> c_int;
+type FnNcclAllReduce = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    usize,
+    c_int,
+    c_int,
+    *mut c_void,
+    *mut c_void,
+) -> c_int;
+type FnNcclPeer =
+    unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, *mut c_void, *mut c_void) -> c_int;
+// `HcclResult HcclGetRootInfo(HcclRootInfo *rootInfo)`;
+// `HcclResult HcclCommInitRootInfo(uint32_t nRanks, const HcclRootInfo *rootInfo,
+//   uint32_t rank, HcclComm *comm)`;
+// `HcclResult HcclAllReduce(void *sendBuf, void *recvBuf, uint64_t count,
+//   HcclDataType dataType, HcclReduceOp op, HcclComm comm, aclrtStream stream)`;
+// `HcclResult HcclSend(void* sendBuf, uint64_t count, HcclDataType dataType,
+//   uint32_t destRank, HcclComm comm, aclrtStream stream)` and `HcclRecv(void* recvBuf, ...,
+//   uint32_t srcRank, ...)` (hccl.h, CANN 8.0 HCCL API reference).
+type FnHcclRootInfo = unsafe extern "C" fn(*mut HcclRootInfo) -> c_int;
+type FnHcclInitRootInfo =
+    unsafe extern "C" fn(u32, *const HcclRootInfo, u32, *mut *mut c_void) -> c_int;
+type FnHcclAllReduce = unsafe extern "C" fn(
+    *mut c_void,
+    *mut c_void,
+    u64,
+    c_int,
+    c_int,
+    *mut c_void,
+    *mut c_void,
+) -> c_int;
+type FnHcclPeer =
+    unsafe extern "C" fn(*mut c_void, u64, c_int, u32, *mut c_void, *mut c_void) -> c_int;
+
+/// The calls of a communicator across processes (the fabric probe's), optional so that
+/// the pair probe still opens a library that lacks one; a missing one is an error when used.
+struct NcclRankCalls {
+    unique_id: Option<FnNcclUniqueId>,
+    init_rank: Option<FnNcclInitRank>,
+    all_reduce: Option<FnNcclAllReduce>,
+    send: Option<FnNcclPeer>,
+    recv: Option<FnNcclPeer>,
+}
+
+struct HcclRankCalls {
+    root_info: Option<FnHcclRootInfo>,
+    init_root_info: Option<FnHcclInitRootInfo>,
+    all_reduce: Option<FnHcclAllReduce>,
+    send: Option<FnHcclPeer>,
+    recv: Option<FnHcclPeer>,
+}
+
 /// libnccl's entry points.
 pub struct Nccl {
     comm_init_all: FnInitAllNccl,
@@ -133,6 +272,7 @@ pub struct Nccl {
     error_string: FnErrorString,
     /// `ncclGetLastError` (NCCL 2.13 and later): what failed, beyond the code's text.
     last_error: Option<FnLastError>,
+    rank_calls: NcclRankCalls,
     pub source: String,
     _library: Library,
 }
@@ -162,6 +302,13 @@ impl Nccl {
                 error_string: library::symbol(&lib, &source, "ncclGetErrorString")?,
                 // Checked against nccl.h of nvidia-nccl-cu12 2.32.3.
                 last_error: library::symbol(&lib, &source, "ncclGetLastError").ok(),
+                rank_calls: NcclRankCalls {
+                    unique_id: library::symbol(&lib, &source, "ncclGetUniqueId").ok(),
+                    init_rank: library::symbol(&lib, &source, "ncclCommInitRank").ok(),
+                    all_reduce: library::symbol(&lib, &source, "ncclAllReduce").ok(),
+                    send: library::symbol(&lib, &source, "ncclSend").ok(),
+                    recv: library::symbol(&lib, &source, "ncclRecv").ok(),
+                },
                 source,
                 _library: lib,
             })
@@ -217,6 +364,112 @@ impl CollectiveApi for Nccl {
         None
     }
 
+    fn unique_id(&self) -> Result<Vec<u8>, ApiError> {
+        let f = present(
+            self.rank_calls.unique_id,
+            "ncclGetUniqueId",
+            &self.source,
+            "any NCCL 2",
+        )?;
+        let mut id = NcclUniqueId {
+            internal: [0; NCCL_UNIQUE_ID_BYTES],
+        };
+        // SAFETY: `id` is an ncclUniqueId NCCL fills.
+        self.check("ncclGetUniqueId", unsafe { f(&mut id) })?;
+        Ok(id.internal.iter().map(|&c| c as u8).collect())
+    }
+
+    fn init_rank(&self, world: u32, id: &[u8], rank: u32) -> Result<Handle, ApiError> {
+        let f = present(
+            self.rank_calls.init_rank,
+            "ncclCommInitRank",
+            &self.source,
+            "any NCCL 2",
+        )?;
+        let mut unique = NcclUniqueId {
+            internal: [0; NCCL_UNIQUE_ID_BYTES],
+        };
+        if id.len() != NCCL_UNIQUE_ID_BYTES {
+            return Err(ApiError {
+                call: "ncclCommInitRank",
+                code: -1,
+                text: format!(
+                    "a unique id is {NCCL_UNIQUE_ID_BYTES} bytes, not {}",
+                    id.len()
+                ),
+            });
+        }
+        for (slot, &b) in unique.internal.iter_mut().zip(id) {
+            *slot = b as c_char;
+        }
+        let mut comm = std::ptr::null_mut();
+        // SAFETY: `comm` receives the communicator; the id is passed by value as declared.
+        self.check("ncclCommInitRank", unsafe {
+            f(&mut comm, world as c_int, unique, rank as c_int)
+        })?;
+        Ok(comm)
+    }
+
+    fn all_reduce_f32(
+        &self,
+        send: Handle,
+        recv: Handle,
+        count: usize,
+        comm: Handle,
+        stream: Handle,
+    ) -> Result<(), ApiError> {
+        let f = present(
+            self.rank_calls.all_reduce,
+            "ncclAllReduce",
+            &self.source,
+            "any NCCL 2",
+        )?;
+        // SAFETY: `send` and `recv` hold `count` f32 values on the communicator's device.
+        self.check("ncclAllReduce", unsafe {
+            f(send, recv, count, NCCL_FLOAT32, REDUCE_SUM, comm, stream)
+        })
+    }
+
+    fn send(
+        &self,
+        buf: Handle,
+        bytes: usize,
+        peer: u32,
+        comm: Handle,
+        stream: Handle,
+    ) -> Result<(), ApiError> {
+        let f = present(
+            self.rank_calls.send,
+            "ncclSend",
+            &self.source,
+            "NCCL 2.7 or later",
+        )?;
+        // SAFETY: `buf` holds `bytes` on the communicator's device.
+        self.check("ncclSend", unsafe {
+            f(buf, bytes, DATA_TYPE_INT8, peer as c_int, comm, stream)
+        })
+    }
+
+    fn recv(
+        &self,
+        buf: Handle,
+        bytes: usize,
+        peer: u32,
+        comm: Handle,
+        stream: Handle,
+    ) -> Result<(), ApiError> {
+        let f = present(
+            self.rank_calls.recv,
+            "ncclRecv",
+            &self.source,
+            "NCCL 2.7 or later",
+        )?;
+        // SAFETY: `buf` has room for `bytes` on the communicator's device.
+        self.check("ncclRecv", unsafe {
+            f(buf, bytes, DATA_TYPE_INT8, peer as c_int, comm, stream)
+        })
+    }
+
     fn release(&self, comms: &[Handle], how: Teardown) -> Released {
         let (call, f) = match how {
             Teardown::Destroy => ("ncclCommDestroy", self.comm_destroy),
@@ -256,6 +509,7 @@ pub struct Hccl {
     all_gather: FnHcclAllGather,
     comm_destroy: FnComm,
     error_string: Option<FnErrorString>,
+    rank_calls: HcclRankCalls,
     /// `HCCL_BUFFSIZE` in bytes, read from the environment at load (what HCCL reads).
     buffsize_bytes: u64,
     pub source: String,
@@ -280,6 +534,13 @@ impl Hccl {
                 all_gather: library::symbol(&lib, &source, "HcclAllGather")?,
                 comm_destroy: library::symbol(&lib, &source, "HcclCommDestroy")?,
                 error_string: library::symbol(&lib, &source, "HcclGetErrorString").ok(),
+                rank_calls: HcclRankCalls {
+                    root_info: library::symbol(&lib, &source, "HcclGetRootInfo").ok(),
+                    init_root_info: library::symbol(&lib, &source, "HcclCommInitRootInfo").ok(),
+                    all_reduce: library::symbol(&lib, &source, "HcclAllReduce").ok(),
+                    send: library::symbol(&lib, &source, "HcclSend").ok(),
+                    recv: library::symbol(&lib, &source, "HcclRecv").ok(),
+                },
                 buffsize_bytes: buffsize_mb(std::env::var("HCCL_BUFFSIZE").ok().as_deref()) << 20,
                 source,
                 _library: lib,
@@ -337,6 +598,120 @@ impl CollectiveApi for Hccl {
 
     fn one_collective_per_card(&self) -> bool {
         true
+    }
+
+    fn unique_id(&self) -> Result<Vec<u8>, ApiError> {
+        let f = present(
+            self.rank_calls.root_info,
+            "HcclGetRootInfo",
+            &self.source,
+            "CANN 5 or later",
+        )?;
+        let mut info = Box::new(HcclRootInfo {
+            internal: [0; HCCL_ROOT_INFO_BYTES],
+        });
+        // SAFETY: `info` is an HcclRootInfo HCCL fills.
+        self.check("HcclGetRootInfo", unsafe { f(&mut *info) })?;
+        Ok(info.internal.iter().map(|&c| c as u8).collect())
+    }
+
+    fn init_rank(&self, world: u32, id: &[u8], rank: u32) -> Result<Handle, ApiError> {
+        let f = present(
+            self.rank_calls.init_root_info,
+            "HcclCommInitRootInfo",
+            &self.source,
+            "CANN 5 or later",
+        )?;
+        if id.len() != HCCL_ROOT_INFO_BYTES {
+            return Err(ApiError {
+                call: "HcclCommInitRootInfo",
+                code: -1,
+                text: format!(
+                    "a root info is {HCCL_ROOT_INFO_BYTES} bytes, not {}",
+                    id.len()
+                ),
+            });
+        }
+        let mut info = Box::new(HcclRootInfo {
+            internal: [0; HCCL_ROOT_INFO_BYTES],
+        });
+        for (slot, &b) in info.internal.iter_mut().zip(id) {
+            *slot = b as c_char;
+        }
+        let mut comm = std::ptr::null_mut();
+        // SAFETY: `info` is a whole root info; `comm` receives the communicator.
+        self.check("HcclCommInitRootInfo", unsafe {
+            f(world, &*info, rank, &mut comm)
+        })?;
+        Ok(comm)
+    }
+
+    fn all_reduce_f32(
+        &self,
+        send: Handle,
+        recv: Handle,
+        count: usize,
+        comm: Handle,
+        stream: Handle,
+    ) -> Result<(), ApiError> {
+        let f = present(
+            self.rank_calls.all_reduce,
+            "HcclAllReduce",
+            &self.source,
+            "CANN 5 or later",
+        )?;
+        // SAFETY: `send` and `recv` hold `count` f32 values on the communicator's device.
+        self.check("HcclAllReduce", unsafe {
+            f(
+                send,
+                recv,
+                count as u64,
+                HCCL_DATA_TYPE_FP32,
+                REDUCE_SUM,
+                comm,
+                stream,
+            )
+        })
+    }
+
+    fn send(
+        &self,
+        buf: Handle,
+        bytes: usize,
+        peer: u32,
+        comm: Handle,
+        stream: Handle,
+    ) -> Result<(), ApiError> {
+        let f = present(
+            self.rank_calls.send,
+            "HcclSend",
+            &self.source,
+            "CANN 5 or later",
+        )?;
+        // SAFETY: `buf` holds `bytes` on the communicator's device.
+        self.check("HcclSend", unsafe {
+            f(buf, bytes as u64, DATA_TYPE_INT8, peer, comm, stream)
+        })
+    }
+
+    fn recv(
+        &self,
+        buf: Handle,
+        bytes: usize,
+        peer: u32,
+        comm: Handle,
+        stream: Handle,
+    ) -> Result<(), ApiError> {
+        let f = present(
+            self.rank_calls.recv,
+            "HcclRecv",
+            &self.source,
+            "CANN 5 or later",
+        )?;
+        // SAFETY: `buf` has room for `bytes` on the communicator's device.
+        self.check("HcclRecv", unsafe {
+            f(buf, bytes as u64, DATA_TYPE_INT8, peer, comm, stream)
+        })
     }
 
     fn release(&self, comms: &[Handle], _how: Teardown) -> Released {

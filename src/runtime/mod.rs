@@ -20,6 +20,7 @@ mod pair_hold;
 mod pattern;
 pub mod peer_access;
 pub mod peer_copy;
+pub mod rank_comm;
 mod same_device_copy;
 pub mod select;
 pub mod stream_latch;

@@ -7,6 +7,12 @@
 //! rules fires `ChdFabricRailSlow` for exactly the throttled rail's direction on both of its
 //! nodes and for the dead rail, and nothing else of the fabric group.
 //!
+//! The same run with `--backend cuda` and `--backend acl` over the fake CUDA runtime / ACL and
+//! their NCCL / HCCL, whose point-to-point sends and collectives move real bytes over sockets
+//! bound to the interface `NCCL_SOCKET_IFNAME` / `HCCL_SOCKET_IFNAME` select: each rail is a
+//! send between two rank processes chd starts for it, confined to it by those variables, so
+//! the same rails are judged the same way.
+//!
 //! Traffic only on addresses inside the namespaces the test made; they (and their veths) are
 //! deleted at the end, and every process started is stopped by its pid. Needs root (network
 //! namespaces): the test fails saying so otherwise.
@@ -18,6 +24,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::chd_process::{chd_bin, text, Chd};
+use crate::fake::fake_runtime_path;
 use crate::json_schema::{calibration_schema, validate};
 use crate::prometheus::{rules_path, rules_with_for, Prometheus};
 
@@ -47,7 +54,7 @@ fn in_ns(ns: &str, args: &[&str]) {
 }
 
 impl Namespaces {
-    fn create() -> Namespaces {
+    fn create(tag: &str) -> Namespaces {
         let status = std::fs::read_to_string("/proc/self/status").unwrap();
         let euid = status
             .lines()
@@ -59,10 +66,10 @@ impl Namespaces {
             Some(0),
             "the two-namespace fabric test needs root (ip netns add); run the suite as root, as CI does"
         );
-        let tag = std::process::id();
+        let pid = std::process::id();
         let ns = Namespaces {
-            a: format!("chdfab-a-{tag}"),
-            b: format!("chdfab-b-{tag}"),
+            a: format!("chdfab-a-{tag}-{pid}"),
+            b: format!("chdfab-b-{tag}-{pid}"),
         };
         ip(&["netns", "add", &ns.a]);
         ip(&["netns", "add", &ns.b]);
@@ -136,6 +143,17 @@ impl Drop for Namespaces {
 
 const TOKEN: &str = "netns-fabric-token-0123456789";
 
+/// What measures.
+#[derive(Debug, Clone, Copy)]
+enum Via {
+    /// TCP streams and ring.
+    Host,
+    /// The fake CUDA runtime and NCCL.
+    Cuda,
+    /// The fake ACL and HCCL.
+    Acl,
+}
+
 fn rank(
     ns: &str,
     rank: u32,
@@ -143,6 +161,7 @@ fn rank(
     rails: &str,
     state: &std::path::Path,
     port: u16,
+    via: Via,
 ) -> Command {
     let mut c = Command::new("ip");
     c.args([
@@ -179,19 +198,52 @@ fn rank(
     .arg("--state-dir")
     .arg(state)
     .env("CHD_FABRIC_TOKEN", TOKEN)
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
+    // The fake's ranks give up on a peer that never connects (the dead rail) well within
+    // chd's own deadline for the rank process.
+    .env("CHD_FAKE_PAIR_TIMEOUT_MS", "8000");
+    let fake = fake_runtime_path();
+    match via {
+        Via::Host => {}
+        Via::Cuda => {
+            c.args(["--backend", "cuda", "--cuda-runtime", fake, "--nccl", fake]);
+        }
+        Via::Acl => {
+            c.args(["--backend", "acl", "--acl-runtime", fake, "--hccl", fake]);
+        }
+    }
+    c.args(["--transfer-timeout", "30"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     c
 }
 
 #[test]
 fn a_throttled_rail_between_two_namespaces_fires_on_both_of_its_nodes() {
-    let ns = Namespaces::create();
+    throttled_rail_fires(Via::Host, "tcp");
+}
+
+#[test]
+fn over_nccl_a_throttled_rail_fires_on_both_of_its_nodes() {
+    throttled_rail_fires(Via::Cuda, "nccl");
+}
+
+#[test]
+fn over_hccl_a_throttled_rail_fires_on_both_of_its_nodes() {
+    throttled_rail_fires(Via::Acl, "hccl");
+}
+
+fn throttled_rail_fires(via: Via, tag: &str) {
+    let ns = Namespaces::create(tag);
     let dir = tempfile::tempdir().unwrap();
     let (sa, sb) = (dir.path().join("node-a"), dir.path().join("node-b"));
+    // Each test has namespaces of its own: the same port in each.
     let port = 29700 + (std::process::id() % 200) as u16;
-    let r0 = rank(&ns.a, 0, "node-a", "^va", &sa, port).spawn().unwrap();
-    let r1 = rank(&ns.b, 1, "node-b", "^vb", &sb, port).spawn().unwrap();
+    let r0 = rank(&ns.a, 0, "node-a", "^va", &sa, port, via)
+        .spawn()
+        .unwrap();
+    let r1 = rank(&ns.b, 1, "node-b", "^vb", &sb, port, via)
+        .spawn()
+        .unwrap();
     let (o1, o0) = (
         r1.wait_with_output().unwrap(),
         r0.wait_with_output().unwrap(),
@@ -205,6 +257,7 @@ fn a_throttled_rail_between_two_namespaces_fires_on_both_of_its_nodes() {
 
     // The table of the run, both nodes' sides.
     let mut slow = BTreeSet::new();
+    println!("{via:?}:");
     println!(
         "{:<8} {:<5} {:<8} {:>10}  judged",
         "node", "rail", "way", "GB/s"

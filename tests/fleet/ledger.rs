@@ -380,6 +380,7 @@ fn a_state_directory_with_fabric_results_gives_the_fabric_section_and_its_verdic
         slow: false,
         cpus: None,
         rdma_port: None,
+        device: None,
     };
     for (i, peer) in ["node-b", "node-c", "node-d"].iter().enumerate() {
         let mut rails = vec![

@@ -14,9 +14,9 @@ use serde_json::Value;
 
 use crate::chd_process::{chd_bin, text};
 
-const TOKEN: &str = "fabric-test-token-0123456789";
+pub(crate) const TOKEN: &str = "fabric-test-token-0123456789";
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -25,7 +25,14 @@ fn free_port() -> u16 {
 }
 
 /// One rank: `chd probe fabric` on loopback with the test's token.
-fn rank(rank: u32, port: u16, node: &str, state: &Path, token: &str, extra: &[&str]) -> Command {
+pub(crate) fn rank(
+    rank: u32,
+    port: u16,
+    node: &str,
+    state: &Path,
+    token: &str,
+    extra: &[&str],
+) -> Command {
     let mut c = Command::new(chd_bin());
     c.args(["probe", "fabric", "--world-size", "2", "--rails", "^lo$"])
         .args(["--rank", &rank.to_string()])
@@ -49,13 +56,13 @@ fn rank(rank: u32, port: u16, node: &str, state: &Path, token: &str, extra: &[&s
 }
 
 /// A rank running in the background, its stderr collected as it comes.
-struct Running {
+pub(crate) struct Running {
     child: Child,
     log: Arc<Mutex<String>>,
 }
 
 impl Running {
-    fn start(mut c: Command) -> Running {
+    pub(crate) fn start(mut c: Command) -> Running {
         let mut child = c.spawn().expect("spawn chd probe fabric");
         let stderr = child.stderr.take().unwrap();
         let log = Arc::new(Mutex::new(String::new()));
@@ -85,7 +92,7 @@ impl Running {
     }
 
     /// Wait for the exit; (status success, stdout, stderr).
-    fn finish(self) -> (bool, String, String) {
+    pub(crate) fn finish(self) -> (bool, String, String) {
         let out: Output = self.child.wait_with_output().unwrap();
         std::thread::sleep(Duration::from_millis(50));
         let log = self.log.lock().unwrap().clone();
@@ -93,7 +100,7 @@ impl Running {
     }
 }
 
-fn records(state: &Path) -> Vec<Value> {
+pub(crate) fn records(state: &Path) -> Vec<Value> {
     let dir = state.join("fabric");
     let mut out = Vec::new();
     for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
@@ -322,6 +329,7 @@ fn chd_report_on_a_fleet_names_the_slow_node_and_the_slow_path() {
         slow: false,
         cpus: None,
         rdma_port: None,
+        device: None,
     };
     for s in nodes {
         for r in nodes.iter().filter(|r| **r != s) {
@@ -492,10 +500,13 @@ fn a_rail_on_an_hca_is_named_by_its_rdma_port() {
     let csv = std::fs::read_to_string(out.join("fabric.csv")).unwrap();
     let mut lines = csv.lines();
     assert!(
-        lines.next().unwrap().ends_with(",error,rdma_port,cpus"),
+        lines
+            .next()
+            .unwrap()
+            .ends_with(",error,rdma_port,cpus,device"),
         "{csv}"
     );
     let rows: Vec<&str> = lines.collect();
     assert_eq!(rows.len(), 2, "{csv}");
-    assert!(rows.iter().all(|l| l.ends_with(",mlx5_9:1,")), "{csv}");
+    assert!(rows.iter().all(|l| l.ends_with(",mlx5_9:1,,")), "{csv}");
 }

@@ -28,6 +28,7 @@ mod cli;
 mod common;
 mod d2d;
 mod fabric;
+mod fabric_device;
 mod fabric_rounds;
 mod fake_cuda;
 mod host;

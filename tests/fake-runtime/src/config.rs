@@ -199,7 +199,7 @@ pub struct Config {
     /// `CHD_FAKE_PAIR_FAIL`: every collective (and cross-device copy) fails.
     pub pair_fail: bool,
     /// `CHD_FAKE_PAIR_HANG_MS`: wall-clock delay before each collective (and cross-device
-    /// copy) completes.
+    /// copy) completes; a cross-process operation (`net::comm`) sleeps it before it starts.
     pub pair_hang_ms: u64,
     /// `CHD_FAKE_PAIR_HANG_ON`: the device whose streams' cross-device copies the hang
     /// delays (unset: every device's): one rank's copies hang while the other's complete.

@@ -208,6 +208,12 @@ fn run_agreed(
     if let Some(e) = comm.broken().clone() {
         return Err(e);
     }
+    // `CHD_FAKE_PAIR_HANG_MS`: the operation hangs before it starts, as a stuck device
+    // would (the peers wait for it, or give up after `CHD_FAKE_PAIR_TIMEOUT_MS`).
+    let hang = cfg.faults_now().pair_hang_ms;
+    if hang > 0 {
+        std::thread::sleep(Duration::from_millis(hang));
+    }
     let api = comm.lib.api();
     let local = timing::clock_ns(call.stream, api).map_err(|_| CollError::Internal)?;
     mine[CLOCK_AT..CLOCK_AT + 8].copy_from_slice(&local.to_be_bytes());

@@ -1,0 +1,481 @@
+//! One rank of a communicator whose ranks live in several processes, for the fabric probe's
+//! device backends (`chd probe fabric --backend cuda|acl`): a [`RankJob`] names the backend,
+//! the device (by index, else the first device on a NUMA node, else a fallback index), the
+//! world, this rank, the rendezvous bytes (none: this rank makes them, `ncclGetUniqueId` /
+//! `HcclGetRootInfo`) and the operations: a point-to-point send or receive (one rail, one
+//! direction) or an allgather / all-reduce over every rank. Each operation runs `warmup`
+//! times untimed, then `iterations` times between two device events on one stream: the
+//! seconds are the device's, per operation.
+//!
+//! What happens is told as [`RankEvent`]s, in order: the device, the id (when this rank made
+//! it), each operation's result. Everything the job allocated (buffers, stream, events, the
+//! communicator) is released before [`run`] returns; a failed operation aborts the
+//! communicator instead of destroying it (its peers may still be in the collective).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::collective::{CollectiveApi, Hccl, Nccl, Teardown};
+use super::device_api::{ApiError, DeviceApi, Handle};
+use super::select::{self, BackendChoice, DeviceRuntime, RuntimeConfig};
+use super::DeviceInfo;
+use crate::topology::{Roots, Topology};
+
+/// Which device a rank runs on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceChoice {
+    /// This runtime index, when named.
+    pub index: Option<u32>,
+    /// Else the first device on this NUMA node (the one nearest a rail's NIC).
+    pub numa: Option<u32>,
+    /// Else this index, modulo the device count (the rank's local rank).
+    pub fallback: u32,
+}
+
+impl DeviceChoice {
+    /// The device's index among `devices`, and how it was chosen.
+    pub fn pick(&self, devices: &[DeviceInfo]) -> Result<(usize, &'static str), String> {
+        if devices.is_empty() {
+            return Err("the backend has no devices".into());
+        }
+        if let Some(i) = self.index {
+            return devices
+                .iter()
+                .position(|d| d.id == i.to_string())
+                .map(|p| (p, "named"))
+                .ok_or_else(|| {
+                    format!(
+                        "device {i} is not one of the backend's {} devices",
+                        devices.len()
+                    )
+                });
+        }
+        if let Some(node) = self.numa {
+            if let Some(p) = devices.iter().position(|d| d.numa_node == Some(node)) {
+                return Ok((p, "nearest the rail"));
+            }
+        }
+        Ok((self.fallback as usize % devices.len(), "the local rank's"))
+    }
+}
+
+/// One operation of a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum RankOp {
+    /// `bytes` to rank `peer`.
+    Send { peer: u32, bytes: u64 },
+    /// `bytes` from rank `peer`.
+    Recv { peer: u32, bytes: u64 },
+    /// An allgather whose whole receive buffer is `bytes` (each rank gives `bytes / world`).
+    AllGather { bytes: u64 },
+    /// A sum all-reduce of `bytes` of f32 values.
+    AllReduce { bytes: u64 },
+}
+
+/// What one rank process runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankJob {
+    /// `cuda` or `acl`.
+    pub backend: String,
+    /// The device runtime library to load instead of the default (libcudart, libascendcl).
+    pub runtime_library: Option<PathBuf>,
+    /// The collective library to load instead of the default (libnccl, libhccl).
+    pub collective_library: Option<PathBuf>,
+    pub sysfs: PathBuf,
+    pub device: DeviceChoice,
+    pub world: u32,
+    pub rank: u32,
+    /// The rendezvous bytes, hex; none: this rank makes them and says so first.
+    pub id: Option<String>,
+    pub ops: Vec<RankOp>,
+    pub warmup: u32,
+    pub iterations: u32,
+    /// The CPUs the process runs on (a rail's, `fabric::placement`); empty: where it was
+    /// started. The caller binds before [`run`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpus: Vec<u32>,
+}
+
+/// What a rank process says, one line of JSON each.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum RankEvent {
+    /// The device it runs on.
+    Device {
+        device: String,
+        name: String,
+        chosen: String,
+    },
+    /// The rendezvous it made, hex (rank 0 of a job without an id).
+    Id { id: String },
+    /// Operation `index`'s seconds per operation, or why it failed.
+    Result {
+        index: usize,
+        seconds: Option<f64>,
+        error: Option<String>,
+    },
+    /// The job could not run (before or between its operations).
+    Failed { error: String },
+}
+
+/// Run `job`, telling `emit` what happens. An error is also emitted as [`RankEvent::Failed`].
+pub fn run(job: &RankJob, emit: &mut dyn FnMut(&RankEvent)) -> Result<(), String> {
+    let result = run_inner(job, emit);
+    if let Err(e) = &result {
+        emit(&RankEvent::Failed { error: e.clone() });
+    }
+    result
+}
+
+fn run_inner(job: &RankJob, emit: &mut dyn FnMut(&RankEvent)) -> Result<(), String> {
+    if job.rank >= job.world || job.world < 2 {
+        return Err(format!(
+            "rank {} of a world of {}: a communicator has 2 or more ranks",
+            job.rank, job.world
+        ));
+    }
+    let (api, coll, devices) = open(job)?;
+    let (index, chosen) = job.device.pick(&devices)?;
+    let device = &devices[index];
+    let ordinal = super::device_index(&devices, &device.id).map_err(|e| e.to_string())?;
+    emit(&RankEvent::Device {
+        device: device.id.clone(),
+        name: device.name.clone(),
+        chosen: chosen.to_string(),
+    });
+    api.set_device(ordinal).map_err(|e| e.to_string())?;
+    let id = match &job.id {
+        Some(hex) => decode_hex(hex)?,
+        None => {
+            if job.rank != 0 {
+                return Err("only rank 0 makes the rendezvous; this rank needs its id".into());
+            }
+            let id = coll.unique_id().map_err(|e| e.to_string())?;
+            emit(&RankEvent::Id {
+                id: encode_hex(&id),
+            });
+            id
+        }
+    };
+    let comm = coll
+        .init_rank(job.world, &id, job.rank)
+        .map_err(|e| format!("joining the communicator as rank {}: {e}", job.rank))?;
+    let mut failed = false;
+    let outcome = (|| -> Result<(), String> {
+        let stream = Owned::new(api.as_ref(), api.stream_create(), Kind::Stream)?;
+        let start = Owned::new(api.as_ref(), api.event_create(), Kind::Event)?;
+        let end = Owned::new(api.as_ref(), api.event_create(), Kind::Event)?;
+        for (index, op) in job.ops.iter().enumerate() {
+            let r = time_op(
+                api.as_ref(),
+                coll.as_ref(),
+                comm,
+                job,
+                *op,
+                stream.0,
+                [start.0, end.0],
+            );
+            failed |= r.is_err();
+            let (seconds, error) = match r {
+                Ok(s) => (Some(s), None),
+                Err(e) => (None, Some(e)),
+            };
+            emit(&RankEvent::Result {
+                index,
+                seconds,
+                error,
+            });
+            if failed {
+                // A communicator whose operation failed is not used again.
+                for later in index + 1..job.ops.len() {
+                    emit(&RankEvent::Result {
+                        index: later,
+                        seconds: None,
+                        error: Some(format!("not run: operation {} failed", index + 1)),
+                    });
+                }
+                break;
+            }
+        }
+        Ok(())
+    })();
+    let how = if failed || outcome.is_err() {
+        Teardown::Abort
+    } else {
+        Teardown::Destroy
+    };
+    let released = coll.release(&[comm], how);
+    if let Some((_, e)) = released.failed.first().or(released.busy.first()) {
+        tracing::warn!("releasing the communicator: {e}");
+    }
+    outcome
+}
+
+type Opened = (Arc<dyn DeviceApi>, Arc<dyn CollectiveApi>, Vec<DeviceInfo>);
+
+fn open(job: &RankJob) -> Result<Opened, String> {
+    let backend: BackendChoice = job.backend.parse()?;
+    let mut cfg = RuntimeConfig {
+        backend,
+        ..RuntimeConfig::default()
+    };
+    match backend {
+        BackendChoice::Cuda => {
+            cfg.cuda_runtime = job.runtime_library.clone();
+            cfg.nccl = job.collective_library.clone();
+        }
+        BackendChoice::Acl => {
+            cfg.acl_runtime = job.runtime_library.clone();
+            cfg.hccl = job.collective_library.clone();
+        }
+        other => {
+            return Err(format!(
+                "backend {}: a rank process runs cuda or acl",
+                other.as_str()
+            ))
+        }
+    }
+    let roots = Roots {
+        sysfs: job.sysfs.clone(),
+        ..Roots::default()
+    };
+    let topology = Topology::read(&roots).map_err(|e| format!("reading the topology: {e}"))?;
+    let opened = select::open(&cfg, &roots, &topology).map_err(|e| e.to_string())?;
+    let devices = opened.backend.devices().to_vec();
+    let runtime = opened
+        .runtime
+        .ok_or_else(|| format!("backend {} has no device runtime", job.backend))?;
+    let (api, coll): (Arc<dyn DeviceApi>, Arc<dyn CollectiveApi>) = match runtime {
+        DeviceRuntime::Cuda(rt) => (
+            rt,
+            Arc::new(Nccl::load(cfg.nccl.as_deref()).map_err(|e| e.to_string())?),
+        ),
+        DeviceRuntime::Acl(rt) => (
+            rt,
+            Arc::new(Hccl::load(cfg.hccl.as_deref()).map_err(|e| e.to_string())?),
+        ),
+    };
+    Ok((api, coll, devices))
+}
+
+/// What an [`Owned`] handle is, for its release.
+#[derive(Clone, Copy)]
+enum Kind {
+    Stream,
+    Event,
+    Memory,
+}
+
+/// A runtime handle released on drop.
+struct Owned<'a>(Handle, &'a dyn DeviceApi, Kind);
+
+impl<'a> Owned<'a> {
+    fn new(
+        api: &'a dyn DeviceApi,
+        h: Result<Handle, ApiError>,
+        kind: Kind,
+    ) -> Result<Self, String> {
+        h.map(|h| Owned(h, api, kind)).map_err(|e| e.to_string())
+    }
+}
+
+impl Drop for Owned<'_> {
+    fn drop(&mut self) {
+        let r = match self.2 {
+            Kind::Stream => self
+                .1
+                .stream_synchronize(self.0)
+                .and_then(|()| self.1.stream_destroy(self.0)),
+            Kind::Event => self.1.event_destroy(self.0),
+            Kind::Memory => self.1.device_free(self.0),
+        };
+        if let Err(e) = r {
+            tracing::warn!("releasing a device handle: {e}");
+        }
+    }
+}
+
+/// The buffers of `op` (send, receive; a point-to-point uses one) and the enqueue call.
+fn time_op(
+    api: &dyn DeviceApi,
+    coll: &dyn CollectiveApi,
+    comm: Handle,
+    job: &RankJob,
+    op: RankOp,
+    stream: Handle,
+    [start, end]: [Handle; 2],
+) -> Result<f64, String> {
+    let world = job.world as u64;
+    let (send_bytes, recv_bytes) = match op {
+        RankOp::Send { bytes, .. } => (bytes, 0),
+        RankOp::Recv { bytes, .. } => (0, bytes),
+        RankOp::AllGather { bytes } => {
+            let per = bytes / world;
+            if per == 0 {
+                return Err(format!(
+                    "an allgather of {bytes} bytes over {world} ranks gives each rank nothing"
+                ));
+            }
+            (per, per * world)
+        }
+        RankOp::AllReduce { bytes } => {
+            let count = bytes / 4;
+            if count == 0 {
+                return Err(format!("an all-reduce of {bytes} bytes holds no f32 value"));
+            }
+            (count * 4, count * 4)
+        }
+    };
+    let alloc = |bytes: u64| -> Result<Option<Owned<'_>>, String> {
+        if bytes == 0 {
+            return Ok(None);
+        }
+        let b = usize::try_from(bytes).map_err(|_| format!("{bytes} bytes is too large"))?;
+        Owned::new(api, api.device_alloc(b), Kind::Memory)
+            .map(Some)
+            .map_err(|e| format!("allocating {bytes} bytes of device memory: {e}"))
+    };
+    let send = alloc(send_bytes)?;
+    let recv = alloc(recv_bytes)?;
+    let ptr = |o: &Option<Owned>| o.as_ref().map_or(std::ptr::null_mut(), |o| o.0);
+    let (s, r) = (ptr(&send), ptr(&recv));
+    let enqueue = || -> Result<(), ApiError> {
+        match op {
+            RankOp::Send { peer, .. } => coll.send(s, send_bytes as usize, peer, comm, stream),
+            RankOp::Recv { peer, .. } => coll.recv(r, recv_bytes as usize, peer, comm, stream),
+            RankOp::AllGather { .. } => coll.all_gather(s, r, send_bytes as usize, comm, stream),
+            RankOp::AllReduce { .. } => {
+                coll.all_reduce_f32(s, r, (send_bytes / 4) as usize, comm, stream)
+            }
+        }
+    };
+    let text = |e: ApiError| e.to_string();
+    for _ in 0..job.warmup {
+        enqueue().map_err(text)?;
+    }
+    api.stream_synchronize(stream).map_err(text)?;
+    let iterations = job.iterations.max(1);
+    api.event_record(start, stream).map_err(text)?;
+    for _ in 0..iterations {
+        enqueue().map_err(text)?;
+    }
+    api.event_record(end, stream).map_err(text)?;
+    api.event_synchronize(end).map_err(text)?;
+    let ms = api.event_elapsed_ms(start, end).map_err(text)?;
+    if ms.is_nan() || ms <= 0.0 {
+        return Err(format!(
+            "the device timed {iterations} operations at {ms} ms: no time measured"
+        ));
+    }
+    Ok(f64::from(ms) / 1e3 / f64::from(iterations))
+}
+
+/// Lower-case hex of `bytes`.
+pub fn encode_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes of lower- or upper-case hex.
+pub fn decode_hex(text: &str) -> Result<Vec<u8>, String> {
+    let text = text.trim();
+    if text.len() % 2 != 0 {
+        return Err(format!(
+            "an id of {} hex digits: not whole bytes",
+            text.len()
+        ));
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| {
+            u8::from_str_radix(&text[i..i + 2], 16)
+                .map_err(|_| format!("{:?} at {i} is not hex", &text[i..i + 2]))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dev(id: &str, numa: Option<u32>) -> DeviceInfo {
+        DeviceInfo {
+            id: id.into(),
+            kind: "cuda".into(),
+            name: "x".into(),
+            pci_bus_id: String::new(),
+            numa_node: numa,
+        }
+    }
+
+    #[test]
+    fn the_device_is_named_else_nearest_else_the_local_ranks() {
+        let devices = [dev("0", Some(0)), dev("1", Some(0)), dev("2", Some(1))];
+        let choose = |index, numa, fallback| {
+            DeviceChoice {
+                index,
+                numa,
+                fallback,
+            }
+            .pick(&devices)
+        };
+        assert_eq!(choose(Some(1), Some(1), 0), Ok((1, "named")));
+        assert_eq!(choose(None, Some(1), 0), Ok((2, "nearest the rail")));
+        assert_eq!(choose(None, Some(7), 4), Ok((1, "the local rank's")));
+        assert_eq!(choose(None, None, 2), Ok((2, "the local rank's")));
+        assert!(choose(Some(9), None, 0).unwrap_err().contains("not one of"));
+        assert!(DeviceChoice {
+            index: None,
+            numa: None,
+            fallback: 0
+        }
+        .pick(&[])
+        .is_err());
+    }
+
+    #[test]
+    fn ids_round_trip_through_hex_and_garbage_is_named() {
+        let id: Vec<u8> = (0..=255).collect();
+        assert_eq!(decode_hex(&encode_hex(&id)).unwrap(), id);
+        assert_eq!(
+            decode_hex("0A ff").unwrap_err(),
+            "an id of 5 hex digits: not whole bytes"
+        );
+        assert!(decode_hex("zz").unwrap_err().contains("not hex"));
+    }
+
+    #[test]
+    fn jobs_and_events_are_one_json_line_each() {
+        let job = RankJob {
+            backend: "cuda".into(),
+            runtime_library: None,
+            collective_library: None,
+            sysfs: "/sys".into(),
+            device: DeviceChoice {
+                index: None,
+                numa: Some(1),
+                fallback: 0,
+            },
+            world: 2,
+            rank: 1,
+            id: Some("00ff".into()),
+            ops: vec![RankOp::Send { peer: 0, bytes: 8 }],
+            warmup: 1,
+            iterations: 1,
+            cpus: vec![2, 3],
+        };
+        let line = serde_json::to_string(&job).unwrap();
+        assert!(!line.contains('\n'));
+        assert_eq!(serde_json::from_str::<RankJob>(&line).unwrap(), job);
+        let e = RankEvent::Result {
+            index: 0,
+            seconds: Some(0.5),
+            error: None,
+        };
+        let line = serde_json::to_string(&e).unwrap();
+        assert!(line.contains("\"event\":\"result\""), "{line}");
+        assert_eq!(serde_json::from_str::<RankEvent>(&line).unwrap(), e);
+    }
+}

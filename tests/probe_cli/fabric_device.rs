@@ -1,0 +1,183 @@
+//! `chd probe fabric --backend cuda|acl` on this machine's loopback, over the fake CUDA
+//! runtime / ACL and their NCCL / HCCL, whose point-to-point sends and collectives move real
+//! bytes between the processes: each rail is a send between two rank processes chd starts
+//! for it (the receiving side makes the rendezvous, rank 0 relays it), the collectives run in
+//! one rank process per rank; the records name the device each side ran on. A rank process
+//! that hangs is killed at the transfer deadline and costs only its step; a run whose ranks
+//! disagree on the backend is refused. Traffic only on 127.0.0.1.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::fabric::{free_port, rank, records, Running, TOKEN};
+use crate::fake::fake_runtime_path;
+
+/// The device flags of `backend` over the fake.
+fn device_args(backend: &str) -> Vec<String> {
+    let fake = fake_runtime_path().to_string();
+    match backend {
+        "cuda" => vec![
+            "--backend".into(),
+            "cuda".into(),
+            "--cuda-runtime".into(),
+            fake.clone(),
+            "--nccl".into(),
+            fake,
+        ],
+        _ => vec![
+            "--backend".into(),
+            "acl".into(),
+            "--acl-runtime".into(),
+            fake.clone(),
+            "--hccl".into(),
+            fake,
+        ],
+    }
+}
+
+fn loopback_run(backend: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let (sa, sb) = (dir.path().join("a"), dir.path().join("b"));
+    let port = free_port();
+    let mut extra: Vec<String> = device_args(backend);
+    extra.extend(["--bytes", "8MiB", "--iterations", "2"].map(String::from));
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let mut c0 = rank(0, port, "node-a", &sa, TOKEN, &extra);
+    let mut c1 = rank(1, port, "node-b", &sb, TOKEN, &extra);
+    // node-b's rank runs everything on the fake's second device.
+    c1.args(["--device", "1"]);
+    c0.env("CHD_FAKE_DEVICE_COUNT", "2");
+    c1.env("CHD_FAKE_DEVICE_COUNT", "2");
+    let r0 = Running::start(c0);
+    let r1 = Running::start(c1);
+    let (ok1, out1, log1) = r1.finish();
+    let (ok0, out0, log0) = r0.finish();
+    assert!(ok0 && ok1, "rank 0:\n{log0}\nrank 1:\n{log1}");
+    // Each rail direction ran in rank processes of its own; the log says which device.
+    assert!(
+        log0.contains("receiving on lo from 127.0.0.1: device 0")
+            && log0.contains("sending on lo to 127.0.0.1: device 0"),
+        "{log0}"
+    );
+    assert!(
+        log1.contains("sending on lo to 127.0.0.1: device 1 (") && log1.contains(", named)"),
+        "{log1}"
+    );
+    for (node, state, out, device) in [("node-a", &sa, &out0, "0"), ("node-b", &sb, &out1, "1")] {
+        let printed: Value = serde_json::from_str(out).unwrap();
+        assert_eq!(printed["outcome"], "ok", "{out}");
+        let recs = records(state);
+        assert_eq!(recs.len(), 1, "{node}");
+        let r = &recs[0];
+        assert_eq!(r["backend"], backend, "{r}");
+        let rails = r["rails"].as_array().unwrap();
+        assert_eq!(rails.len(), 2, "{r}");
+        for rail in rails {
+            assert!(rail["error"].is_null(), "{rail}");
+            assert!(rail["gbps"].as_f64().unwrap() > 0.0, "{rail}");
+            assert_eq!(rail["bytes"], 8 << 20, "{rail}");
+            assert_eq!(rail["device"], device, "{node}: {rail}");
+        }
+        let colls = r["collectives"].as_array().unwrap();
+        assert_eq!(colls.len(), 2, "{r}");
+        for c in colls {
+            assert!(c["error"].is_null(), "{c}");
+            assert!(c["bus_gbps"].as_f64().unwrap() > 0.0, "{c}");
+        }
+    }
+}
+
+#[test]
+fn over_nccl_each_rail_direction_runs_in_rank_processes_of_its_own() {
+    loopback_run("cuda");
+}
+
+#[test]
+fn over_hccl_each_rail_direction_runs_in_rank_processes_of_its_own() {
+    loopback_run("acl");
+}
+
+/// The pids of live processes whose environment holds `marker`.
+fn marked(marker: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(env) = std::fs::read(e.path().join("environ")) else {
+            continue;
+        };
+        if env.split(|&b| b == 0).any(|v| v == marker.as_bytes()) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_hung_rank_process_is_killed_at_the_transfer_deadline_and_costs_only_its_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sa, sb) = (dir.path().join("a"), dir.path().join("b"));
+    let port = free_port();
+    let marker = format!("CHD_TEST_HUNG_FABRIC={}", std::process::id());
+    let mut extra: Vec<String> = device_args("cuda");
+    extra.extend(["--bytes", "1MiB", "--transfer-timeout", "3"].map(String::from));
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let mut c0 = rank(0, port, "node-a", &sa, TOKEN, &extra);
+    let mut c1 = rank(1, port, "node-b", &sb, TOKEN, &extra);
+    // Every operation of rank 1's processes hangs (ten minutes): a stuck device.
+    c1.env("CHD_FAKE_PAIR_HANG_MS", "600000");
+    for c in [&mut c0, &mut c1] {
+        let (k, v) = marker.split_once('=').unwrap();
+        c.env(k, v).env("CHD_FAKE_PAIR_TIMEOUT_MS", "20000");
+    }
+    let r0 = Running::start(c0);
+    let r1 = Running::start(c1);
+    let (ok1, _, log1) = r1.finish();
+    let (ok0, out0, log0) = r0.finish();
+    // The run finishes: each step failed on its own, recorded, and the rank exits 0 as for a
+    // rail that carries nothing.
+    assert!(ok0 && ok1, "rank 0:\n{log0}\nrank 1:\n{log1}");
+    let printed: Value = serde_json::from_str(&out0).unwrap();
+    let rails = printed["results"][0]["rails"].as_array().unwrap();
+    assert_eq!(rails.len(), 2, "{out0}");
+    for rail in rails {
+        let e = rail["error"].as_str().unwrap_or_else(|| panic!("{rail}"));
+        assert!(
+            e.contains("no answer within 3 s; its rank process (pid "),
+            "{rail}"
+        );
+    }
+    for c in printed["results"][0]["collectives"].as_array().unwrap() {
+        assert!(c["error"].as_str().is_some(), "{c}");
+    }
+    // Nothing is left: every rank process was killed or ended, by its pid.
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        marked(&marker),
+        Vec::<u32>::new(),
+        "rank processes left behind"
+    );
+}
+
+#[test]
+fn ranks_that_disagree_on_the_backend_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sa, sb) = (dir.path().join("a"), dir.path().join("b"));
+    let port = free_port();
+    let cuda = device_args("cuda");
+    let cuda: Vec<&str> = cuda.iter().map(String::as_str).collect();
+    let mut c0 = rank(0, port, "node-a", &sa, TOKEN, &["--timeout", "5"]);
+    let c1 = rank(1, port, "node-b", &sb, TOKEN, &cuda);
+    c0.env("RUST_LOG", "warn");
+    let r0 = Running::start(c0);
+    let r1 = Running::start(c1);
+    let (ok1, _, log1) = r1.finish();
+    let (ok0, _, log0) = r0.finish();
+    assert!(!ok0 && !ok1, "rank 0:\n{log0}\nrank 1:\n{log1}");
+    assert!(
+        log1.contains("measures with --backend cuda, rank 0 with host"),
+        "{log1}"
+    );
+}
