@@ -518,18 +518,19 @@ pub struct FabricArgs {
     /// Bytes each transfer moves (one rail, one direction), e.g. 256MiB, 1GiB.
     #[arg(long, value_name = "SIZE", default_value = "1GiB")]
     pub bytes: String,
-    /// Parallel TCP streams per transfer.
+    /// Parallel TCP streams per transfer (host; a device backend's library makes its own).
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub streams: u32,
     /// Where each rail's streams run: auto (the CPUs of the NUMA node its network device
     /// sits on, as sysfs says, among this rank's allowed CPUs and without those the node's
     /// affinity probe found unbindable: production placement), none, or a cpulist for every
     /// rail. A rail without a NUMA node (virtual, loopback) runs unbound; each rail's record
-    /// names its CPUs.
+    /// names its CPUs. On cuda/acl the rail's rank processes run there.
     #[arg(long, value_name = "auto|none|CPULIST", default_value = "auto")]
     pub bind: chd::fabric::placement::Bind,
-    /// The collectives over all ranks after the rails, a ring over TCP as NCCL's ring moves
-    /// data (bus bandwidth as nccl-tests defines it): allgather, allreduce, or none.
+    /// The collectives over all ranks after the rails (bus bandwidth as nccl-tests defines
+    /// it): allgather, allreduce, or none. Host: a ring over TCP as NCCL's ring moves data;
+    /// cuda/acl: NCCL's / HCCL's own, on each rank's device.
     #[arg(long, value_name = "OPS", default_value = "allgather,allreduce")]
     pub collectives: String,
     /// Sizes of each collective (the whole buffer), e.g. 64MiB,1GiB.
@@ -538,7 +539,8 @@ pub struct FabricArgs {
     /// Seconds rank 0 waits for every rank (and a rank for rank 0).
     #[arg(long, value_name = "SECONDS", default_value_t = 120)]
     pub timeout: u64,
-    /// Seconds one transfer may run before it is cut (and measured on what it carried).
+    /// Seconds one transfer may run before it is cut (and measured on what it carried); on
+    /// cuda/acl, the longest any wait on a rank process may take before it is killed.
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]
     pub transfer_timeout: u64,
     /// The node's chd state directory, where chd serve reads the results

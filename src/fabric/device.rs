@@ -87,6 +87,8 @@ pub struct RankChild {
     what: String,
     /// The device it said it runs on.
     device: Option<String>,
+    /// Why the job failed, once it said: every later wait answers it.
+    failed: Option<String>,
 }
 
 impl RankChild {
@@ -136,12 +138,16 @@ impl RankChild {
             events: rx,
             what: what.to_string(),
             device: None,
+            failed: None,
         })
     }
 
     /// The next event other than the device line, within `timeout`; the process is killed
     /// when it does not come.
     pub fn next(&mut self, timeout: Duration) -> Result<RankEvent, String> {
+        if let Some(why) = &self.failed {
+            return Err(format!("not run: {why}"));
+        }
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -155,7 +161,9 @@ impl RankChild {
                     self.device = Some(device);
                 }
                 Ok(Ok(RankEvent::Failed { error })) => {
-                    return Err(format!("{}: {error}", self.what))
+                    let why = format!("{}: {error}", self.what);
+                    self.failed = Some(why.clone());
+                    return Err(why);
                 }
                 Ok(Ok(event)) => return Ok(event),
                 Ok(Err(e)) => return Err(format!("{}: {e}", self.what)),

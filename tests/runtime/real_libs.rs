@@ -143,7 +143,9 @@ fn real_nccl_2_32_3_resolves_every_declared_symbol() {
     let lib = real_lib("nccl", "nvidia-nccl-cu12==2.32.3");
     let (nccl, lookups) = record_lookups(|| Nccl::load(Some(&lib.path)));
     nccl.unwrap_or_else(|e| panic!("chd cannot load {lib}: {e}"));
-    assert_all_found(&lib, &lookups, 6, &[]);
+    // The pair probe's 8 and the fabric probe's 5 (ncclGetUniqueId, ncclCommInitRank,
+    // ncclAllReduce, ncclSend, ncclRecv).
+    assert_all_found(&lib, &lookups, 13, &[]);
 }
 
 #[test]
@@ -277,6 +279,89 @@ fn probe_pair_with_real_nccl_2_32_3_reports_ncclcomminitall_own_error() {
             && all.contains("CUDA driver version is insufficient for CUDA runtime version"),
         "{lib}: {all}"
     );
+}
+
+/// `chd probe fabric --backend cuda` on loopback over the fake CUDA runtime (which has
+/// devices) and the real NCCL: the receiving side's rank process makes the rendezvous with
+/// the real `ncclGetUniqueId` (it needs no GPU), rank 0 relays its 128 bytes to the sending
+/// side, and both rank processes reach the real `ncclCommInitRank`, whose own error (its CUDA
+/// runtime finds no driver) is each rail's recorded error; the collectives' rank processes
+/// likewise. Both ranks finish and record the run.
+#[test]
+fn probe_fabric_with_real_nccl_2_32_3_relays_its_unique_id_and_reports_ncclcomminitrank_own_error()
+{
+    assert_no_driver();
+    let lib = real_lib("nccl", "nvidia-nccl-cu12==2.32.3");
+    let fake = fake::fake_runtime_path();
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let ranks: Vec<_> = (0..2)
+        .map(|r| {
+            Command::new(chd_bin())
+                .args([
+                    "probe",
+                    "fabric",
+                    "--backend",
+                    "cuda",
+                    "--cuda-runtime",
+                    fake,
+                ])
+                .args(["--nccl", lib.arg(), "--rails", "^lo$", "--world-size", "2"])
+                .args(["--rank", &r.to_string(), "--node", &format!("node-{r}")])
+                .args(["--rendezvous", &format!("127.0.0.1:{port}")])
+                .args(["--bytes", "1MiB", "--collective-sizes", "1MiB"])
+                .args(["--transfer-timeout", "60", "--format", "json"])
+                .arg("--state-dir")
+                .arg(dir.path().join(format!("node-{r}")))
+                .env("CHD_FABRIC_TOKEN", "real-nccl-fabric-token-0123")
+                .env("CHD_FAKE_DEVICE_COUNT", "1")
+                .env("NCCL_DEBUG", "WARN")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<_> = ranks
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    for (r, out) in outs.iter().enumerate() {
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{lib}: rank {r}: {stdout}{stderr}");
+        assert!(
+            !stderr.contains("ncclGetUniqueId failed"),
+            "{lib}: {stderr}"
+        );
+        let printed: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        let rails = printed["results"][0]["rails"].as_array().unwrap();
+        assert_eq!(rails.len(), 2, "{stdout}");
+        for rail in rails {
+            let e = rail["error"].as_str().unwrap_or_else(|| panic!("{rail}"));
+            // Both sides got as far as joining: the sender with the relayed id.
+            for rank in [0, 1] {
+                let joined =
+                    format!("joining the communicator as rank {rank}: ncclCommInitRank failed");
+                assert!(e.contains(&joined), "{lib}: {rail}");
+            }
+            assert!(
+                e.contains("unhandled cuda error")
+                    && e.contains("CUDA driver version is insufficient for CUDA runtime version"),
+                "{lib}: {rail}"
+            );
+        }
+        for c in printed["results"][0]["collectives"].as_array().unwrap() {
+            let e = c["error"].as_str().unwrap_or_else(|| panic!("{c}"));
+            assert!(
+                e.contains("ncclCommInitRank failed: unhandled cuda error"),
+                "{lib}: {c}"
+            );
+        }
+    }
 }
 
 #[test]
