@@ -525,7 +525,9 @@ pub struct FabricArgs {
     /// sits on, as sysfs says, among this rank's allowed CPUs and without those the node's
     /// affinity probe found unbindable: production placement), none, or a cpulist for every
     /// rail. A rail without a NUMA node (virtual, loopback) runs unbound; each rail's record
-    /// names its CPUs. On cuda/acl the rail's rank processes run there.
+    /// names its CPUs. On cuda/acl a rank process runs on chd's advice for its device (the
+    /// best measured CPUs of the state directory's ledger, as chd advise prints them), else
+    /// as above.
     #[arg(long, value_name = "auto|none|CPULIST", default_value = "auto")]
     pub bind: chd::fabric::placement::Bind,
     /// The collectives over all ranks after the rails (bus bandwidth as nccl-tests defines

@@ -3,6 +3,7 @@
 //! directory (and `--out`), and prints the rank's results. A failed run is recorded as failed
 //! by the node's first rank, then exits non-zero with the reason.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context as _};
@@ -53,14 +54,6 @@ pub fn rank_process() -> anyhow::Result<()> {
         .context("reading the job on stdin")?;
     let job: RankJob = serde_json::from_str(&line)
         .with_context(|| format!("the job on stdin is not a rank job: {}", line.trim()))?;
-    if !job.cpus.is_empty() {
-        chd::fabric::placement::bind_this_thread(&job.cpus).with_context(|| {
-            format!(
-                "binding the rank process to CPUs {}",
-                chd::topology::cpulist::format(&job.cpus)
-            )
-        })?;
-    }
     let stdout = std::io::stdout();
     let mut emit = |e: &RankEvent| {
         let mut out = stdout.lock();
@@ -130,6 +123,11 @@ pub fn run(req: &FabricRequest) -> anyhow::Result<()> {
         rail.rdma_port = chd::fabric::nic::rdma_port(&config.roots.sysfs, &rail.name);
         rail.numa_node = chd::fabric::nic::numa_node(&config.roots.sysfs, &rail.name);
     }
+    let (advised, collective_cpus) = if req.backend == "host" {
+        (BTreeMap::new(), Vec::new())
+    } else {
+        device_placement(&req.bind, &config.roots, &state_dir)?
+    };
     let device = (req.backend != "host")
         .then(|| -> anyhow::Result<DeviceFabric> {
             let cuda = req.backend == "cuda";
@@ -151,6 +149,8 @@ pub fn run(req: &FabricRequest) -> anyhow::Result<()> {
                 device: req.device,
                 local_rank: launch.local_rank,
                 ring_algorithm: req.ring_algorithm,
+                device_cpus: advised.clone(),
+                collective_cpus: collective_cpus.clone(),
                 warmup: req.warmup,
                 iterations: req.iterations,
             })
@@ -474,6 +474,85 @@ fn place(
         }
     }
     Ok(())
+}
+
+/// CPUs per device label.
+type DeviceCpus = BTreeMap<String, Vec<u32>>;
+
+/// Where the rank processes of a device backend run: under `--bind auto`, on chd's advice for
+/// their device (the best measured CPUs of the node's ledger in `state_dir`, among this
+/// rank's CPUs), else on their rail's NUMA node (see [`place`]); under `--bind CPULIST`
+/// there (the collectives' process too); under `--bind none` where the launcher put the rank.
+fn device_placement(
+    bind: &chd::fabric::placement::Bind,
+    roots: &chd::topology::Roots,
+    state_dir: &Path,
+) -> anyhow::Result<(DeviceCpus, Vec<u32>)> {
+    use chd::fabric::placement::Bind;
+    use chd::topology::cpulist;
+    let allowed = || chd::affinity::current_cpus().context("reading this rank's CPUs");
+    match bind {
+        Bind::Off => Ok((BTreeMap::new(), Vec::new())),
+        Bind::Cpus(list) => {
+            let allowed = allowed()?;
+            Ok((
+                BTreeMap::new(),
+                list.iter()
+                    .copied()
+                    .filter(|c| allowed.contains(c))
+                    .collect(),
+            ))
+        }
+        Bind::Auto => {
+            let state = chd::store::persist::state_path(state_dir);
+            if !state.exists() {
+                tracing::info!(
+                    "no {} to advise CPUs from: each rank process runs on its rail's NUMA node",
+                    state.display()
+                );
+                return Ok((BTreeMap::new(), Vec::new()));
+            }
+            let input = super::ledger::Input::StateDir(state_dir.to_path_buf());
+            let ledger = match super::ledger::ledger_of(&input, None, roots, session::unix_now()) {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::warn!(
+                        "{e:#}: no advice, each rank process runs on its rail's NUMA node"
+                    );
+                    return Ok((BTreeMap::new(), Vec::new()));
+                }
+            };
+            let allowed = allowed()?;
+            let advised: BTreeMap<String, Vec<u32>> = chd::ledger::advice::advise(&ledger)
+                .devices
+                .into_iter()
+                .map(|d| {
+                    let cpus: Vec<u32> = cpulist::parse(&d.cpus)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter(|c| allowed.contains(c))
+                        .collect();
+                    (d.device, cpus)
+                })
+                .filter(|(_, cpus)| !cpus.is_empty())
+                .collect();
+            tracing::info!(
+                "chd's advice from {}: {}",
+                state.display(),
+                if advised.is_empty() {
+                    "none for this rank's CPUs; each rank process runs on its rail's NUMA node"
+                        .to_string()
+                } else {
+                    advised
+                        .iter()
+                        .map(|(d, c)| format!("device {d} on CPUs {}", cpulist::format(c)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            );
+            Ok((advised, Vec::new()))
+        }
+    }
 }
 
 /// Under Slurm, rank 0's host is the first node of the step by its Slurm name, which need not

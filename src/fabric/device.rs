@@ -9,6 +9,7 @@
 //! a deadline, past which it is killed (by its pid) and the step fails with the reason, so a
 //! hung transfer never stops the run. Its stderr goes to this rank's.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -16,7 +17,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use super::rails::Rail;
-use super::wire::Measured;
+use super::wire::{Measured, SidePlace};
 use crate::runtime::rank_comm::{DeviceChoice, RankEvent, RankJob, RankOp};
 
 /// How this rank runs its device side.
@@ -35,6 +36,12 @@ pub struct DeviceFabric {
     pub local_rank: u32,
     /// `NCCL_ALGO=Ring` / `HCCL_ALGO=level0:NA;level1:ring` for the collectives.
     pub ring_algorithm: bool,
+    /// chd's advice per device (the node's ledger), among this rank's CPUs: where a rank
+    /// process on that device runs (`--bind auto`).
+    pub device_cpus: BTreeMap<String, Vec<u32>>,
+    /// Where the collectives' rank process runs when its device has no advice
+    /// (`--bind CPULIST`; empty: where this rank runs).
+    pub collective_cpus: Vec<u32>,
     pub warmup: u32,
     pub iterations: u32,
 }
@@ -85,8 +92,8 @@ pub struct RankChild {
     child: Child,
     events: mpsc::Receiver<Result<RankEvent, String>>,
     what: String,
-    /// The device it said it runs on.
-    device: Option<String>,
+    /// Where it said it runs.
+    place: Option<SidePlace>,
     /// Why the job failed, once it said: every later wait answers it.
     failed: Option<String>,
 }
@@ -137,7 +144,7 @@ impl RankChild {
             child,
             events: rx,
             what: what.to_string(),
-            device: None,
+            place: None,
             failed: None,
         })
     }
@@ -156,9 +163,19 @@ impl RankChild {
                     device,
                     name,
                     chosen,
+                    cpus,
+                    placed,
                 })) => {
-                    tracing::info!("{}: device {device} ({name}, {chosen})", self.what);
-                    self.device = Some(device);
+                    let on = if cpus.is_empty() {
+                        "unbound".to_string()
+                    } else {
+                        format!("CPUs {cpus}, {placed}")
+                    };
+                    tracing::info!("{}: device {device} ({name}, {chosen}), {on}", self.what);
+                    self.place = Some(SidePlace {
+                        device,
+                        cpus: (!cpus.is_empty()).then_some(cpus),
+                    });
                 }
                 Ok(Ok(RankEvent::Failed { error })) => {
                     let why = format!("{}: {error}", self.what);
@@ -188,9 +205,9 @@ impl RankChild {
         }
     }
 
-    /// The device it runs on, once it said.
-    pub fn device(&self) -> Option<&str> {
-        self.device.as_deref()
+    /// Where it runs, once it said.
+    pub fn place(&self) -> Option<SidePlace> {
+        self.place.clone()
     }
 
     /// The result of operation `index`, within `timeout`.
@@ -275,6 +292,7 @@ pub fn rail_job(
         }],
         warmup: dev.warmup,
         iterations: dev.iterations,
+        device_cpus: dev.device_cpus.clone(),
         cpus: rail.cpus.clone(),
     }
 }
@@ -303,7 +321,8 @@ pub fn collective_job(
         ops,
         warmup: dev.warmup,
         iterations: dev.iterations,
-        cpus: Vec::new(),
+        device_cpus: dev.device_cpus.clone(),
+        cpus: dev.collective_cpus.clone(),
     }
 }
 
@@ -406,6 +425,8 @@ mod tests {
             device: None,
             local_rank: 3,
             ring_algorithm: false,
+            device_cpus: BTreeMap::new(),
+            collective_cpus: Vec::new(),
             warmup: 1,
             iterations: 2,
         };

@@ -73,19 +73,6 @@ pub fn rail_cpus(
         .collect()
 }
 
-/// Pin the calling thread to `cpus` (nothing for none).
-pub fn bind_this_thread(cpus: &[u32]) -> nix::Result<()> {
-    if cpus.is_empty() {
-        return Ok(());
-    }
-    let mut set = nix::sched::CpuSet::new();
-    for &c in cpus {
-        set.set(c as usize)?;
-    }
-    // pid 0: the calling thread (sched_setaffinity(2)).
-    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,26 +125,5 @@ mod tests {
         assert_eq!("0-2,8".parse::<Bind>(), Ok(Bind::Cpus(vec![0, 1, 2, 8])));
         let err = "fast".parse::<Bind>().unwrap_err();
         assert!(err.contains("not auto, none or a cpulist"), "{err}");
-    }
-
-    #[test]
-    fn a_bound_thread_reads_back_its_cpus() {
-        let allowed = crate::affinity::current_cpus().unwrap();
-        let one = vec![allowed[allowed.len() - 1]];
-        let got = std::thread::spawn({
-            let one = one.clone();
-            move || {
-                bind_this_thread(&one).unwrap();
-                crate::affinity::current_cpus().unwrap()
-            }
-        })
-        .join()
-        .unwrap();
-        assert_eq!(got, one);
-        assert_eq!(
-            crate::affinity::current_cpus().unwrap(),
-            allowed,
-            "only the spawned thread moved"
-        );
     }
 }

@@ -126,13 +126,13 @@ pub fn records(
         let mut rails = Vec::new();
         for t in transfers {
             let (s, mm) = (&t.step, &t.measured);
-            let (way, rail, address, peer_rail, peer_address, device) =
+            let (way, rail, address, peer_rail, peer_address, place) =
                 if s.sender == me && s.receiver == peer.rank {
-                    let d = &t.devices.sender;
-                    (Way::Send, &s.rail, s.from, &s.peer_rail, s.to.ip(), d)
+                    let p = &t.places.sender;
+                    (Way::Send, &s.rail, s.from, &s.peer_rail, s.to.ip(), p)
                 } else if s.receiver == me && s.sender == peer.rank {
-                    let d = &t.devices.receiver;
-                    (Way::Receive, &s.peer_rail, s.to.ip(), &s.rail, s.from, d)
+                    let p = &t.places.receiver;
+                    (Way::Receive, &s.peer_rail, s.to.ip(), &s.rail, s.from, p)
                 } else {
                     continue;
                 };
@@ -148,9 +148,13 @@ pub fn records(
                 seconds: mm.seconds,
                 error: mm.error.clone(),
                 slow: false,
-                cpus: cpus_of(mine, rail),
+                // A rank process says where it ran; the host's streams run on the rail's CPUs.
+                cpus: match place {
+                    Some(p) => p.cpus.clone(),
+                    None => cpus_of(mine, rail),
+                },
                 rdma_port: rdma_port_of(mine, rail),
-                device: device.clone(),
+                device: place.as_ref().map(|p| p.device.clone()),
             });
         }
         for e in &mine.endpoints {
@@ -339,7 +343,7 @@ mod tests {
                     seconds: Some(1.0),
                     error: None,
                 },
-                devices: Default::default(),
+                places: Default::default(),
             })
             .collect();
         let facts = RunFacts {

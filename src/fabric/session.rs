@@ -357,7 +357,7 @@ fn root(
         )
         .map_err(|why| fail(SessionError::Peer(why), &facts))?;
         if let Some(dev) = &settings.device {
-            let (measured, devices) =
+            let (measured, places) =
                 device_steps::root_step(i, steps.len(), step, settings, dev, &mut members)
                     .map_err(|why| {
                         abort_all(&mut members, &why);
@@ -366,7 +366,7 @@ fn root(
             transfers.push(Transfer {
                 step: step.clone(),
                 measured,
-                devices,
+                places,
             });
             continue;
         }
@@ -410,7 +410,7 @@ fn root(
         transfers.push(Transfer {
             step: step.clone(),
             measured,
-            devices: Default::default(),
+            places: Default::default(),
         });
     }
     let mut collectives = Vec::with_capacity(settings.collectives.len());
@@ -925,7 +925,7 @@ fn member(
                     let report = FromRank::Measured {
                         step,
                         measured,
-                        device: None,
+                        place: None,
                     };
                     if let Err(e) = wire::send(&mut conn, &report) {
                         return Err((lost(e, &format!("after step {}", step + 1)), facts));

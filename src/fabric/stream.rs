@@ -7,7 +7,6 @@
 //! Each header is the planned byte count (8 bytes, big-endian); each confirmation the bytes
 //! received (8 bytes). The listener lives for one run and is closed with it.
 
-use super::placement;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -120,7 +119,7 @@ fn sink(mut conn: TcpStream, stop: &AtomicBool) -> io::Result<()> {
 /// Pin the calling stream thread to `cpus` (none: unbound); a failure costs the placement,
 /// not the transfer.
 fn pin(cpus: &[u32]) {
-    if let Err(e) = placement::bind_this_thread(cpus) {
+    if let Err(e) = crate::affinity::pin_this_thread(cpus) {
         tracing::warn!("a fabric stream runs unbound: binding it to CPUs {cpus:?} failed: {e}");
     }
 }

@@ -112,19 +112,27 @@ impl Measured {
 pub struct Transfer {
     pub step: Step,
     pub measured: Measured,
-    /// The devices each side ran on (device backends).
-    #[serde(default, skip_serializing_if = "SideDevices::is_empty")]
-    pub devices: SideDevices,
+    /// Where each side ran (device backends).
+    #[serde(default, skip_serializing_if = "SidePlaces::is_empty")]
+    pub places: SidePlaces,
 }
 
-/// The device each side of a rail transfer ran on, where one did.
+/// Where one side of a rail transfer ran: its device, and its CPUs (a cpulist; none:
+/// unbound).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SidePlace {
+    pub device: String,
+    pub cpus: Option<String>,
+}
+
+/// Where each side of a rail transfer ran, where a rank process said.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SideDevices {
-    pub sender: Option<String>,
-    pub receiver: Option<String>,
+pub struct SidePlaces {
+    pub sender: Option<SidePlace>,
+    pub receiver: Option<SidePlace>,
 }
 
-impl SideDevices {
+impl SidePlaces {
     pub fn is_empty(&self) -> bool {
         self.sender.is_none() && self.receiver.is_none()
     }
@@ -192,9 +200,9 @@ pub enum FromRank {
     Measured {
         step: usize,
         measured: Measured,
-        /// Device backends: the device this rank's side ran on.
+        /// Device backends: where this rank's side ran.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        device: Option<String>,
+        place: Option<SidePlace>,
     },
     /// Device backends: the rendezvous this rank's receiving side of step `step` made, or why
     /// it could not start.

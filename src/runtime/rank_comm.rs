@@ -12,6 +12,7 @@
 //! communicator) is released before [`run`] returns; a failed operation aborts the
 //! communicator instead of destroying it (its peers may still be in the collective).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -21,7 +22,7 @@ use super::collective::{CollectiveApi, Hccl, Nccl, Teardown};
 use super::device_api::{ApiError, DeviceApi, Handle};
 use super::select::{self, BackendChoice, DeviceRuntime, RuntimeConfig};
 use super::DeviceInfo;
-use crate::topology::{Roots, Topology};
+use crate::topology::{cpulist, Roots, Topology};
 
 /// Which device a rank runs on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,21 +94,40 @@ pub struct RankJob {
     pub ops: Vec<RankOp>,
     pub warmup: u32,
     pub iterations: u32,
-    /// The CPUs the process runs on (a rail's, `fabric::placement`); empty: where it was
-    /// started. The caller binds before [`run`].
+    /// The CPUs chd's advice gives each device (the node's ledger: its best measured CPUs,
+    /// among those this rank may use): the process runs there once it knows its device.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub device_cpus: BTreeMap<String, Vec<u32>>,
+    /// Else these CPUs (a rail's NUMA node's, `fabric::placement`, or `--bind CPULIST`);
+    /// empty: where it was started.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cpus: Vec<u32>,
+}
+
+impl RankJob {
+    /// The CPUs the process runs on with `device`, and why.
+    pub fn placement(&self, device: &str) -> (Vec<u32>, &'static str) {
+        match self.device_cpus.get(device) {
+            Some(c) if !c.is_empty() => (c.clone(), "chd's advice for the device"),
+            _ if !self.cpus.is_empty() => (self.cpus.clone(), "the rail's NUMA node or --bind"),
+            _ => (Vec::new(), "unbound"),
+        }
+    }
 }
 
 /// What a rank process says, one line of JSON each.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum RankEvent {
-    /// The device it runs on.
+    /// The device it runs on, and the CPUs (a cpulist; empty: unbound).
     Device {
         device: String,
         name: String,
         chosen: String,
+        #[serde(default)]
+        cpus: String,
+        #[serde(default)]
+        placed: String,
     },
     /// The rendezvous it made, hex (rank 0 of a job without an id).
     Id { id: String },
@@ -141,10 +161,19 @@ fn run_inner(job: &RankJob, emit: &mut dyn FnMut(&RankEvent)) -> Result<(), Stri
     let (index, chosen) = job.device.pick(&devices)?;
     let device = &devices[index];
     let ordinal = super::device_index(&devices, &device.id).map_err(|e| e.to_string())?;
+    let (cpus, placed) = job.placement(&device.id);
+    crate::affinity::pin_this_thread(&cpus).map_err(|e| {
+        format!(
+            "binding the rank process to CPUs {} ({placed}): {e}",
+            cpulist::format(&cpus)
+        )
+    })?;
     emit(&RankEvent::Device {
         device: device.id.clone(),
         name: device.name.clone(),
         chosen: chosen.to_string(),
+        cpus: cpulist::format(&cpus),
+        placed: placed.to_string(),
     });
     api.set_device(ordinal).map_err(|e| e.to_string())?;
     let id = match &job.id {
@@ -464,8 +493,17 @@ mod tests {
             ops: vec![RankOp::Send { peer: 0, bytes: 8 }],
             warmup: 1,
             iterations: 1,
+            device_cpus: BTreeMap::from([("0".to_string(), vec![5])]),
             cpus: vec![2, 3],
         };
+        assert_eq!(job.placement("0"), (vec![5], "chd's advice for the device"));
+        assert_eq!(job.placement("1").0, vec![2, 3]);
+        let bare = RankJob {
+            device_cpus: BTreeMap::new(),
+            cpus: Vec::new(),
+            ..job.clone()
+        };
+        assert_eq!(bare.placement("0"), (Vec::new(), "unbound"));
         let line = serde_json::to_string(&job).unwrap();
         assert!(!line.contains('\n'));
         assert_eq!(serde_json::from_str::<RankJob>(&line).unwrap(), job);

@@ -181,3 +181,85 @@ fn ranks_that_disagree_on_the_backend_are_refused() {
         "{log1}"
     );
 }
+
+/// The CPUs this test may run on.
+fn allowed_cpus() -> Vec<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap()
+        .trim()
+        .to_string();
+    chd::topology::cpulist::parse(&list).unwrap()
+}
+
+#[test]
+fn rank_processes_run_on_chds_advice_for_their_device_when_the_node_has_a_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sa, sb) = (dir.path().join("a"), dir.path().join("b"));
+    // node-a's state directory holds measured H2D cells of device 0: its last allowed CPU
+    // feeds it twice as fast as its first, so chd advises that one.
+    let cpus = allowed_cpus();
+    let (slow, best) = (cpus[0], *cpus.last().unwrap());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let cell = |cpu: u32, gbps: f64| {
+        serde_json::json!({
+            "cpu": cpu, "device": "0", "size_bytes": 268435456u64, "direction": "h2d",
+            "samples": [{"bytes_per_second": gbps * 1e9, "at": now}],
+            "last_attempt": now, "consecutive_errors": 0
+        })
+    };
+    let mut cells = vec![cell(best, 20.0)];
+    if slow != best {
+        cells.push(cell(slow, 10.0));
+    }
+    std::fs::create_dir_all(&sa).unwrap();
+    std::fs::write(
+        sa.join("state.json"),
+        serde_json::json!({
+            "version": 1, "saved_at": now, "h2d": cells, "bindable": [], "last_success": {}
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let port = free_port();
+    let mut extra: Vec<String> = device_args("cuda");
+    extra.extend(["--bytes", "1MiB"].map(String::from));
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let c0 = rank(0, port, "node-a", &sa, TOKEN, &extra);
+    let c1 = rank(1, port, "node-b", &sb, TOKEN, &extra);
+    let r0 = Running::start(c0);
+    let r1 = Running::start(c1);
+    let (ok1, _, log1) = r1.finish();
+    let (ok0, _, log0) = r0.finish();
+    assert!(ok0 && ok1, "rank 0:\n{log0}\nrank 1:\n{log1}");
+    assert!(
+        log0.contains(&format!(
+            "chd's advice from {}: device 0 on CPUs {best}",
+            sa.join("state.json").display()
+        )),
+        "{log0}"
+    );
+    assert!(
+        log0.contains(&format!("CPUs {best}, chd's advice for the device")),
+        "{log0}"
+    );
+    // Without a ledger, node-b's rank processes run where its rail puts them: lo has no
+    // NUMA node, so unbound.
+    assert!(
+        log1.contains("no ") && log1.contains("state.json to advise CPUs from"),
+        "{log1}"
+    );
+    for rail in records(&sa)[0]["rails"].as_array().unwrap() {
+        assert!(rail["error"].is_null(), "{rail}");
+        assert_eq!(rail["cpus"], best.to_string(), "{rail}");
+        assert_eq!(rail["device"], "0", "{rail}");
+    }
+    for rail in records(&sb)[0]["rails"].as_array().unwrap() {
+        assert!(rail["cpus"].is_null(), "{rail}");
+    }
+}

@@ -9,7 +9,9 @@ use std::net::TcpStream;
 
 use super::super::device::{self, DeviceFabric, RankChild};
 use super::super::ring::Op;
-use super::super::wire::{self, FromRank, FromRoot, Measured, SideDevices, Step, WireError};
+use super::super::wire::{
+    self, FromRank, FromRoot, Measured, SidePlace, SidePlaces, Step, WireError,
+};
 use super::{lost, Member, SessionError, Settings, HANDSHAKE};
 use crate::runtime::rank_comm::RankOp;
 
@@ -37,13 +39,13 @@ fn start_receiver(
 }
 
 /// Run the sending side of `step` with the receiver's rendezvous `id`: its seconds, and the
-/// device it ran on.
+/// place it ran.
 fn run_sender(
     step: &Step,
     settings: &Settings,
     dev: &DeviceFabric,
     id: &str,
-) -> (Result<f64, String>, Option<String>) {
+) -> (Result<f64, String>, Option<SidePlace>) {
     let started = rail(settings, &step.rail).and_then(|rail| {
         let job = device::rail_job(dev, rail, true, step.bytes, Some(id.to_string()));
         let what = format!("sending on {} to {}", rail.name, step.to.ip());
@@ -52,19 +54,19 @@ fn run_sender(
     match started {
         Ok(mut child) => {
             let r = child.result(0, settings.transfer_timeout);
-            (r, child.device().map(String::from))
+            (r, child.place())
         }
         Err(e) => (Err(e), None),
     }
 }
 
-/// The receiving side's seconds and device.
+/// The receiving side's seconds and place.
 fn finish_receiver(
     mut child: RankChild,
     settings: &Settings,
-) -> (Result<f64, String>, Option<String>) {
+) -> (Result<f64, String>, Option<SidePlace>) {
     let r = child.result(0, settings.transfer_timeout);
-    (r, child.device().map(String::from))
+    (r, child.place())
 }
 
 /// What a side's report says: its seconds, or its error.
@@ -101,7 +103,7 @@ pub(super) fn root_step(
     settings: &Settings,
     dev: &DeviceFabric,
     members: &mut BTreeMap<u32, Member>,
-) -> Result<(Measured, SideDevices), String> {
+) -> Result<(Measured, SidePlaces), String> {
     let wait = settings.transfer_timeout + HANDSHAKE;
     let died = |rank: u32, members: &BTreeMap<u32, Member>, e: &WireError| {
         format!(
@@ -115,7 +117,7 @@ pub(super) fn root_step(
         )
     };
     let mut sides: Vec<(&str, Result<f64, String>)> = Vec::new();
-    let mut devices = SideDevices::default();
+    let mut places = SidePlaces::default();
     let mut receiving: Option<RankChild> = None;
     let id: Result<String, String> = if step.receiver == 0 {
         start_receiver(step, settings, dev).map(|(child, id)| {
@@ -147,7 +149,7 @@ pub(super) fn root_step(
                 None,
             ),
         };
-        devices.sender = d;
+        places.sender = d;
         sides.push(("sender", r));
     } else {
         let m = members
@@ -164,7 +166,7 @@ pub(super) fn root_step(
     match (receiving, &id) {
         (Some(child), _) => {
             let (r, d) = finish_receiver(child, settings);
-            devices.receiver = d;
+            places.receiver = d;
             sides.push(("receiver", r));
         }
         (None, Err(e)) if step.receiver == 0 => sides.push(("receiver", Err(e.clone()))),
@@ -180,12 +182,12 @@ pub(super) fn root_step(
             Ok(FromRank::Measured {
                 step: s,
                 measured,
-                device,
+                place,
             }) if s == i => {
                 if rank == step.sender {
-                    devices.sender = device;
+                    places.sender = place;
                 } else {
-                    devices.receiver = device;
+                    places.receiver = place;
                 }
                 sides.push((who, side(measured)))
             }
@@ -198,7 +200,7 @@ pub(super) fn root_step(
             Err(e) => return Err(died(rank, members, &e)),
         }
     }
-    Ok((device::merge(step.bytes, &sides), devices))
+    Ok((device::merge(step.bytes, &sides), places))
 }
 
 /// A member's part in rail step `i` when it is one of its sides.
@@ -217,7 +219,7 @@ pub(super) fn member_step(
             lost(&e)
         ))
     };
-    let (r, device) = if step.receiver == me {
+    let (r, place) = if step.receiver == me {
         let started = start_receiver(step, settings, dev);
         let id = started
             .as_ref()
@@ -255,7 +257,7 @@ pub(super) fn member_step(
     let report = FromRank::Measured {
         step: i,
         measured,
-        device,
+        place,
     };
     wire::send(conn, &report).map_err(|e| gone(e, "after"))
 }
