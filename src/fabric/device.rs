@@ -265,12 +265,14 @@ impl Drop for RankChild {
 
 /// The two ranks of a rail transfer: the receiving side is rank 0 of the pair's communicator
 /// (it makes the rendezvous), the sending side rank 1.
+/// `avoid`: the device the other side has when both sides are on one node.
 pub fn rail_job(
     dev: &DeviceFabric,
     rail: &Rail,
     sending: bool,
     bytes: u64,
     id: Option<String>,
+    avoid: Option<String>,
 ) -> RankJob {
     RankJob {
         backend: dev.backend.clone(),
@@ -281,6 +283,7 @@ pub fn rail_job(
             index: dev.device,
             numa: rail.numa_node,
             fallback: dev.local_rank,
+            avoid,
         },
         world: 2,
         rank: u32::from(sending),
@@ -314,6 +317,7 @@ pub fn collective_job(
             index: dev.device,
             numa: None,
             fallback: dev.local_rank,
+            avoid: None,
         },
         world,
         rank,
@@ -431,12 +435,13 @@ mod tests {
             iterations: 2,
         };
         let r = rail("eth2", None);
-        let recv = rail_job(&dev, &r, false, 64, None);
+        let recv = rail_job(&dev, &r, false, 64, None, None);
         assert_eq!((recv.rank, recv.world, recv.id.clone()), (0, 2, None));
         assert_eq!(recv.ops, vec![RankOp::Recv { peer: 1, bytes: 64 }]);
         assert_eq!(recv.device.numa, Some(1));
         assert_eq!(recv.device.fallback, 3);
-        let send = rail_job(&dev, &r, true, 64, Some("ab".into()));
+        let send = rail_job(&dev, &r, true, 64, Some("ab".into()), Some("3".into()));
+        assert_eq!(send.device.avoid.as_deref(), Some("3"));
         assert_eq!(send.rank, 1);
         assert_eq!(send.ops, vec![RankOp::Send { peer: 0, bytes: 64 }]);
     }

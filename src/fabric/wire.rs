@@ -176,6 +176,10 @@ pub enum FromRoot {
     Rendezvous {
         step: usize,
         id: Result<String, String>,
+        /// The receiving side's device when the sending side is on the same node: the sender
+        /// takes another (NCCL runs one rank per GPU).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        avoid: Option<String>,
     },
     Done {
         ranks: Vec<RankInfo>,
@@ -209,6 +213,9 @@ pub enum FromRank {
     Rendezvous {
         step: usize,
         id: Result<String, String>,
+        /// The device the receiving side runs on.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        device: Option<String>,
     },
     /// This rank's time of collective `index`, or why it failed.
     Collective {

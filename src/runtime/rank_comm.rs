@@ -33,11 +33,40 @@ pub struct DeviceChoice {
     pub numa: Option<u32>,
     /// Else this index, modulo the device count (the rank's local rank).
     pub fallback: u32,
+    /// Never this device (the other side of a rail on the same node has it: NCCL runs one
+    /// rank per GPU), even when named: the next one is taken instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub avoid: Option<String>,
 }
 
 impl DeviceChoice {
     /// The device's index among `devices`, and how it was chosen.
     pub fn pick(&self, devices: &[DeviceInfo]) -> Result<(usize, &'static str), String> {
+        let (first, how) = self.first_pick(devices)?;
+        let Some(avoid) = &self.avoid else {
+            return Ok((first, how));
+        };
+        if devices[first].id != *avoid {
+            return Ok((first, how));
+        }
+        (1..devices.len())
+            .map(|k| (first + k) % devices.len())
+            .find(|&i| devices[i].id != *avoid)
+            .map(|i| {
+                (
+                    i,
+                    "the next one: the other side on this node has the first choice",
+                )
+            })
+            .ok_or_else(|| {
+                format!(
+                    "the other side of the rail on this node runs on device {avoid}, the only \
+                     one: NCCL runs one rank per device"
+                )
+            })
+    }
+
+    fn first_pick(&self, devices: &[DeviceInfo]) -> Result<(usize, &'static str), String> {
         if devices.is_empty() {
             return Err("the backend has no devices".into());
         }
@@ -447,9 +476,32 @@ mod tests {
                 index,
                 numa,
                 fallback,
+                avoid: None,
             }
             .pick(&devices)
         };
+        let avoiding = |index, numa, avoid: &str| {
+            DeviceChoice {
+                index,
+                numa,
+                fallback: 0,
+                avoid: Some(avoid.to_string()),
+            }
+            .pick(&devices)
+        };
+        // The other side of a rail on this node has the nearest (or the named) device.
+        assert_eq!(avoiding(None, Some(1), "2").unwrap().0, 0);
+        assert_eq!(avoiding(Some(0), None, "0").unwrap().0, 1);
+        assert_eq!(avoiding(None, Some(0), "1").unwrap().0, 0);
+        assert!(DeviceChoice {
+            index: None,
+            numa: None,
+            fallback: 0,
+            avoid: Some("0".into()),
+        }
+        .pick(&devices[..1])
+        .unwrap_err()
+        .contains("one rank per device"));
         assert_eq!(choose(Some(1), Some(1), 0), Ok((1, "named")));
         assert_eq!(choose(None, Some(1), 0), Ok((2, "nearest the rail")));
         assert_eq!(choose(None, Some(7), 4), Ok((1, "the local rank's")));
@@ -458,7 +510,8 @@ mod tests {
         assert!(DeviceChoice {
             index: None,
             numa: None,
-            fallback: 0
+            fallback: 0,
+            avoid: None,
         }
         .pick(&[])
         .is_err());
@@ -486,6 +539,7 @@ mod tests {
                 index: None,
                 numa: Some(1),
                 fallback: 0,
+                avoid: None,
             },
             world: 2,
             rank: 1,

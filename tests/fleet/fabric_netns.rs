@@ -200,7 +200,10 @@ fn rank(
     .env("CHD_FABRIC_TOKEN", TOKEN)
     // The fake's ranks give up on a peer that never connects (the dead rail) well within
     // chd's own deadline for the rank process.
-    .env("CHD_FAKE_PAIR_TIMEOUT_MS", "8000");
+    .env("CHD_FAKE_PAIR_TIMEOUT_MS", "8000")
+    // The two namespaces share one host, its name and boot id; NCCL tells hosts apart by
+    // NCCL_HOSTID (one rank per GPU and host).
+    .env("NCCL_HOSTID", node);
     let fake = fake_runtime_path();
     match via {
         Via::Host => {}

@@ -49,6 +49,9 @@ pub(crate) fn rank(
         .arg(state)
         .args(extra)
         .env("CHD_FABRIC_TOKEN", token)
+        // Each rank plays a node of its own: NCCL tells hosts apart by NCCL_HOSTID (the
+        // device backends' runs; the host backend ignores it).
+        .env("NCCL_HOSTID", node)
         .env("RUST_LOG", "info")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

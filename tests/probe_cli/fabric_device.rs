@@ -4,7 +4,9 @@
 //! for it (the receiving side makes the rendezvous, rank 0 relays it), the collectives run in
 //! one rank process per rank; the records name the device each side ran on. A rank process
 //! that hangs is killed at the transfer deadline and costs only its step; a run whose ranks
-//! disagree on the backend is refused. Traffic only on 127.0.0.1.
+//! disagree on the backend is refused; two ranks of one node never put a rail's two sides on
+//! one GPU (NCCL, and the fake, refuse two ranks of a communicator on one device of one
+//! host). Traffic only on 127.0.0.1.
 
 use std::time::Duration;
 
@@ -261,5 +263,51 @@ fn rank_processes_run_on_chds_advice_for_their_device_when_the_node_has_a_ledger
     }
     for rail in records(&sb)[0]["rails"].as_array().unwrap() {
         assert!(rail["cpus"].is_null(), "{rail}");
+    }
+}
+
+#[test]
+fn the_two_sides_of_a_rail_on_one_node_run_on_two_devices() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sa, sb) = (dir.path().join("a"), dir.path().join("b"));
+    let port = free_port();
+    let mut extra: Vec<String> = device_args("cuda");
+    // Both ranks ask for device 0: a rail's sender takes the next one, the collectives (both
+    // ranks on device 0 of one host, as asked) meet NCCL's rule.
+    extra.extend(["--bytes", "1MiB", "--device", "0"].map(String::from));
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let mut c0 = rank(0, port, "box", &sa, TOKEN, &extra);
+    let mut c1 = rank(1, port, "box", &sb, TOKEN, &extra);
+    c1.args(["--local-rank", "1"]);
+    for c in [&mut c0, &mut c1] {
+        c.env("NCCL_HOSTID", "one-host");
+    }
+    let r0 = Running::start(c0);
+    let r1 = Running::start(c1);
+    let (ok1, _, log1) = r1.finish();
+    let (ok0, out0, log0) = r0.finish();
+    assert!(ok0 && ok1, "rank 0:\n{log0}\nrank 1:\n{log1}");
+    assert!(
+        log0.contains("sending on lo to 127.0.0.1: device 1 (")
+            && log0.contains("the next one: the other side on this node has the first choice"),
+        "{log0}"
+    );
+    let printed: Value = serde_json::from_str(&out0).unwrap();
+    let rec = &printed["results"][0];
+    for rail in rec["rails"].as_array().unwrap() {
+        assert!(rail["error"].is_null(), "{rail}");
+        let want = if rail["direction"] == "send" {
+            "1"
+        } else {
+            "0"
+        };
+        assert_eq!(rail["device"], want, "{rail}");
+    }
+    for c in rec["collectives"].as_array().unwrap() {
+        let e = c["error"].as_str().unwrap_or_else(|| panic!("{c}"));
+        assert!(
+            e.contains("Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 10000"),
+            "{c}"
+        );
     }
 }

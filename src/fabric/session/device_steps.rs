@@ -31,7 +31,7 @@ fn start_receiver(
     dev: &DeviceFabric,
 ) -> Result<(RankChild, String), String> {
     let rail = rail(settings, &step.peer_rail)?;
-    let job = device::rail_job(dev, rail, false, step.bytes, None);
+    let job = device::rail_job(dev, rail, false, step.bytes, None, None);
     let what = format!("receiving on {} from {}", rail.name, step.from);
     let mut child = RankChild::spawn(dev, &job, &device::rail_env(&dev.backend, rail), &what)?;
     let id = child.id(settings.transfer_timeout)?;
@@ -45,9 +45,10 @@ fn run_sender(
     settings: &Settings,
     dev: &DeviceFabric,
     id: &str,
+    avoid: Option<String>,
 ) -> (Result<f64, String>, Option<SidePlace>) {
     let started = rail(settings, &step.rail).and_then(|rail| {
-        let job = device::rail_job(dev, rail, true, step.bytes, Some(id.to_string()));
+        let job = device::rail_job(dev, rail, true, step.bytes, Some(id.to_string()), avoid);
         let what = format!("sending on {} to {}", rail.name, step.to.ip());
         RankChild::spawn(dev, &job, &device::rail_env(&dev.backend, rail), &what)
     });
@@ -119,8 +120,10 @@ pub(super) fn root_step(
     let mut sides: Vec<(&str, Result<f64, String>)> = Vec::new();
     let mut places = SidePlaces::default();
     let mut receiving: Option<RankChild> = None;
+    let mut receiver_device: Option<String> = None;
     let id: Result<String, String> = if step.receiver == 0 {
         start_receiver(step, settings, dev).map(|(child, id)| {
+            receiver_device = child.place().map(|p| p.device);
             receiving = Some(child);
             id
         })
@@ -130,7 +133,14 @@ pub(super) fn root_step(
             .expect("a planned receiver joined");
         let _ = m.conn.set_read_timeout(Some(wait));
         match wire::receive::<FromRank>(&mut m.conn) {
-            Ok(FromRank::Rendezvous { step: s, id }) if s == i => id,
+            Ok(FromRank::Rendezvous {
+                step: s,
+                id,
+                device,
+            }) if s == i => {
+                receiver_device = device;
+                id
+            }
             Ok(other) => {
                 return Err(format!(
                     "rank {} sent {other:?} instead of step {}'s rendezvous",
@@ -141,9 +151,20 @@ pub(super) fn root_step(
             Err(e) => return Err(died(step.receiver, members, &e)),
         }
     };
+    // Both sides on one node: NCCL runs one rank per GPU, so the sender takes another.
+    let node = |rank: u32| {
+        if rank == 0 {
+            settings.node.as_str()
+        } else {
+            members[&rank].info.node.as_str()
+        }
+    };
+    let avoid = (node(step.sender) == node(step.receiver))
+        .then_some(receiver_device)
+        .flatten();
     if step.sender == 0 {
         let (r, d) = match &id {
-            Ok(id) => run_sender(step, settings, dev, id),
+            Ok(id) => run_sender(step, settings, dev, id, avoid),
             Err(e) => (
                 Err(format!("not started: the receiving side failed ({e})")),
                 None,
@@ -158,6 +179,7 @@ pub(super) fn root_step(
         let msg = FromRoot::Rendezvous {
             step: i,
             id: id.clone(),
+            avoid,
         };
         if let Err(e) = wire::send(&mut m.conn, &msg) {
             return Err(died(step.sender, members, &e));
@@ -221,19 +243,31 @@ pub(super) fn member_step(
     };
     let (r, place) = if step.receiver == me {
         let started = start_receiver(step, settings, dev);
+        let device = started
+            .as_ref()
+            .ok()
+            .and_then(|(child, _)| child.place())
+            .map(|p| p.device);
         let id = started
             .as_ref()
             .map(|(_, id)| id.clone())
             .map_err(Clone::clone);
-        wire::send(conn, &FromRank::Rendezvous { step: i, id })
-            .map_err(|e| gone(e, "after the rendezvous"))?;
+        wire::send(
+            conn,
+            &FromRank::Rendezvous {
+                step: i,
+                id,
+                device,
+            },
+        )
+        .map_err(|e| gone(e, "after the rendezvous"))?;
         match started {
             Ok((child, _)) => finish_receiver(child, settings),
             Err(e) => (Err(e), None),
         }
     } else if step.sender == me {
         let id = match wire::receive::<FromRoot>(conn) {
-            Ok(FromRoot::Rendezvous { step: s, id }) if s == i => id,
+            Ok(FromRoot::Rendezvous { step: s, id, avoid }) if s == i => (id, avoid),
             Ok(FromRoot::Abort { why }) => return Err(SessionError::Aborted(why)),
             Ok(other) => {
                 return Err(SessionError::Peer(format!(
@@ -243,8 +277,9 @@ pub(super) fn member_step(
             }
             Err(e) => return Err(gone(e, "before the rendezvous")),
         };
+        let (id, avoid) = id;
         match id {
-            Ok(id) => run_sender(step, settings, dev, &id),
+            Ok(id) => run_sender(step, settings, dev, &id, avoid),
             Err(e) => (
                 Err(format!("not started: the receiving side failed ({e})")),
                 None,

@@ -48,6 +48,10 @@ fn main() {
             killed_peer_fails_the_survivor,
         ),
         ("wrong_ids_are_refused", wrong_ids_are_refused),
+        (
+            "one_rank_per_gpu_and_host_for_nccl",
+            one_rank_per_gpu_and_host_for_nccl,
+        ),
         ("p2p_mismatch_nccl_refused", p2p_mismatch_nccl_refused),
         ("p2p_mismatch_hccl_refused", p2p_mismatch_hccl_refused),
         ("p2p_in_process_not_supported", p2p_in_process_not_supported),
@@ -1050,6 +1054,43 @@ fn p2p_in_process_not_supported() {
         assert_eq!(aclrtFree(hbuf), 0);
         for c in hcomms {
             assert_eq!(HcclCommDestroy(c), 0);
+        }
+    }
+}
+
+/// NCCL's init refuses two ranks of one communicator on one device of one host
+/// ("Duplicate GPU detected", `ncclInvalidUsage`) on both; the host is `NCCL_HOSTID` when set,
+/// so two processes that stand for two nodes may use the same device index. HCCL has no such
+/// rule in the fake.
+fn one_rank_per_gpu_and_host_for_nccl() {
+    let run = |lib: &str, hosts: [&str; 2]| {
+        let scratch = Scratch::new(&format!("dup-{lib}-{}", hosts[1]));
+        let procs = [0, 1].map(|rank| {
+            let vars = [
+                ("XP_LIB", lib.to_owned()),
+                ("XP_OPS", format!("allgather:{MIB}")),
+                ("NCCL_SOCKET_IFNAME", "=lo".to_owned()),
+                ("HCCL_SOCKET_IFNAME", "=lo".to_owned()),
+                ("XP_ID_FILE", scratch.0.join("id").display().to_string()),
+                ("XP_DEVICE", "0".to_owned()),
+                ("NCCL_HOSTID", hosts[rank].to_owned()),
+            ];
+            spawn(None, rank, &vars)
+        });
+        procs.map(|p| p.finish())
+    };
+    for (rank, (ok, out, err)) in run("nccl", ["h", "h"]).into_iter().enumerate() {
+        assert!(!ok, "rank {rank} joined beside a rank on its device: {out}");
+        assert!(
+            err.contains("init: 5 ")
+                && err.contains("Duplicate GPU detected : rank ")
+                && err.contains("both on CUDA device 10000"),
+            "rank {rank}: {err}"
+        );
+    }
+    for (lib, hosts) in [("nccl", ["node-a", "node-b"]), ("hccl", ["h", "h"])] {
+        for (rank, (ok, out, err)) in run(lib, hosts).into_iter().enumerate() {
+            assert!(ok, "{lib} rank {rank} on {hosts:?}: {out}{err}");
         }
     }
 }

@@ -96,6 +96,12 @@ pub fn init(
     let timeout = timeout();
     let peers = bootstrap::join(info, nranks, rank, data, timeout)?;
     let ring = Ring::connect(listener, &iface, &peers, rank, &info.nonce, timeout)?;
+    if lib == Lib::Nccl {
+        if let Err(e) = one_rank_per_gpu(&ring, rank, device) {
+            ring.shutdown();
+            return Err(e);
+        }
+    }
     let handle = 0x7fc0_0000_0000 + (NEXT_HANDLE.fetch_add(1, Ordering::Relaxed) + 1) * 64;
     let comm = NetComm {
         lib,
@@ -108,6 +114,52 @@ pub fn init(
     };
     with_comms(|m| m.insert(handle, Arc::new(comm)));
     Ok(handle as *mut c_void)
+}
+
+/// The host as NCCL tells hosts apart: `NCCL_HOSTID` when set, else the host name and the
+/// kernel's boot id (NCCL's `getHostHash`), hashed.
+fn host_hash() -> u64 {
+    use std::hash::{Hash, Hasher};
+    let id = std::env::var("NCCL_HOSTID").unwrap_or_else(|_| {
+        let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+        format!("{}{}", name.trim(), boot.trim())
+    });
+    // SipHash with fixed keys: the same value in every process.
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    id.hash(&mut h);
+    h.finish()
+}
+
+/// NCCL runs one rank per GPU: two ranks of a communicator on one host and one device fail
+/// its init with `ncclInvalidUsage`, "Duplicate GPU detected : rank 0 and rank 1 both on
+/// CUDA device 10000" (the bus id's hex digits, as NCCL prints them), on every rank that
+/// shares the device.
+fn one_rank_per_gpu(ring: &Ring, rank: usize, device: usize) -> Result<(), CollError> {
+    let pci = config::get()
+        .pci_addresses
+        .get(device)
+        .copied()
+        .unwrap_or_else(|| config::PciAddress::default_for(device));
+    let digits: String = pci
+        .legacy_upper()
+        .chars()
+        .filter(char::is_ascii_hexdigit)
+        .collect();
+    let bus_id = u64::from_str_radix(&digits, 16).unwrap_or(device as u64);
+    let mut mine = host_hash().to_be_bytes().to_vec();
+    mine.extend_from_slice(&bus_id.to_be_bytes());
+    let all = ring.allgather_small(&mine)?;
+    match all
+        .iter()
+        .enumerate()
+        .find(|(i, other)| *i != rank && **other == mine)
+    {
+        Some((other, _)) => Err(CollError::InvalidUsage(format!(
+            "Duplicate GPU detected : rank {rank} and rank {other} both on CUDA device {bus_id:x}"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Destroys `handle` (local: the peers see its connections close). `abort` also wakes a
