@@ -289,6 +289,20 @@ fn throttled_rail_fires(via: Via, tag: &str) {
                 slow.insert(format!("{node} {rail} {way}"));
             }
         }
+        // The collectives over both ranks ran (on a device backend, in rank processes of
+        // their own, rank 0's rendezvous relayed with the first).
+        for c in printed["results"][0]["collectives"].as_array().unwrap() {
+            println!(
+                "{node:<8} {:<14} {:>10}  bus GB/s {}",
+                c["op"].as_str().unwrap(),
+                c["bytes"],
+                c["bus_gbps"]
+                    .as_f64()
+                    .map_or("-".into(), |g| format!("{g:.3}"))
+            );
+            assert!(c["error"].is_null(), "{via:?} {node}: {c}");
+            assert!(c["bus_gbps"].as_f64().unwrap() > 0.0, "{via:?} {node}: {c}");
+        }
     }
     // Slow: the throttled direction of rail 2, seen from both of its nodes, and the dead
     // rail 3 both ways on both. Not rail 1, nor rail 2's other direction.
