@@ -263,9 +263,35 @@ impl Drop for RankChild {
     }
 }
 
+/// A job of `dev`'s on `device`, the rest as given.
+fn job(
+    dev: &DeviceFabric,
+    device: DeviceChoice,
+    (world, rank): (u32, u32),
+    id: Option<String>,
+    ops: Vec<RankOp>,
+    cpus: Vec<u32>,
+) -> RankJob {
+    RankJob {
+        backend: dev.backend.clone(),
+        runtime_library: dev.runtime_library.clone(),
+        collective_library: dev.collective_library.clone(),
+        sysfs: dev.sysfs.clone(),
+        device,
+        world,
+        rank,
+        id,
+        ops,
+        warmup: dev.warmup,
+        iterations: dev.iterations,
+        device_cpus: dev.device_cpus.clone(),
+        cpus,
+    }
+}
+
 /// The two ranks of a rail transfer: the receiving side is rank 0 of the pair's communicator
-/// (it makes the rendezvous), the sending side rank 1.
-/// `avoid`: the device the other side has when both sides are on one node.
+/// (it makes the rendezvous), the sending side rank 1. `avoid`: the device the other side has
+/// when both sides are on one node.
 pub fn rail_job(
     dev: &DeviceFabric,
     rail: &Rail,
@@ -274,30 +300,19 @@ pub fn rail_job(
     id: Option<String>,
     avoid: Option<String>,
 ) -> RankJob {
-    RankJob {
-        backend: dev.backend.clone(),
-        runtime_library: dev.runtime_library.clone(),
-        collective_library: dev.collective_library.clone(),
-        sysfs: dev.sysfs.clone(),
-        device: DeviceChoice {
-            index: dev.device,
-            numa: rail.numa_node,
-            fallback: dev.local_rank,
-            avoid,
-        },
-        world: 2,
-        rank: u32::from(sending),
-        id,
-        ops: vec![if sending {
-            RankOp::Send { peer: 0, bytes }
-        } else {
-            RankOp::Recv { peer: 1, bytes }
-        }],
-        warmup: dev.warmup,
-        iterations: dev.iterations,
-        device_cpus: dev.device_cpus.clone(),
-        cpus: rail.cpus.clone(),
-    }
+    let device = DeviceChoice {
+        index: dev.device,
+        numa: rail.numa_node,
+        fallback: dev.local_rank,
+        avoid,
+    };
+    let op = if sending {
+        RankOp::Send { peer: 0, bytes }
+    } else {
+        RankOp::Recv { peer: 1, bytes }
+    };
+    let rank = u32::from(sending);
+    job(dev, device, (2, rank), id, vec![op], rail.cpus.clone())
 }
 
 /// The job of this rank's share of the collectives.
@@ -308,26 +323,20 @@ pub fn collective_job(
     id: Option<String>,
     ops: Vec<RankOp>,
 ) -> RankJob {
-    RankJob {
-        backend: dev.backend.clone(),
-        runtime_library: dev.runtime_library.clone(),
-        collective_library: dev.collective_library.clone(),
-        sysfs: dev.sysfs.clone(),
-        device: DeviceChoice {
-            index: dev.device,
-            numa: None,
-            fallback: dev.local_rank,
-            avoid: None,
-        },
-        world,
-        rank,
+    let device = DeviceChoice {
+        index: dev.device,
+        numa: None,
+        fallback: dev.local_rank,
+        avoid: None,
+    };
+    job(
+        dev,
+        device,
+        (world, rank),
         id,
         ops,
-        warmup: dev.warmup,
-        iterations: dev.iterations,
-        device_cpus: dev.device_cpus.clone(),
-        cpus: dev.collective_cpus.clone(),
-    }
+        dev.collective_cpus.clone(),
+    )
 }
 
 /// One rail step's measurement from what its two sides measured: the slower side's time

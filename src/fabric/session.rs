@@ -842,61 +842,47 @@ fn member(
     let mut own: Option<Result<(RankChild, String), String>> = None;
     loop {
         match wire::receive::<FromRoot>(&mut conn) {
-            Ok(FromRoot::Collective { index, id }) if settings.device.is_some() => {
-                let dev = settings.device.as_ref().expect("a device backend");
-                if index == 0 {
-                    own = Some(match id {
-                        Some(id) => {
-                            device_steps::collectives_child(dev, settings, me.rank, Some(id))
+            Ok(FromRoot::Collective { index, id }) => {
+                let r = match &settings.device {
+                    Some(dev) => {
+                        if index == 0 {
+                            own = Some(match id {
+                                Some(id) => device_steps::collectives_child(
+                                    dev,
+                                    settings,
+                                    me.rank,
+                                    Some(id),
+                                ),
+                                None => Err("rank 0 made no rendezvous for the collectives \
+                                             (its rank process failed)"
+                                    .into()),
+                            });
                         }
-                        None => Err("rank 0 made no rendezvous for the collectives (its rank \
-                                     process failed)"
-                            .into()),
-                    });
-                }
-                let r = match &mut own {
-                    Some(child) => device_steps::collective_result(child, index, settings),
-                    None => Err(format!("collective {} before the first", index + 1)),
-                };
-                let (seconds, error) = match r {
-                    Ok(t) => (Some(t), None),
-                    Err(e) => (None, Some(e)),
-                };
-                let reply = FromRank::Collective {
-                    index,
-                    seconds,
-                    error,
-                };
-                if let Err(e) = wire::send(&mut conn, &reply) {
-                    return Err((lost(e, &format!("after collective {}", index + 1)), facts));
-                }
-            }
-            Ok(FromRoot::Collective { index, .. }) => {
-                let (seconds, error) = match (planned.get(index), &ring_listener) {
-                    (Some(c), Some(listener)) if ring_addrs.len() > me.rank as usize => {
-                        match collective(
-                            &mut links,
-                            listener,
-                            &ring_addrs,
-                            me.rank as usize,
-                            c,
-                            settings.transfer_timeout,
-                        ) {
-                            Ok(t) => (Some(t), None),
-                            Err(e) => (None, Some(e)),
+                        match &mut own {
+                            Some(child) => device_steps::collective_result(child, index, settings),
+                            None => Err(format!("collective {} before the first", index + 1)),
                         }
                     }
-                    _ => (
-                        None,
-                        Some(format!(
+                    None => match (planned.get(index), &ring_listener) {
+                        (Some(c), Some(listener)) if ring_addrs.len() > me.rank as usize => {
+                            collective(
+                                &mut links,
+                                listener,
+                                &ring_addrs,
+                                me.rank as usize,
+                                c,
+                                settings.transfer_timeout,
+                            )
+                        }
+                        _ => Err(format!(
                             "no collective {index} in the plan, or no ring listener here"
                         )),
-                    ),
+                    },
                 };
                 let reply = FromRank::Collective {
                     index,
-                    seconds,
-                    error,
+                    seconds: r.as_ref().ok().copied(),
+                    error: r.err(),
                 };
                 if let Err(e) = wire::send(&mut conn, &reply) {
                     return Err((lost(e, &format!("after collective {}", index + 1)), facts));

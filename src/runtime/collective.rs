@@ -115,24 +115,24 @@ pub(crate) trait CollectiveApi: Send + Sync {
         comm: Handle,
         stream: Handle,
     ) -> Result<(), ApiError>;
-    /// Enqueue sending `bytes` of `buf` to rank `peer` (`ncclSend`, `HcclSend`).
-    fn send(
+    /// Enqueue one end of a point-to-point transfer of `bytes` with rank `peer`: sending from
+    /// `buf` (`ncclSend`, `HcclSend`) or receiving into it (`ncclRecv`, `HcclRecv`).
+    fn point_to_point(
         &self,
+        end: PeerEnd,
         buf: Handle,
         bytes: usize,
         peer: u32,
         comm: Handle,
         stream: Handle,
     ) -> Result<(), ApiError>;
-    /// Enqueue receiving `bytes` into `buf` from rank `peer` (`ncclRecv`, `HcclRecv`).
-    fn recv(
-        &self,
-        buf: Handle,
-        bytes: usize,
-        peer: u32,
-        comm: Handle,
-        stream: Handle,
-    ) -> Result<(), ApiError>;
+}
+
+/// Which end of a point-to-point transfer a rank is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PeerEnd {
+    Send,
+    Recv,
 }
 
 /// The error of a call whose symbol the loaded library lacks.
@@ -430,42 +430,23 @@ impl CollectiveApi for Nccl {
         })
     }
 
-    fn send(
+    fn point_to_point(
         &self,
+        end: PeerEnd,
         buf: Handle,
         bytes: usize,
         peer: u32,
         comm: Handle,
         stream: Handle,
     ) -> Result<(), ApiError> {
-        let f = present(
-            self.rank_calls.send,
-            "ncclSend",
-            &self.source,
-            "NCCL 2.7 or later",
-        )?;
-        // SAFETY: `buf` holds `bytes` on the communicator's device.
-        self.check("ncclSend", unsafe {
-            f(buf, bytes, DATA_TYPE_INT8, peer as c_int, comm, stream)
-        })
-    }
-
-    fn recv(
-        &self,
-        buf: Handle,
-        bytes: usize,
-        peer: u32,
-        comm: Handle,
-        stream: Handle,
-    ) -> Result<(), ApiError> {
-        let f = present(
-            self.rank_calls.recv,
-            "ncclRecv",
-            &self.source,
-            "NCCL 2.7 or later",
-        )?;
-        // SAFETY: `buf` has room for `bytes` on the communicator's device.
-        self.check("ncclRecv", unsafe {
+        let (call, f) = match end {
+            PeerEnd::Send => ("ncclSend", self.rank_calls.send),
+            PeerEnd::Recv => ("ncclRecv", self.rank_calls.recv),
+        };
+        let f = present(f, call, &self.source, "NCCL 2.7 or later")?;
+        // SAFETY: `buf` spans `bytes` on the communicator's device (sent from or received
+        // into).
+        self.check(call, unsafe {
             f(buf, bytes, DATA_TYPE_INT8, peer as c_int, comm, stream)
         })
     }
@@ -674,42 +655,23 @@ impl CollectiveApi for Hccl {
         })
     }
 
-    fn send(
+    fn point_to_point(
         &self,
+        end: PeerEnd,
         buf: Handle,
         bytes: usize,
         peer: u32,
         comm: Handle,
         stream: Handle,
     ) -> Result<(), ApiError> {
-        let f = present(
-            self.rank_calls.send,
-            "HcclSend",
-            &self.source,
-            "CANN 5 or later",
-        )?;
-        // SAFETY: `buf` holds `bytes` on the communicator's device.
-        self.check("HcclSend", unsafe {
-            f(buf, bytes as u64, DATA_TYPE_INT8, peer, comm, stream)
-        })
-    }
-
-    fn recv(
-        &self,
-        buf: Handle,
-        bytes: usize,
-        peer: u32,
-        comm: Handle,
-        stream: Handle,
-    ) -> Result<(), ApiError> {
-        let f = present(
-            self.rank_calls.recv,
-            "HcclRecv",
-            &self.source,
-            "CANN 5 or later",
-        )?;
-        // SAFETY: `buf` has room for `bytes` on the communicator's device.
-        self.check("HcclRecv", unsafe {
+        let (call, f) = match end {
+            PeerEnd::Send => ("HcclSend", self.rank_calls.send),
+            PeerEnd::Recv => ("HcclRecv", self.rank_calls.recv),
+        };
+        let f = present(f, call, &self.source, "CANN 5 or later")?;
+        // SAFETY: `buf` spans `bytes` on the communicator's device (sent from or received
+        // into).
+        self.check(call, unsafe {
             f(buf, bytes as u64, DATA_TYPE_INT8, peer, comm, stream)
         })
     }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::collective::{CollectiveApi, Hccl, Nccl, Teardown};
+use super::collective::{CollectiveApi, Hccl, Nccl, PeerEnd, Teardown};
 use super::device_api::{ApiError, DeviceApi, Handle};
 use super::select::{self, BackendChoice, DeviceRuntime, RuntimeConfig};
 use super::DeviceInfo;
@@ -402,8 +402,12 @@ fn time_op(
     let (s, r) = (ptr(&send), ptr(&recv));
     let enqueue = || -> Result<(), ApiError> {
         match op {
-            RankOp::Send { peer, .. } => coll.send(s, send_bytes as usize, peer, comm, stream),
-            RankOp::Recv { peer, .. } => coll.recv(r, recv_bytes as usize, peer, comm, stream),
+            RankOp::Send { peer, .. } => {
+                coll.point_to_point(PeerEnd::Send, s, send_bytes as usize, peer, comm, stream)
+            }
+            RankOp::Recv { peer, .. } => {
+                coll.point_to_point(PeerEnd::Recv, r, recv_bytes as usize, peer, comm, stream)
+            }
             RankOp::AllGather { .. } => coll.all_gather(s, r, send_bytes as usize, comm, stream),
             RankOp::AllReduce { .. } => {
                 coll.all_reduce_f32(s, r, (send_bytes / 4) as usize, comm, stream)

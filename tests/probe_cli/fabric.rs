@@ -293,8 +293,10 @@ fn rank_0_killed_mid_run_ends_the_run_on_the_other_rank() {
     let port = free_port();
     let big = ["--bytes", "512GiB", "--transfer-timeout", "30"];
     let mut r0 = Running::start(rank(0, port, "node-a", &dir.path().join("a"), TOKEN, &big));
-    let r1 = Running::start(rank(1, port, "node-b", &dir.path().join("b"), TOKEN, &big));
-    r0.wait_for_log("transfers planned");
+    let mut r1 = Running::start(rank(1, port, "node-b", &dir.path().join("b"), TOKEN, &big));
+    // Mid-run: once rank 1 has the plan (rank 0 logs its plan before it sends it, so a kill
+    // right after rank 0's line may land before rank 1 has it).
+    r1.wait_for_log("the plan has");
     r0.child.kill().unwrap();
     let _ = r0.child.wait();
     let (ok1, _, log1) = r1.finish();
