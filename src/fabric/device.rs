@@ -124,7 +124,7 @@ impl RankChild {
         drop(stdin);
         let stdout = child.stdout.take().expect("piped");
         let (tx, rx) = mpsc::channel();
-        std::thread::Builder::new()
+        let reader = std::thread::Builder::new()
             .name("fabric-rank-out".into())
             .spawn(move || {
                 for line in BufReader::new(stdout).lines() {
@@ -138,8 +138,12 @@ impl RankChild {
                         return;
                     }
                 }
-            })
-            .map_err(|e| format!("{what}: {e}"))?;
+            });
+        if let Err(e) = reader {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("{what}: cannot read the rank process: {e}"));
+        }
         Ok(RankChild {
             child,
             events: rx,

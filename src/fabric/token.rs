@@ -97,17 +97,16 @@ pub fn challenge() -> String {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    crate::format::hex::encode(bytes)
 }
 
+/// A proof's bytes; none for what is not one (odd, not hex, longer than a SHA-256 tag's 64
+/// bytes can be).
 fn unhex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 || text.len() > 128 {
+    if text.len() > 128 || text.trim().len() != text.len() {
         return None;
     }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
+    crate::format::hex::decode(text).ok()
 }
 
 #[cfg(test)]

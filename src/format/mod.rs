@@ -27,6 +27,7 @@ pub mod cluster_health;
 pub mod cluster_health_workbook;
 pub mod fabric;
 pub mod fabric_dir;
+pub mod hex;
 pub mod launch_map;
 pub mod nfd_features;
 pub mod run_dir;

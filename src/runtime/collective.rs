@@ -135,15 +135,6 @@ pub(crate) enum PeerEnd {
     Recv,
 }
 
-/// The error of a call whose symbol the loaded library lacks.
-fn lacking(call: &'static str, source: &str, since: &str) -> ApiError {
-    ApiError {
-        call,
-        code: -1,
-        text: format!("{source} has no {call} ({since})"),
-    }
-}
-
 /// The call's function pointer, or the error saying the library lacks it.
 fn present<T: Copy>(
     f: Option<T>,
@@ -151,7 +142,11 @@ fn present<T: Copy>(
     source: &str,
     since: &str,
 ) -> Result<T, ApiError> {
-    f.ok_or_else(|| lacking(call, source, since))
+    f.ok_or_else(|| ApiError {
+        call,
+        code: -1,
+        text: format!("{source} has no {call} ({since})"),
+    })
 }
 
 type FnInitAllNccl = unsafe extern "C" fn(*mut *mut c_void, c_int, *const c_int) -> c_int;

@@ -18,11 +18,13 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::collective::{CollectiveApi, Hccl, Nccl, PeerEnd, Teardown};
+use super::collective::{CollectiveApi, PeerEnd, Teardown};
 use super::device_api::{ApiError, DeviceApi, Handle};
-use super::select::{self, BackendChoice, DeviceRuntime, RuntimeConfig};
+use super::device_copy::{guard, stream_guard, Guard};
+use super::select::{self, BackendChoice, RuntimeConfig};
 use super::DeviceInfo;
-use crate::topology::{cpulist, Roots, Topology};
+use crate::format::hex;
+use crate::topology::{cpulist, Roots};
 
 /// Which device a rank runs on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -206,14 +208,14 @@ fn run_inner(job: &RankJob, emit: &mut dyn FnMut(&RankEvent)) -> Result<(), Stri
     });
     api.set_device(ordinal).map_err(|e| e.to_string())?;
     let id = match &job.id {
-        Some(hex) => decode_hex(hex)?,
+        Some(text) => hex::decode(text).map_err(|e| format!("the rendezvous id: {e}"))?,
         None => {
             if job.rank != 0 {
                 return Err("only rank 0 makes the rendezvous; this rank needs its id".into());
             }
             let id = coll.unique_id().map_err(|e| e.to_string())?;
             emit(&RankEvent::Id {
-                id: encode_hex(&id),
+                id: hex::encode(&id),
             });
             id
         }
@@ -222,45 +224,31 @@ fn run_inner(job: &RankJob, emit: &mut dyn FnMut(&RankEvent)) -> Result<(), Stri
         .init_rank(job.world, &id, job.rank)
         .map_err(|e| format!("joining the communicator as rank {}: {e}", job.rank))?;
     let mut failed = false;
-    let outcome = (|| -> Result<(), String> {
-        let stream = Owned::new(api.as_ref(), api.stream_create(), Kind::Stream)?;
-        let start = Owned::new(api.as_ref(), api.event_create(), Kind::Event)?;
-        let end = Owned::new(api.as_ref(), api.event_create(), Kind::Event)?;
-        for (index, op) in job.ops.iter().enumerate() {
-            let r = time_op(
-                api.as_ref(),
-                coll.as_ref(),
-                comm,
-                job,
-                *op,
-                stream.0,
-                [start.0, end.0],
-            );
-            failed |= r.is_err();
-            let (seconds, error) = match r {
-                Ok(s) => (Some(s), None),
-                Err(e) => (None, Some(e)),
-            };
-            emit(&RankEvent::Result {
-                index,
-                seconds,
-                error,
-            });
-            if failed {
-                // A communicator whose operation failed is not used again.
-                for later in index + 1..job.ops.len() {
-                    emit(&RankEvent::Result {
-                        index: later,
-                        seconds: None,
-                        error: Some(format!("not run: operation {} failed", index + 1)),
-                    });
-                }
-                break;
+    for (index, op) in job.ops.iter().enumerate() {
+        let r = time_op(api.as_ref(), coll.as_ref(), comm, job, *op);
+        failed |= r.is_err();
+        let (seconds, error) = match r {
+            Ok(s) => (Some(s), None),
+            Err(e) => (None, Some(e)),
+        };
+        emit(&RankEvent::Result {
+            index,
+            seconds,
+            error,
+        });
+        if failed {
+            // A communicator whose operation failed is not used again.
+            for later in index + 1..job.ops.len() {
+                emit(&RankEvent::Result {
+                    index: later,
+                    seconds: None,
+                    error: Some(format!("not run: operation {} failed", index + 1)),
+                });
             }
+            break;
         }
-        Ok(())
-    })();
-    let how = if failed || outcome.is_err() {
+    }
+    let how = if failed {
         Teardown::Abort
     } else {
         Teardown::Destroy
@@ -269,7 +257,7 @@ fn run_inner(job: &RankJob, emit: &mut dyn FnMut(&RankEvent)) -> Result<(), Stri
     if let Some((_, e)) = released.failed.first().or(released.busy.first()) {
         tracing::warn!("releasing the communicator: {e}");
     }
-    outcome
+    Ok(())
 }
 
 type Opened = (Arc<dyn DeviceApi>, Arc<dyn CollectiveApi>, Vec<DeviceInfo>);
@@ -280,93 +268,34 @@ fn open(job: &RankJob) -> Result<Opened, String> {
         backend,
         ..RuntimeConfig::default()
     };
-    match backend {
-        BackendChoice::Cuda => {
-            cfg.cuda_runtime = job.runtime_library.clone();
-            cfg.nccl = job.collective_library.clone();
-        }
-        BackendChoice::Acl => {
-            cfg.acl_runtime = job.runtime_library.clone();
-            cfg.hccl = job.collective_library.clone();
-        }
-        other => {
-            return Err(format!(
-                "backend {}: a rank process runs cuda or acl",
-                other.as_str()
-            ))
-        }
+    if backend == BackendChoice::Acl {
+        cfg.acl_runtime = job.runtime_library.clone();
+        cfg.hccl = job.collective_library.clone();
+    } else {
+        cfg.cuda_runtime = job.runtime_library.clone();
+        cfg.nccl = job.collective_library.clone();
     }
     let roots = Roots {
         sysfs: job.sysfs.clone(),
         ..Roots::default()
     };
-    let topology = Topology::read(&roots).map_err(|e| format!("reading the topology: {e}"))?;
-    let opened = select::open(&cfg, &roots, &topology).map_err(|e| e.to_string())?;
-    let devices = opened.backend.devices().to_vec();
-    let runtime = opened
-        .runtime
-        .ok_or_else(|| format!("backend {} has no device runtime", job.backend))?;
-    let (api, coll): (Arc<dyn DeviceApi>, Arc<dyn CollectiveApi>) = match runtime {
-        DeviceRuntime::Cuda(rt) => (
-            rt,
-            Arc::new(Nccl::load(cfg.nccl.as_deref()).map_err(|e| e.to_string())?),
-        ),
-        DeviceRuntime::Acl(rt) => (
-            rt,
-            Arc::new(Hccl::load(cfg.hccl.as_deref()).map_err(|e| e.to_string())?),
-        ),
-    };
-    Ok((api, coll, devices))
+    let (runtime, devices) =
+        select::open_device_runtime(&cfg, &roots).map_err(|e| e.to_string())?;
+    let coll = select::native_collective(&runtime, &cfg)?;
+    Ok((runtime.api(), coll, devices))
 }
 
-/// What an [`Owned`] handle is, for its release.
-#[derive(Clone, Copy)]
-enum Kind {
-    Stream,
-    Event,
-    Memory,
-}
-
-/// A runtime handle released on drop.
-struct Owned<'a>(Handle, &'a dyn DeviceApi, Kind);
-
-impl<'a> Owned<'a> {
-    fn new(
-        api: &'a dyn DeviceApi,
-        h: Result<Handle, ApiError>,
-        kind: Kind,
-    ) -> Result<Self, String> {
-        h.map(|h| Owned(h, api, kind)).map_err(|e| e.to_string())
-    }
-}
-
-impl Drop for Owned<'_> {
-    fn drop(&mut self) {
-        let r = match self.2 {
-            Kind::Stream => self
-                .1
-                .stream_synchronize(self.0)
-                .and_then(|()| self.1.stream_destroy(self.0)),
-            Kind::Event => self.1.event_destroy(self.0),
-            Kind::Memory => self.1.device_free(self.0),
-        };
-        if let Err(e) = r {
-            tracing::warn!("releasing a device handle: {e}");
-        }
-    }
-}
-
-/// The buffers of `op` (send, receive; a point-to-point uses one) and the enqueue call.
+/// `op` timed: its buffers (a point-to-point uses one), `job.warmup` untimed and
+/// `job.iterations` timed operations between two events on a stream of its own; seconds per
+/// operation.
 fn time_op(
     api: &dyn DeviceApi,
     coll: &dyn CollectiveApi,
     comm: Handle,
     job: &RankJob,
     op: RankOp,
-    stream: Handle,
-    [start, end]: [Handle; 2],
 ) -> Result<f64, String> {
-    let world = job.world as u64;
+    let world = u64::from(job.world);
     let (send_bytes, recv_bytes) = match op {
         RankOp::Send { bytes, .. } => (bytes, 0),
         RankOp::Recv { bytes, .. } => (0, bytes),
@@ -387,75 +316,60 @@ fn time_op(
             (count * 4, count * 4)
         }
     };
-    let alloc = |bytes: u64| -> Result<Option<Owned<'_>>, String> {
+    let text = |e: ApiError| e.to_string();
+    let alloc = |bytes: u64| -> Result<Option<Guard<'_, dyn DeviceApi>>, String> {
         if bytes == 0 {
             return Ok(None);
         }
         let b = usize::try_from(bytes).map_err(|_| format!("{bytes} bytes is too large"))?;
-        Owned::new(api, api.device_alloc(b), Kind::Memory)
+        guard(api, api.device_alloc(b), <dyn DeviceApi>::device_free)
             .map(Some)
             .map_err(|e| format!("allocating {bytes} bytes of device memory: {e}"))
     };
     let send = alloc(send_bytes)?;
     let recv = alloc(recv_bytes)?;
-    let ptr = |o: &Option<Owned>| o.as_ref().map_or(std::ptr::null_mut(), |o| o.0);
-    let (s, r) = (ptr(&send), ptr(&recv));
+    let start = guard(api, api.event_create(), <dyn DeviceApi>::event_destroy).map_err(text)?;
+    let end = guard(api, api.event_create(), <dyn DeviceApi>::event_destroy).map_err(text)?;
+    // Declared last, so released first: synchronized before the buffers its work uses go.
+    let stream = stream_guard(api).map_err(text)?;
+    let ptr = |g: &Option<Guard<'_, dyn DeviceApi>>| {
+        g.as_ref().map_or(std::ptr::null_mut(), |g| g.handle)
+    };
+    let (s, r, st) = (ptr(&send), ptr(&recv), stream.handle);
     let enqueue = || -> Result<(), ApiError> {
         match op {
             RankOp::Send { peer, .. } => {
-                coll.point_to_point(PeerEnd::Send, s, send_bytes as usize, peer, comm, stream)
+                coll.point_to_point(PeerEnd::Send, s, send_bytes as usize, peer, comm, st)
             }
             RankOp::Recv { peer, .. } => {
-                coll.point_to_point(PeerEnd::Recv, r, recv_bytes as usize, peer, comm, stream)
+                coll.point_to_point(PeerEnd::Recv, r, recv_bytes as usize, peer, comm, st)
             }
-            RankOp::AllGather { .. } => coll.all_gather(s, r, send_bytes as usize, comm, stream),
+            RankOp::AllGather { .. } => coll.all_gather(s, r, send_bytes as usize, comm, st),
             RankOp::AllReduce { .. } => {
-                coll.all_reduce_f32(s, r, (send_bytes / 4) as usize, comm, stream)
+                coll.all_reduce_f32(s, r, (send_bytes / 4) as usize, comm, st)
             }
         }
     };
-    let text = |e: ApiError| e.to_string();
     for _ in 0..job.warmup {
         enqueue().map_err(text)?;
     }
-    api.stream_synchronize(stream).map_err(text)?;
+    api.stream_synchronize(st).map_err(text)?;
     let iterations = job.iterations.max(1);
-    api.event_record(start, stream).map_err(text)?;
+    api.event_record(start.handle, st).map_err(text)?;
     for _ in 0..iterations {
         enqueue().map_err(text)?;
     }
-    api.event_record(end, stream).map_err(text)?;
-    api.event_synchronize(end).map_err(text)?;
-    let ms = api.event_elapsed_ms(start, end).map_err(text)?;
+    api.event_record(end.handle, st).map_err(text)?;
+    api.event_synchronize(end.handle).map_err(text)?;
+    let ms = api
+        .event_elapsed_ms(start.handle, end.handle)
+        .map_err(text)?;
     if ms.is_nan() || ms <= 0.0 {
         return Err(format!(
             "the device timed {iterations} operations at {ms} ms: no time measured"
         ));
     }
     Ok(f64::from(ms) / 1e3 / f64::from(iterations))
-}
-
-/// Lower-case hex of `bytes`.
-pub fn encode_hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The bytes of lower- or upper-case hex.
-pub fn decode_hex(text: &str) -> Result<Vec<u8>, String> {
-    let text = text.trim();
-    if text.len() % 2 != 0 {
-        return Err(format!(
-            "an id of {} hex digits: not whole bytes",
-            text.len()
-        ));
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| {
-            u8::from_str_radix(&text[i..i + 2], 16)
-                .map_err(|_| format!("{:?} at {i} is not hex", &text[i..i + 2]))
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -519,17 +433,6 @@ mod tests {
         }
         .pick(&[])
         .is_err());
-    }
-
-    #[test]
-    fn ids_round_trip_through_hex_and_garbage_is_named() {
-        let id: Vec<u8> = (0..=255).collect();
-        assert_eq!(decode_hex(&encode_hex(&id)).unwrap(), id);
-        assert_eq!(
-            decode_hex("0A ff").unwrap_err(),
-            "an id of 5 hex digits: not whole bytes"
-        );
-        assert!(decode_hex("zz").unwrap_err().contains("not hex"));
     }
 
     #[test]

@@ -177,36 +177,17 @@ pub fn open_pair_probe(
         )));
     };
     let mut notes = Vec::new();
-    let (api, native): (Arc<dyn DeviceApi>, Option<NativeCollective>) = match runtime {
-        DeviceRuntime::Cuda(rt) => {
-            let coll = match cfg.collective {
-                CollectiveChoice::Auto | CollectiveChoice::Nccl => Some(
-                    Nccl::load(cfg.nccl.as_deref())
-                        .map(|n| Arc::new(n) as Arc<dyn CollectiveApi>)
-                        .map_err(|e| e.to_string()),
-                ),
-                CollectiveChoice::Hccl => {
-                    return Err(err("hccl goes with the acl backend, not cuda".into()))
-                }
-                CollectiveChoice::Copy => None,
-            };
-            (rt, coll)
+    let native: Option<NativeCollective> = match (&runtime, cfg.collective) {
+        (_, CollectiveChoice::Copy) => None,
+        (DeviceRuntime::Cuda(_), CollectiveChoice::Hccl) => {
+            return Err(err("hccl goes with the acl backend, not cuda".into()))
         }
-        DeviceRuntime::Acl(rt) => {
-            let coll = match cfg.collective {
-                CollectiveChoice::Auto | CollectiveChoice::Hccl => Some(
-                    Hccl::load(cfg.hccl.as_deref())
-                        .map(|h| Arc::new(h) as Arc<dyn CollectiveApi>)
-                        .map_err(|e| e.to_string()),
-                ),
-                CollectiveChoice::Nccl => {
-                    return Err(err("nccl goes with the cuda backend, not acl".into()))
-                }
-                CollectiveChoice::Copy => None,
-            };
-            (rt, coll)
+        (DeviceRuntime::Acl(_), CollectiveChoice::Nccl) => {
+            return Err(err("nccl goes with the cuda backend, not acl".into()))
         }
+        _ => Some(native_collective(&runtime, cfg)),
     };
+    let api = runtime.api();
     let method = match native {
         Some(Ok(coll)) => Method::Collective(coll),
         Some(Err(e)) if cfg.collective == CollectiveChoice::Auto => {
@@ -218,6 +199,64 @@ pub fn open_pair_probe(
     };
     let probe = DevicePairProbe::new(api, method, devices, cfg.hccl_communicators_per_card);
     Ok((Arc::new(probe), notes))
+}
+
+impl DeviceRuntime {
+    /// The runtime's calls.
+    pub(crate) fn api(&self) -> Arc<dyn DeviceApi> {
+        match self {
+            DeviceRuntime::Cuda(rt) => rt.clone(),
+            DeviceRuntime::Acl(rt) => rt.clone(),
+        }
+    }
+}
+
+/// The runtime's own collective library, loaded: NCCL with CUDA, HCCL with ACL (the paths
+/// of `cfg`).
+pub(crate) fn native_collective(
+    runtime: &DeviceRuntime,
+    cfg: &RuntimeConfig,
+) -> Result<Arc<dyn CollectiveApi>, String> {
+    match runtime {
+        DeviceRuntime::Cuda(_) => Nccl::load(cfg.nccl.as_deref())
+            .map(|n| Arc::new(n) as Arc<dyn CollectiveApi>)
+            .map_err(|e| e.to_string()),
+        DeviceRuntime::Acl(_) => Hccl::load(cfg.hccl.as_deref())
+            .map(|h| Arc::new(h) as Arc<dyn CollectiveApi>)
+            .map_err(|e| e.to_string()),
+    }
+}
+
+/// Only the device runtime of `cfg.backend` (cuda or acl) and its devices, without the
+/// telemetry or the topology a probing backend needs: what one fabric rank process uses.
+pub(crate) fn open_device_runtime(
+    cfg: &RuntimeConfig,
+    roots: &Roots,
+) -> Result<(DeviceRuntime, Vec<super::DeviceInfo>), BackendError> {
+    match cfg.backend {
+        BackendChoice::Cuda => {
+            let b = CudaBackend::open(cfg.cuda_runtime.as_deref(), &roots.sysfs).map_err(|e| {
+                BackendError {
+                    backend: "cuda",
+                    detail: e.to_string(),
+                }
+            })?;
+            Ok((DeviceRuntime::Cuda(b.runtime()), b.devices().to_vec()))
+        }
+        BackendChoice::Acl => {
+            let b = AclBackend::open(cfg.acl_runtime.as_deref(), &roots.sysfs).map_err(|e| {
+                BackendError {
+                    backend: "acl",
+                    detail: e.to_string(),
+                }
+            })?;
+            Ok((DeviceRuntime::Acl(b.shared_runtime()), b.devices().to_vec()))
+        }
+        other => Err(BackendError {
+            backend: "fabric rank",
+            detail: format!("{}: a rank process runs cuda or acl", other.as_str()),
+        }),
+    }
 }
 
 fn cuda(cfg: &RuntimeConfig, roots: &Roots) -> Result<Opened, String> {
